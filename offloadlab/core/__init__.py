@@ -1,0 +1,10 @@
+"""The shared vocabulary: TaskGraph, MemGraph, Machine (+ cost model), Trace, verifier, workloads."""
+
+from .errors import GraphError, OffloadlabError, PlanError, SpecError, VerificationError
+from .machine import PRESETS, Machine, machine_from_spec
+from .memgraph import Loc, MemGraph, MemVertex
+from .taskgraph import Task, TaskGraph
+
+__all__ = ["GraphError", "OffloadlabError", "PlanError", "SpecError", "VerificationError",
+           "PRESETS", "Machine", "machine_from_spec", "Loc", "MemGraph", "MemVertex",
+           "Task", "TaskGraph"]

@@ -1,0 +1,174 @@
+"""Machine: GPUs, host links, GPU<->GPU links, the CPU, and the cost model (DESIGN.md).
+
+Named presets reproduce the papers' servers; each carries a one-line source.  Select one as
+``NAME`` or ``NAME:key=value,...`` (e.g. ``disco-example:gpu_memory=64MiB``) with
+:func:`machine_from_spec`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+
+from .devices import CPU, gpu_name, is_gpu, split_transfer
+from .errors import SpecError
+from .spec import apply_options, parse_spec
+
+MiB = 2**20
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A homogeneous multi-GPU server and its cost model.
+
+    Bandwidths are bytes/s, rates flop/s, latencies seconds.  ``duplex`` is the factor by which
+    each direction of a GPU's host link slows while the other direction is busy (1.0 = ideal
+    full duplex).  ``host_bus_bandwidth`` > 0 adds one bus per direction shared by all GPUs'
+    host transfers (0 = none).
+    """
+
+    name: str = "custom"
+    source: str = ""
+    gpus: int = 1
+    gpu_memory: int = 16 * GiB
+    gpu_flops: float = 14e12
+    gpu_mem_bandwidth: float = 900e9
+    kernel_latency: float = 5e-6
+    streams: int = 5
+    h2d_bandwidth: float = 12e9
+    d2h_bandwidth: float = 12e9
+    duplex: float = 1.0
+    link_latency: float = 10e-6
+    host_bus_bandwidth: float = 0.0
+    gpu_gpu_bandwidth: float = 25e9
+    gpu_gpu_latency: float = 10e-6
+    cpu_cores: int = 16
+    cpu_flops: float = 0.5e12
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                zero_ok = f.name.endswith("latency") or f.name == "host_bus_bandwidth"
+                if value < 0 or (value == 0 and not zero_ok):
+                    raise SpecError(f"machine {self.name!r}: {f.name} must be "
+                                    f"{'>= 0' if zero_ok else '> 0'}, got {value!r}")
+        if not 0 < self.duplex <= 1:
+            raise SpecError(f"machine {self.name!r}: duplex must be in (0, 1], got {self.duplex}")
+
+    # -- topology ---------------------------------------------------------------------
+    def gpu_names(self) -> list[str]:
+        return [gpu_name(i) for i in range(self.gpus)]
+
+    def capacity(self, device: str) -> int:
+        return self.gpu_memory
+
+    def check_devices(self, devices) -> None:
+        """Raise SpecError if a graph uses a GPU this machine lacks."""
+        names = set(self.gpu_names())
+        for d in devices:
+            if is_gpu(d) and d not in names:
+                raise SpecError(f"machine {self.name!r} has {self.gpus} GPU(s) "
+                                f"({', '.join(sorted(names))}); the graph uses {d}")
+
+    # -- cost model -------------------------------------------------------------------
+    def resources(self, kind: str, device: str) -> tuple[str, ...]:
+        """The resources a vertex holds while it runs: first the engine, then shared buses."""
+        if kind == "compute":
+            return (CPU,) if device == CPU else (device,)
+        if kind == "transfer":
+            return (device,)
+        if kind in ("load", "reload"):
+            return (f"h2d:{device}",) + (("bus:h2d",) if self.host_bus_bandwidth else ())
+        if kind == "offload":
+            return (f"d2h:{device}",) + (("bus:d2h",) if self.host_bus_bandwidth else ())
+        return ()
+
+    def duration(self, kind: str, device: str, nbytes: int, flops: float = 0.0,
+                 touched: int = 0) -> float:
+        """Seconds a vertex takes alone on its resources.
+
+        GPU kernels follow a roofline: ``latency + max(flops / rate, touched / mem_bw)`` with
+        ``touched`` the bytes read and written; copies take ``latency + bytes / bandwidth``.
+        """
+        if kind == "compute":
+            if device == CPU:
+                return flops / self.cpu_flops
+            return self.kernel_latency + max(flops / self.gpu_flops,
+                                             touched / self.gpu_mem_bandwidth)
+        if kind == "transfer":
+            return self.gpu_gpu_latency + nbytes / self.gpu_gpu_bandwidth
+        if kind in ("load", "reload"):
+            return self.link_latency + nbytes / self._host_rate(self.h2d_bandwidth)
+        if kind == "offload":
+            return self.link_latency + nbytes / self._host_rate(self.d2h_bandwidth)
+        return 0.0
+
+    def _host_rate(self, link: float) -> float:
+        return min(link, self.host_bus_bandwidth) if self.host_bus_bandwidth else link
+
+    # -- interchange ------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Machine":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"machine description has unknown field(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def _disco_example() -> Machine:
+    # Sized for the default matmul-chain (batch 1024, hidden 4096, 2 GPUs, float32): a weight
+    # shard is 4096 x 2048 x 4 B = 32 MiB and one shard's matmul is 2*1024*4096*2048 flop.
+    shard = 4096 * 2048 * 4
+    return Machine(
+        name="disco-example",
+        source="DISCO Sec. 2 (Figs. 2-3): 2 GPUs on one host bus; a weight shard's transfer takes "
+               "exactly as long as its matmul (1 time unit = 1 s), activations are exchanged for "
+               "free, and a GPU holds one weight shard beside its activations",
+        gpus=2, gpu_memory=80 * MiB, gpu_flops=float(2 * 1024 * 4096 * 2048),
+        gpu_mem_bandwidth=1e15, kernel_latency=0.0, streams=5,
+        h2d_bandwidth=float(shard), d2h_bandwidth=float(shard), link_latency=0.0,
+        host_bus_bandwidth=float(shard), gpu_gpu_bandwidth=float("inf"), gpu_gpu_latency=0.0,
+        cpu_cores=8, cpu_flops=1e9)
+
+
+PRESETS: dict[str, Machine] = {
+    "disco-example": _disco_example(),
+    "v100": Machine(
+        name="v100", source="Beaumont et al. Sec. 7: one V100 16 GB, 12 GB/s PCIe each way; "
+        "15.7 TFLOP/s fp32 and 900 GB/s HBM2 from NVIDIA's V100 datasheet",
+        gpus=1, gpu_memory=16 * 10**9, gpu_flops=15.7e12, gpu_mem_bandwidth=900e9,
+        h2d_bandwidth=12e9, d2h_bandwidth=12e9),
+    "p100x4": Machine(
+        name="p100x4", source="TURNIP Sec. 8: 4x P100 16 GB server; 9.3 TFLOP/s fp32, 732 GB/s, "
+        "PCIe 3.0 x16 (~12 GB/s) from NVIDIA's P100 datasheet",
+        gpus=4, gpu_memory=16 * GiB, gpu_flops=9.3e12, gpu_mem_bandwidth=732e9,
+        h2d_bandwidth=12e9, d2h_bandwidth=12e9, gpu_gpu_bandwidth=10e9, cpu_cores=48),
+    "a100x8": Machine(
+        name="a100x8", source="TURNIP Sec. 8: AWS p4d.24xlarge, 8x A100 40 GB; 19.5 TFLOP/s fp32, "
+        "1.55 TB/s; DESIGN.md: host->GPU ~25 GB/s falling to 11-13 GB/s while GPU->host runs",
+        gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_mem_bandwidth=1555e9,
+        h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48, gpu_gpu_bandwidth=300e9,
+        cpu_cores=96, cpu_flops=2e12),
+}
+
+
+def machine_from_spec(spec: str | Machine) -> Machine:
+    """``"v100:h2d_bandwidth=4e9"`` -> the v100 preset with that override."""
+    if isinstance(spec, Machine):
+        return spec
+    name, options = parse_spec(spec)
+    if name not in PRESETS:
+        raise SpecError(f"unknown machine preset {name!r}; known: {', '.join(PRESETS)}")
+    base = PRESETS[name]
+    defaults = {f.name: getattr(base, f.name) for f in fields(Machine) if f.name not in ("name", "source")}
+    merged = apply_options(defaults, options, f"machine {name!r}")
+    return replace(base, **merged)

@@ -1,0 +1,13 @@
+"""The ops a compute vertex may name.  The cost model prices a vertex by its ``flops`` and the
+bytes it touches; the executor (later) gives each op its NumPy/CuPy implementation."""
+
+OPS: dict[str, str] = {
+    "matmul": "hstack(inputs[:-1]) @ inputs[-1]: the left operand may come as column shards",
+    "add": "elementwise sum of the inputs",
+    "relu": "max(x, 0)",
+    "softmax": "row-wise softmax",
+    "adam_update": "one Adam step on a weight from its gradient and moments",
+    "copy": "identity",
+    "mix": "synthetic op of the random workload: a deterministic reduction of its inputs "
+           "written into an output of the vertex's size",
+}

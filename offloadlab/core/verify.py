@@ -1,0 +1,180 @@
+"""The MemGraph verifier: rules 1-4 of DESIGN.md ("Correctness of a MemGraph").
+
+Rule 5 (any edge-respecting order computes the TaskGraph's outputs) follows from rules 1-3;
+the executor's tests check it numerically.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from .devices import HOST
+from .errors import VerificationError
+from .machine import Machine
+from .memgraph import MOVE_KINDS, TASK_KINDS, MemGraph, MemVertex
+from .taskgraph import TaskGraph
+
+
+def verify(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | None = None) -> None:
+    """Raise :class:`VerificationError` naming the first broken rule and vertex.
+
+    ``graph`` enables rule 2 (every TaskGraph data edge is present), ``machine`` rule 4
+    (locations within capacity; without it the capacity stored in ``mg.graph["machine"]``
+    is used when present).
+    """
+    position = _rule1_acyclic(mg)
+    _check_fields(mg)
+    if graph is not None:
+        _rule2_data_edges(mg, graph)
+    _rule3_no_races(mg, position)
+    capacity = machine.gpu_memory if machine else (mg.graph.get("machine") or {}).get("gpu_memory")
+    if capacity is not None:
+        _rule4_capacity(mg, capacity)
+
+
+def _rule1_acyclic(mg: MemGraph) -> dict[str, int]:
+    """Kahn's algorithm; returns each vertex's position in a topological order."""
+    indeg = {v: len(p) for v, p in mg.pred.items()}
+    ready = [v for v, d in indeg.items() if d == 0]
+    position: dict[str, int] = {}
+    while ready:
+        u = ready.pop()
+        position[u] = len(position)
+        for w in mg.succ[u]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                ready.append(w)
+    if len(position) != len(mg.vertices):
+        stuck = [v for v in mg.vertices if v not in position][:5]
+        raise VerificationError(f"rule 1: MemGraph has a cycle through {', '.join(map(repr, stuck))}")
+    return position
+
+
+def _check_fields(mg: MemGraph) -> None:
+    for v in mg.vertices.values():
+        writes_gpu = v.out_device != HOST and v.kind != "offload"
+        if writes_gpu and v.loc is None:
+            raise VerificationError(f"vertex {v.id!r} writes {v.out_device} but has no location")
+        if v.loc is not None:
+            if not writes_gpu or v.loc.device != v.out_device:
+                raise VerificationError(f"vertex {v.id!r}: location on {v.loc.device} but its "
+                                        f"output lives on {v.out_device}")
+            if v.loc.size < v.bytes:
+                raise VerificationError(f"vertex {v.id!r}: location of {v.loc.size} B holds "
+                                        f"{v.bytes} B")
+        for u in v.inputs:
+            if mg.pred[v.id].get(u) != "data":
+                raise VerificationError(f"vertex {v.id!r} reads {u!r} without a data edge")
+
+
+def _provides(mg: MemGraph, m: MemVertex, task: str) -> bool:
+    """Whether ``m``'s output is ``task``'s tensor: ``task`` itself or a chain of
+    offload/reload/load vertices moving it (DESIGN.md rule 2)."""
+    while True:
+        if m.kind in TASK_KINDS:
+            return m.task == task
+        if m.of != task:
+            return False
+        sources = [u for u, kind in mg.pred[m.id].items() if kind == "data"]
+        if len(sources) != 1:
+            return False
+        m = mg.vertices[sources[0]]
+
+
+def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
+    by_task: dict[str, MemVertex] = {}
+    for v in mg.vertices.values():
+        if v.kind in TASK_KINDS:
+            if v.task in by_task:
+                raise VerificationError(f"rule 2: TaskGraph vertex {v.task!r} appears twice")
+            by_task[v.task] = v
+        elif v.kind not in MOVE_KINDS:
+            raise VerificationError(f"vertex {v.id!r} has unknown kind {v.kind!r}")
+    for t in graph:
+        v = by_task.get(t.id)
+        if v is None:
+            raise VerificationError(f"rule 2: TaskGraph vertex {t.id!r} is missing")
+        if v.kind != t.kind or v.device != t.device:
+            raise VerificationError(f"rule 2: vertex {t.id!r} is {v.kind} on {v.device}, "
+                                    f"the TaskGraph says {t.kind} on {t.device}")
+        if len(v.inputs) != len(t.inputs):
+            raise VerificationError(f"rule 2: vertex {t.id!r} reads {len(v.inputs)} tensors, "
+                                    f"the TaskGraph says {len(t.inputs)}")
+        for m_id, u in zip(v.inputs, t.inputs):
+            m = mg.vertices[m_id]
+            if not _provides(mg, m, u):
+                raise VerificationError(f"rule 2: data edge {u!r} -> {t.id!r} is missing "
+                                        f"({t.id!r} reads {m_id!r} instead)")
+            if m.out_device != t.read_device:
+                raise VerificationError(f"rule 2: {t.id!r} reads {u!r} from {m.out_device}, "
+                                        f"but runs on {t.read_device}")
+
+
+class _LastWriter:
+    """Byte ranges of one GPU mapped to the vertex that last wrote them (a sorted interval map)."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.items: list[tuple[int, int, str]] = []
+
+    def overwrite(self, start: int, end: int, writer: str) -> set[str]:
+        """Record ``writer`` on ``[start, end)``; return the previous writers there."""
+        i = max(bisect.bisect_right(self.starts, start) - 1, 0)
+        j = i
+        previous, keep = set(), []
+        while j < len(self.items) and self.items[j][0] < end:
+            s, e, w = self.items[j]
+            if e > start:
+                previous.add(w)
+                if s < start:
+                    keep.append((s, start, w))
+                if e > end:
+                    keep.append((end, e, w))
+            else:
+                keep.append((s, e, w))
+            j += 1
+        new = sorted(keep + [(start, end, writer)])
+        self.items[i:j] = new
+        self.starts[i:j] = [s for s, _, _ in new]
+        return previous
+
+
+def _rule3_no_races(mg: MemGraph, position: dict[str, int]) -> None:
+    """Whenever x and y write overlapping bytes, x is an ancestor of y and so is every reader
+    of x (or it is y).  Checking each byte's consecutive writers in topological order
+    suffices: the relation is transitive."""
+    maps: dict[str, _LastWriter] = {}
+    writers = sorted((v for v in mg.vertices.values() if v.loc is not None),
+                     key=lambda v: position[v.id])
+    for y in writers:
+        loc = y.loc
+        for x in maps.setdefault(loc.device, _LastWriter()).overwrite(loc.offset, loc.end, y.id):
+            readers = [r for r, kind in mg.succ[x].items() if kind == "data" and r != y.id]
+            missing = _not_ancestors(mg, position, [x, *readers], y.id)
+            if missing:
+                raise VerificationError(
+                    f"rule 3: race on {loc.device}: {y.id!r} overwrites {x!r}'s "
+                    f"bytes but {', '.join(map(repr, missing))} may still run after it")
+
+
+def _not_ancestors(mg: MemGraph, position: dict[str, int], targets: list[str], y: str) -> list[str]:
+    """Those of ``targets`` that are not ancestors of ``y`` (backward search pruned by
+    topological position)."""
+    lo = min(position[t] for t in targets)
+    left = {t for t in targets if position[t] < position[y]}
+    missing = [t for t in targets if t not in left]
+    stack, seen = [y], {y}
+    while stack and left:
+        for p in mg.pred[stack.pop()]:
+            if p not in seen and position[p] >= lo:
+                seen.add(p)
+                left.discard(p)
+                stack.append(p)
+    return missing + sorted(left)
+
+
+def _rule4_capacity(mg: MemGraph, capacity: int) -> None:
+    for v in mg.vertices.values():
+        if v.loc is not None and (v.loc.offset < 0 or v.loc.end > capacity):
+            raise VerificationError(f"rule 4: vertex {v.id!r} at [{v.loc.offset}, {v.loc.end}) "
+                                    f"lies outside {v.loc.device}'s {capacity} bytes")

@@ -1,0 +1,40 @@
+"""Workload builders, callable from Python and from the CLI as ``NAME:key=value,...``."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+from ..errors import SpecError
+from ..spec import apply_options, parse_spec
+from ..taskgraph import TaskGraph
+from .matmul_chain import matmul_chain
+from .random_dag import random_dag
+from .tp_matmul import tp_matmul
+
+WORKLOADS: dict[str, Callable[..., TaskGraph]] = {
+    "matmul-chain": matmul_chain,
+    "tp-matmul": tp_matmul,
+    "random": random_dag,
+}
+
+
+def workload_options(name: str) -> dict[str, object]:
+    """The options a workload takes, with their defaults."""
+    if name not in WORKLOADS:
+        raise SpecError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+    params = inspect.signature(WORKLOADS[name]).parameters
+    return {p.name: p.default for p in params.values()}
+
+
+def build_workload(spec: str) -> TaskGraph:
+    """``"matmul-chain:layers=4,gpus=2"`` -> its TaskGraph."""
+    name, raw = parse_spec(spec)
+    options = apply_options(workload_options(name), raw, f"workload {name!r}")
+    graph = WORKLOADS[name](**options)
+    graph.validate()
+    return graph
+
+
+__all__ = ["WORKLOADS", "build_workload", "workload_options", "matmul_chain", "random_dag",
+           "tp_matmul"]

@@ -1,0 +1,60 @@
+"""Random layered DAGs: the generator behind the property tests and the benchmarks."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from ..devices import gpu_name
+from ..errors import SpecError
+from ..taskgraph import TaskGraph
+
+
+def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int = 2**20,
+               max_bytes: int = 2**24, max_inputs: int = 3, window: int = 16,
+               input_fraction: float = 0.15, host_fraction: float = 0.5,
+               transfer_fraction: float = 0.1, flops_per_byte: float = 64.0) -> TaskGraph:
+    """A DAG of exactly ``vertices`` vertices spread over ``gpus`` GPUs.
+
+    Each new vertex is an input (probability ``input_fraction``; in host RAM with probability
+    ``host_fraction``, else on a GPU) or a compute vertex on a random GPU reading 1 to
+    ``max_inputs`` tensors among the last ``window`` vertices, which keeps the graph local
+    the way layered networks are.  A tensor needed on another GPU comes through a transfer
+    vertex (drawn with probability ``transfer_fraction`` when a cross-GPU read is possible).
+    Sizes are log-uniform in ``[min_bytes, max_bytes]``; flops are ``flops_per_byte`` per
+    byte touched.
+    """
+    if vertices <= 0 or gpus <= 0 or max_inputs <= 0 or window <= 0:
+        raise SpecError("random: vertices, gpus, max_inputs and window must be positive")
+    if not 0 < min_bytes <= max_bytes:
+        raise SpecError(f"random: need 0 < min_bytes <= max_bytes, got {min_bytes}, {max_bytes}")
+    rng = random.Random(seed)
+    g = TaskGraph(name="random", meta=dict(vertices=vertices, gpus=gpus, seed=seed))
+    lo, hi = math.log(min_bytes), math.log(max_bytes)
+    ids: list[str] = []
+
+    def size() -> int:
+        return int(math.exp(rng.uniform(lo, hi)))
+
+    while len(ids) < vertices:
+        n = len(ids)
+        if n == 0 or rng.random() < input_fraction:
+            home = "host" if rng.random() < host_fraction else gpu_name(rng.randrange(gpus))
+            ids.append(g.add_input(f"v{n}", size(), home=home).id)
+            continue
+        recent = ids[-window:]
+        gpu_tensors = [u for u in recent if g[u].out_device.startswith("gpu")]
+        if gpus > 1 and gpu_tensors and n + 1 < vertices and rng.random() < transfer_fraction:
+            src = rng.choice(gpu_tensors)
+            dst = gpu_name(rng.choice([i for i in range(gpus) if gpu_name(i) != g[src].out_device]))
+            ids.append(g.add_transfer(f"v{n}", src, dst).id)
+            continue
+        device = gpu_name(rng.randrange(gpus))
+        readable = [u for u in recent if g[u].out_device in (device, "host")] or [None]
+        inputs = sorted({u for u in (rng.choice(readable) for _ in range(rng.randint(1, max_inputs)))
+                         if u is not None}, key=lambda u: int(u[1:]))
+        out = size()
+        touched = out + sum(g[u].bytes for u in inputs)
+        ids.append(g.add_compute(f"v{n}", "mix", inputs, device, out,
+                                 flops=flops_per_byte * touched).id)
+    return g

@@ -1,0 +1,1 @@
+"""executor layer (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""ilp layer (see DESIGN.md)."""

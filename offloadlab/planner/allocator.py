@@ -1,0 +1,147 @@
+"""A simulated offset allocator for one GPU (the generalised slot map of TURNIP Sec. 6).
+
+Memory is a sorted list of segments.  An occupied segment names its occupant; a free segment
+keeps the *guard* of the bytes it covers: the MemGraph vertices that must finish before a new
+writer may overwrite them (the readers of the last occupant, or the offload that copied it
+out).  Allocating over free segments hands their guards to the caller, which turns them into
+memory-dependency edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterable
+
+
+@dataclass(slots=True, eq=False)
+class Segment:
+    start: int
+    end: int
+    owner: Hashable | None = None
+    guard: tuple[str, ...] = ()
+    freed_at: int = -1
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
+class Covered:
+    """What an allocation replaced: the free segments it overwrote, to restore on retraction."""
+
+    segments: list[Segment] = field(default_factory=list)
+
+    def guards(self) -> Iterable[str]:
+        for s in self.segments:
+            yield from s.guard
+
+
+class GpuMemory:
+    """The simulated address space ``[0, capacity)`` of one GPU."""
+
+    def __init__(self, device: str, capacity: int):
+        self.device = device
+        self.capacity = capacity
+        self.segments: list[Segment] = [Segment(0, capacity)]
+
+    # -- simMalloc's search ---------------------------------------------------------------
+    def find_free(self, size: int) -> int | None:
+        """Offset of the free run that fits ``size`` and whose bytes were freed longest ago
+        (TURNIP: "the available slot whose last use was furthest in the past"); ties go to the
+        lowest offset.  ``None`` if no free run is large enough."""
+        best, best_key = None, None
+        segs, n, i = self.segments, len(self.segments), 0
+        while i < n:
+            if segs[i].owner is not None:
+                i += 1
+                continue
+            start, newest, j = segs[i].start, -1, i
+            while j < n and segs[j].owner is None and segs[j].start < start + size:
+                newest = max(newest, segs[j].freed_at)
+                j += 1
+            if segs[j - 1].end >= start + size and (best_key is None or newest < best_key):
+                best, best_key = start, newest
+                if newest < 0:
+                    break
+            while j < n and segs[j].owner is None:
+                j += 1
+            i = j
+        return best
+
+    def find_victims(self, size: int,
+                     cost: Callable[[Hashable], tuple[float, int] | None]) -> int | None:
+        """simMallocOffld's search: the offset of a window of ``size`` bytes whose occupants may
+        all be evicted (``cost`` is not None) and whose worst occupant is least bad, where
+        ``cost(owner) = (badness, bytes to offload)``; ties go to the window that offloads
+        fewer bytes, then to the lowest offset."""
+        segs, best, best_key = self.segments, None, None
+        for i, first in enumerate(segs):
+            start, worst, moved, j = first.start, float("-inf"), 0, i
+            while j < len(segs) and segs[j].start < start + size:
+                s = segs[j]
+                if s.owner is not None:
+                    c = cost(s.owner)
+                    if c is None:
+                        break
+                    worst, moved = max(worst, c[0]), moved + c[1]
+                j += 1
+            else:
+                if start + size <= self.capacity:
+                    key = (worst, moved, start)
+                    if best_key is None or key < best_key:
+                        best, best_key = start, key
+        return best
+
+    def occupants(self, offset: int, size: int) -> list[Hashable]:
+        """Occupants of the segments overlapping ``[offset, offset + size)``."""
+        return [s.owner for s in self.segments
+                if s.owner is not None and s.start < offset + size and s.end > offset]
+
+    def owners(self) -> list[Hashable]:
+        return [s.owner for s in self.segments if s.owner is not None]
+
+    # -- updates --------------------------------------------------------------------------
+    def place(self, offset: int, size: int, owner: Hashable) -> Covered:
+        """Occupy ``[offset, offset + size)``, which must be free; return what it covered."""
+        segs = self.segments
+        i = self._index(offset)
+        self._split(i, offset)
+        i = self._index(offset)
+        self._split(self._index(offset + size - 1), offset + size)
+        j = i
+        while j < len(segs) and segs[j].end <= offset + size:
+            j += 1
+        covered = segs[i:j]
+        assert all(s.owner is None for s in covered), "place() over occupied bytes"
+        segs[i:j] = [Segment(offset, offset + size, owner)]
+        return Covered(covered)
+
+    def release(self, owner: Hashable, offset: int, guard: tuple[str, ...], now: int) -> None:
+        """Free ``owner``'s segment; new writers there must wait for ``guard``."""
+        s = self.segments[self._index(offset)]
+        assert s.owner == owner
+        s.owner, s.guard, s.freed_at = None, guard, now
+
+    def restore(self, owner: Hashable, offset: int, covered: Covered) -> None:
+        """Undo ``place``: the bytes get back the guards they had (retraction)."""
+        i = self._index(offset)
+        assert self.segments[i].owner == owner
+        self.segments[i:i + 1] = covered.segments
+
+    def _index(self, offset: int) -> int:
+        """Index of the segment containing ``offset`` (binary search on starts)."""
+        segs, lo, hi = self.segments, 0, len(self.segments) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if segs[mid].start <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _split(self, i: int, at: int) -> None:
+        s = self.segments[i]
+        if s.start < at < s.end:
+            self.segments.insert(i + 1, Segment(at, s.end, s.owner, s.guard, s.freed_at))
+            s.end = at

@@ -1,0 +1,396 @@
+"""BuildMemGraph (TURNIP Figs. 8-9), generalised to variable-sized tensors.
+
+The TaskGraph is "executed" in a serial order V while two horizons advance: ``alloc_hzn``
+(every item before it has GPU memory) and ``exec_hzn`` (every item before it has run).
+Allocation is pushed as far ahead of execution as memory allows, so that the runtime may
+later run vertices out of the serial order.  Memory comes from :class:`GpuMemory`, a real
+offset allocator: an allocation may overlap several former occupants (memory edges from all
+of their readers) and an eviction may need several victims.
+
+Items of V are ``(tensor, gpu)`` pairs: the output of a compute/transfer vertex on its GPU,
+or the copy of a host-resident tensor that a ``load`` vertex brings to a GPU (placed just
+before its first reader there).  GPU-resident inputs are placed before the run.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Hashable, Iterator, Sequence
+
+from ..core.devices import HOST, is_gpu
+from ..core.errors import PlanError
+from ..core.machine import Machine
+from ..core.memgraph import Loc, MemGraph, MemVertex
+from ..core.taskgraph import TaskGraph
+from .allocator import Covered, GpuMemory
+from .registry import register
+
+Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
+
+
+@dataclass(slots=True, eq=False)
+class Resident:
+    """A tensor's copy on a GPU: where it is, which MemGraph vertex writes it, who read it."""
+
+    slot: Slot
+    loc: Loc
+    writer: str
+    covered: Covered
+    item: int                 # the V item that allocated it (-1: placed before the run)
+    materialized: bool
+    readers: list[str]
+    last_use: int
+
+
+class BuildMemGraph:
+    """One run of the algorithm; :func:`buildmemgraph` is the registered entry point."""
+
+    def __init__(self, graph: TaskGraph, machine: Machine, order: Sequence[str],
+                 victim: str, ahead: bool):
+        self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
+        self.mg = MemGraph()
+        self.memory = {d: GpuMemory(d, machine.gpu_memory) for d in machine.gpu_names()}
+        self.resident: dict[Slot, Resident] = {}
+        self.host_copy: dict[str, str] = {}     # tensor -> MemGraph vertex holding it on host
+        self.items: list[Slot] = []
+        self.item_of: dict[Slot, int] = {}
+        self.allocated: set[int] = set()
+        self.uses: dict[Slot, list[int]] = {}   # slot -> items that read it there, ascending
+        self.outputs = set(graph.outputs())
+        self.item_writer: dict[int, str] = {}   # item -> the MemGraph vertex that wrote it
+        self.moves = 0
+        self.sequence = 0
+        self.exec_hzn = 0
+        self.alloc_hzn = 0
+        self._build_items(order)
+
+    # -- V: the serial list of items -----------------------------------------------------
+    def _build_items(self, order: Sequence[str]) -> None:
+        """Host-resident tensors listed in ``order`` are loaded there, onto every GPU that
+        reads them; the others just before their first reader on each GPU."""
+        g = self.g
+        for t in order:
+            task = g[t]
+            if task.kind == "input":
+                for dev in dict.fromkeys(g[w].read_device for w in g.succ[t]):
+                    if task.device == HOST and is_gpu(dev) and (t, dev) not in self.item_of:
+                        self._add_item((t, dev))
+                continue
+            if is_gpu(task.read_device):
+                for u in dict.fromkeys(task.inputs):
+                    if g[u].out_device == HOST and (u, task.read_device) not in self.item_of:
+                        self._add_item((u, task.read_device))     # a load, before its first reader
+            self._add_item((t, task.out_device))
+        for i, (t, dev) in enumerate(self.items):
+            task = self.g[t]
+            if task.kind != "input" and is_gpu(task.read_device):
+                for u in dict.fromkeys(task.inputs):
+                    self.uses.setdefault((u, task.read_device), []).append(i)
+
+    def _add_item(self, slot: Slot) -> None:
+        self.item_of[slot] = len(self.items)
+        self.items.append(slot)
+
+    # -- Figure 8 -------------------------------------------------------------------------
+    def run(self) -> MemGraph:
+        self._check_fits()
+        self._place_gpu_inputs()
+        n = len(self.items)
+        while self.exec_hzn < n:
+            a = self.alloc_hzn
+            if a < n and (a in self.allocated or
+                          ((self.ahead or a == self.exec_hzn) and self.sim_malloc_item(a))):
+                self.alloc_hzn += 1          # allocated space for a future result
+            elif a == self.exec_hzn:
+                self.sim_malloc_offload_item(a)   # cannot allocate for the next execution
+                self.alloc_hzn += 1
+            else:
+                self.execute(self.exec_hzn)  # simulate execution of the next item
+                self.exec_hzn += 1
+        return self.mg
+
+    def _check_fits(self) -> None:
+        cap = self.machine.gpu_memory
+        for what, dev, nbytes in memory_needs(self.g):
+            if nbytes > cap:
+                raise PlanError(f"{what} need(s) {nbytes} bytes on {dev} but {dev} has a "
+                                f"capacity of {cap} bytes")
+
+    def _place_gpu_inputs(self) -> None:
+        for task in self.g:
+            if task.kind == "input":
+                self.mg.add_vertex(MemVertex(task.id, "input", task.device, task.bytes,
+                                             task=task.id, order=self._next()))
+                if task.device == HOST:
+                    self.host_copy[task.id] = task.id
+                else:
+                    offset = self.memory[task.device].find_free(task.bytes)
+                    self._occupy((task.id, task.device), offset, task.id, -1, materialized=True)
+
+    def _next(self) -> int:
+        self.sequence += 1
+        return self.sequence - 1
+
+    # -- Figure 9: the malloc variants -----------------------------------------------------
+    def sim_malloc(self, slot: Slot, writer_for, item: int) -> Resident | None:
+        """Find free memory for ``slot``; add memory edges from the guards it overwrites."""
+        nbytes = self.g[slot[0]].bytes
+        offset = self.memory[slot[1]].find_free(nbytes)
+        if offset is None:
+            return None
+        return self._occupy(slot, offset, writer_for, item)
+
+    def sim_malloc_offload(self, slot: Slot, writer_for, item: int, pinned: set[Slot]) -> Resident:
+        """Evict the victims whose earliest next use is latest (``belady``) or least recently
+        used (``lru``), offloading those with no copy in host RAM; cannot fail."""
+        nbytes, memory = self.g[slot[0]].bytes, self.memory[slot[1]]
+        offset = memory.find_victims(nbytes, lambda o: None if o in pinned else self._cost(o))
+        if offset is None:
+            # The pinned tensors fragment memory: clear the GPU and repack from offset 0
+            # (execute() then brings back whatever pinned tensor this evicted).
+            offset, victims = 0, memory.owners()
+        else:
+            victims = memory.occupants(offset, nbytes)
+        for owner in victims:
+            self.sim_free(self.resident[owner], evict=True)
+        return self._occupy(slot, offset, writer_for, item)
+
+    def sim_malloc_force_reload(self, slot: Slot, pinned: set[Slot]) -> Resident:
+        """Bring an evicted tensor back for the vertex about to run (a reload or a load)."""
+        t, dev = slot
+        source = self.host_copy[t]
+        kind = "reload" if self.mg[source].kind == "offload" else "load"
+        res = self.sim_malloc(slot, (kind, source), -1)
+        if res is None:
+            res = self.sim_malloc_offload(slot, (kind, source), -1, pinned)
+        return res
+
+    def sim_free(self, res: Resident, evict: bool = False) -> None:
+        """Free (or, with ``evict``, evict) a resident copy.  A materialized copy that is not
+        yet in host RAM and is needed later is offloaded first; a copy whose writer has not
+        run yet is retracted and its item re-allocated later."""
+        t, dev = res.slot
+        memory = self.memory[dev]
+        del self.resident[res.slot]
+        if not res.materialized:
+            memory.restore(res.slot, res.loc.offset, res.covered)
+            self.allocated.discard(res.item)
+            self.alloc_hzn = min(self.alloc_hzn, res.item)
+            return
+        needed = self._next_use(res.slot, self.exec_hzn - 1) is not None
+        if evict and t not in self.host_copy and (needed
+                                                  or t in self.outputs or self._host_readers(t)):
+            self._offload(res)
+        guard = tuple(res.readers) if res.readers else (res.writer,)
+        memory.release(res.slot, res.loc.offset, guard, self.exec_hzn)
+
+    # -- items ------------------------------------------------------------------------------
+    def sim_malloc_item(self, i: int) -> bool:
+        slot = self.items[i]
+        if not is_gpu(slot[1]):
+            self._add_task_vertex(slot[0], None)   # a CPU vertex: its output lives on host
+            self.host_copy[slot[0]] = slot[0]
+            self.allocated.add(i)
+            return True
+        return self.sim_malloc(slot, self._writer_for(slot), i) is not None
+
+    def sim_malloc_offload_item(self, i: int) -> None:
+        slot = self.items[i]
+        if is_gpu(slot[1]):
+            self.sim_malloc_offload(slot, self._writer_for(slot), i, self._pinned(i))
+        else:
+            self.sim_malloc_item(i)
+
+    def _writer_for(self, slot: Slot):
+        """The MemGraph writer of an item: its TaskGraph vertex, or a load from host RAM."""
+        t, dev = slot
+        task = self.g[t]
+        return t if task.out_device == dev else ("load", self.host_copy[t])
+
+    def _pinned(self, i: int) -> set[Slot]:
+        t, dev = self.items[i]
+        task = self.g[t]
+        pinned = {(t, dev)}
+        if task.kind != "input":
+            pinned.update((u, task.read_device) for u in task.inputs)
+        return pinned
+
+    def execute(self, i: int) -> None:
+        """Simulate item ``i``: reload evicted inputs, add data edges, free dead tensors."""
+        t, dev = self.items[i]
+        task = self.g[t]
+        if task.kind == "input":      # a load: it ran when its memory was allocated
+            return
+        pinned = self._pinned(i)
+        while True:                   # reloads may evict each other only via the repack path
+            if i not in self.allocated:
+                self.sim_malloc_offload_item(i)
+            missing = [(u, task.read_device) for u in dict.fromkeys(task.inputs)
+                       if is_gpu(task.read_device) and (u, task.read_device) not in self.resident]
+            for slot in missing:
+                if slot not in self.resident:
+                    self.sim_malloc_force_reload(slot, pinned)
+            if i in self.allocated and all(s in self.resident for s in missing):
+                break
+        inputs = []
+        for u in task.inputs:
+            if is_gpu(task.read_device):
+                res = self.resident[(u, task.read_device)]
+                source = res.writer
+                if t not in res.readers:
+                    res.readers.append(t)
+                res.last_use = i
+            else:
+                source = self._ensure_host_copy(u)
+            inputs.append(source)
+            self.mg.add_edge(source, t, "data")
+        v = self.mg[t]
+        v.inputs, v.order = tuple(inputs), self._next()
+        if (t, dev) in self.resident:
+            self.resident[(t, dev)].materialized = True
+        for u in dict.fromkeys(task.inputs):
+            slot = (u, task.read_device)
+            if slot in self.resident and self._next_use(slot) is None and u not in self.outputs \
+                    and (u in self.host_copy or not self._host_readers(u)):
+                self.sim_free(self.resident[slot])
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _occupy(self, slot: Slot, offset: int, writer_for, item: int,
+                materialized: bool = False) -> Resident:
+        t, dev = slot
+        nbytes = self.g[t].bytes
+        covered = self.memory[dev].place(offset, nbytes, slot)
+        loc = Loc(dev, offset, nbytes)
+        if isinstance(writer_for, tuple):          # a load or reload, created now
+            kind, source = writer_for
+            writer = f"{kind}:{t}@{dev}#{self.moves}"
+            self.moves += 1
+            self.mg.add_vertex(MemVertex(writer, kind, dev, nbytes, loc=loc, of=t,
+                                         inputs=(source,), order=self._next()))
+            self.mg.add_edge(source, writer, "data")
+            materialized = True
+        else:
+            writer = writer_for
+            self._add_task_vertex(t, loc)
+        for guard in covered.guards():
+            self.mg.add_edge(guard, writer, "memory")
+        res = Resident(slot, loc, writer, covered, item, materialized, [],
+                       max(item, self.exec_hzn))
+        self.resident[slot] = res
+        if item >= 0:
+            self.allocated.add(item)
+            self.item_writer[item] = writer
+        return res
+
+    def _add_task_vertex(self, t: str, loc: Loc | None) -> None:
+        if t not in self.mg.vertices:
+            task = self.g[t]
+            self.mg.add_vertex(MemVertex(t, task.kind, task.device, task.bytes, task=t,
+                                         op=task.op, flops=task.flops))
+        self.mg[t].loc = loc
+
+    def _offload(self, res: Resident) -> None:
+        t, dev = res.slot
+        off = f"offload:{t}@{dev}#{self.moves}"
+        self.moves += 1
+        self.mg.add_vertex(MemVertex(off, "offload", dev, res.loc.size, of=t,
+                                     inputs=(res.writer,), order=self._next()))
+        self.mg.add_edge(res.writer, off, "data")
+        res.readers.append(off)
+        self.host_copy[t] = off
+
+    def _ensure_host_copy(self, t: str) -> str:
+        """A CPU vertex reads ``t`` from host RAM: offload a GPU copy if needed."""
+        if t not in self.host_copy:
+            res = next(r for r in self.resident.values() if r.slot[0] == t and r.materialized)
+            self._offload(res)
+        return self.host_copy[t]
+
+    def _host_readers(self, t: str) -> bool:
+        return any(self.g[w].read_device == HOST for w in self.g.succ[t])
+
+    def _next_use(self, slot: Slot, after: int | None = None) -> int | None:
+        """The first item after ``after`` (default: the one executing) that reads ``slot``."""
+        uses = self.uses.get(slot, ())
+        k = bisect.bisect_right(uses, self.exec_hzn if after is None else after)
+        return uses[k] if k < len(uses) else None
+
+    def _cost(self, owner: Slot) -> tuple[float, int]:
+        """``(badness, bytes to offload)`` of evicting ``owner``; lower badness is better:
+        ``belady`` prefers the furthest next use, ``lru`` the least recent use.  Retracting an
+        allocation made ahead costs no transfer; its "use" is when its item comes."""
+        res = self.resident[owner]
+        offload = res.loc.size if res.materialized and owner[0] not in self.host_copy else 0
+        if self.victim == "lru":
+            return res.last_use, offload
+        if not res.materialized:
+            return -res.item, 0
+        nxt = self._next_use(owner)
+        return (float("-inf") if nxt is None else -nxt), offload
+
+
+def memory_needs(graph: TaskGraph) -> Iterator[tuple[str, str, int]]:
+    """What must fit on one GPU at once: ``(what, gpu, bytes)`` for each vertex with its inputs
+    and for each GPU's resident inputs together (they exist before the run)."""
+    inputs: dict[str, int] = {}
+    for task in graph:
+        if task.kind == "input":
+            if task.device != HOST:
+                inputs[task.device] = inputs.get(task.device, 0) + task.bytes
+            continue
+        need = {task.out_device: task.bytes} if is_gpu(task.out_device) else {}
+        if is_gpu(task.read_device):
+            for u in set(task.inputs):
+                need[task.read_device] = need.get(task.read_device, 0) + graph[u].bytes
+        for dev, nbytes in need.items():
+            yield f"vertex {task.id!r} (its output and inputs)", dev, nbytes
+    for dev, nbytes in inputs.items():
+        yield f"the inputs living on {dev}", dev, nbytes
+
+
+def min_capacity(graph: TaskGraph) -> int:
+    """The smallest GPU memory in which BuildMemGraph can plan ``graph``."""
+    return max((nbytes for _, _, nbytes in memory_needs(graph)), default=0)
+
+
+def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
+    """The serial order V: ``given`` (insertion order, which must be topological),
+    ``topological`` (any valid order, networkx), or an explicit list of vertex ids."""
+    graph.validate()
+    if isinstance(order, str) and order == "topological":
+        import networkx as nx
+        return list(nx.topological_sort(graph.to_networkx()))
+    ids = list(graph.tasks) if isinstance(order, str) and order == "given" else list(order)
+    if isinstance(order, str) and order != "given":
+        raise PlanError(f"unknown order {order!r}: use 'given', 'topological' or a list of ids")
+    if sorted(ids) != sorted(graph.tasks):
+        raise PlanError("the serial order must list every TaskGraph vertex exactly once")
+    pos = {t: i for i, t in enumerate(ids)}
+    for t in ids:
+        for u in graph[t].inputs:
+            if pos[u] > pos[t]:
+                raise PlanError(f"serial order is not topological: {t!r} comes before its "
+                                f"input {u!r} (use order=topological)")
+    return ids
+
+
+@register("buildmemgraph")
+def buildmemgraph(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
+                  ahead: bool = True, order: str = "given") -> MemGraph:
+    """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU.
+
+    ``victim``: ``belady`` (evict what is used furthest in the future, as in the paper) or
+    ``lru``; ``ahead``: allocate as far ahead of execution as memory allows (off: just before
+    execution); ``order``: the serial order V (``given``, ``topological`` or a list of ids).
+    """
+    if victim not in ("belady", "lru"):
+        raise PlanError(f"unknown victim policy {victim!r}: use 'belady' or 'lru'")
+    machine.check_devices(graph.gpus())
+    ids = [t for t in serial_order(graph, order) if graph[t].kind != "input"]
+    mg = BuildMemGraph(graph, machine, ids, victim, ahead).run()
+    mg.graph.update(planner="buildmemgraph", taskgraph=graph.name,
+                    options=dict(victim=victim, ahead=ahead,
+                                 order=order if isinstance(order, str) else "explicit"),
+                    machine=machine.to_dict())
+    return mg

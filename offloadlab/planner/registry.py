@@ -1,0 +1,56 @@
+"""The planner protocol and registry: ``offloadlab plan --planner NAME[:key=value,...]``."""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from ..core.errors import SpecError
+from ..core.machine import Machine
+from ..core.memgraph import MemGraph
+from ..core.spec import apply_options, parse_spec
+from ..core.taskgraph import TaskGraph
+
+
+class Planner(Protocol):
+    """Turns a TaskGraph into a MemGraph for a Machine.  Options are keyword arguments with
+    defaults, so that ``NAME:key=value`` specs can be checked and coerced against them."""
+
+    def __call__(self, graph: TaskGraph, machine: Machine, **options) -> MemGraph: ...
+
+
+PLANNERS: dict[str, Planner] = {}
+
+
+def register(name: str) -> Callable[[Planner], Planner]:
+    """Decorator adding a planner function to the registry under ``name``."""
+    def deco(fn: Planner) -> Planner:
+        PLANNERS[name] = fn
+        return fn
+    return deco
+
+
+def planner_options(name: str) -> dict[str, object]:
+    """The options a planner takes, with their defaults."""
+    import inspect
+    params = inspect.signature(get_planner(name)).parameters
+    return {p.name: p.default for p in params.values() if p.kind is p.KEYWORD_ONLY}
+
+
+def get_planner(name: str) -> Planner:
+    from . import buildmemgraph, levelwise  # noqa: F401  (registration)
+    if name not in PLANNERS:
+        raise SpecError(f"unknown planner {name!r}; known: {', '.join(sorted(PLANNERS))}")
+    return PLANNERS[name]
+
+
+def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph", **options) -> MemGraph:
+    """Plan ``graph`` on ``machine`` with the planner ``spec`` (``NAME[:key=value,...]``);
+    keyword ``options`` override the spec's."""
+    name, raw = parse_spec(spec)
+    planner = get_planner(name)
+    merged = apply_options(planner_options(name), raw, f"planner {name!r}")
+    unknown = sorted(set(options) - set(merged))
+    if unknown:
+        raise SpecError(f"planner {name!r}: unknown option(s) {', '.join(unknown)}")
+    merged.update(options)
+    return planner(graph, machine, **merged)
