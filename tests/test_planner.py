@@ -129,9 +129,6 @@ def test_levelwise_barriers(disco):
 
 
 def test_registry_lists_both():
-    plan  # registry fills on first use
-    from offloadlab.planner import get_planner
-    get_planner("buildmemgraph")
     assert {"buildmemgraph", "levelwise"} <= set(PLANNERS)
 
 
@@ -176,4 +173,11 @@ def test_verifier_catches_wrong_device(planned, tp_graph):
     mg, m = planned
     mg["8"].loc = Loc("gpu1", 0, mg["8"].bytes)
     with pytest.raises(VerificationError, match="vertex '8': location on gpu1"):
+        verify(mg, tp_graph, m)
+
+
+def test_verifier_catches_order_against_edges(planned, tp_graph):
+    mg, m = planned
+    mg["8"].order, mg["3"].order = mg["3"].order, mg["8"].order
+    with pytest.raises(VerificationError, match="order: data edge '3' -> '8'"):
         verify(mg, tp_graph, m)

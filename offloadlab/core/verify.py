@@ -1,4 +1,5 @@
-"""The MemGraph verifier: rules 1-4 of DESIGN.md ("Correctness of a MemGraph").
+"""The MemGraph verifier: rules 1-4 of DESIGN.md ("Correctness of a MemGraph"), and that the
+planner's ``order`` is a topological order.
 
 Rule 5 (any edge-respecting order computes the TaskGraph's outputs) follows from rules 1-3;
 the executor's tests check it numerically.
@@ -24,6 +25,7 @@ def verify(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | None
     """
     position = _rule1_acyclic(mg)
     _check_fields(mg)
+    _check_order(mg)
     if graph is not None:
         _rule2_data_edges(mg, graph)
     _rule3_no_races(mg, position)
@@ -65,6 +67,15 @@ def _check_fields(mg: MemGraph) -> None:
         for u in v.inputs:
             if mg.pred[v.id].get(u) != "data":
                 raise VerificationError(f"vertex {v.id!r} reads {u!r} without a data edge")
+
+
+def _check_order(mg: MemGraph) -> None:
+    """The planner's ``order`` must be a topological order (``fixed`` dispatch follows it)."""
+    for u, v, kind in mg.edges():
+        if mg[u].order >= mg[v].order:
+            raise VerificationError(f"order: {kind} edge {u!r} -> {v!r} goes from order "
+                                    f"{mg[u].order} to {mg[v].order}; 'order' must increase "
+                                    f"along every edge")
 
 
 def _provides(mg: MemGraph, m: MemVertex, task: str) -> bool:

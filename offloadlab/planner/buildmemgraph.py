@@ -84,7 +84,7 @@ class BuildMemGraph:
             self._add_item((t, task.out_device))
         for i, (t, dev) in enumerate(self.items):
             task = self.g[t]
-            if task.kind != "input" and is_gpu(task.read_device):
+            if not self._is_load(i) and is_gpu(task.read_device):
                 for u in dict.fromkeys(task.inputs):
                     self.uses.setdefault((u, task.read_device), []).append(i)
 
@@ -190,9 +190,10 @@ class BuildMemGraph:
         slot = self.items[i]
         if not is_gpu(slot[1]):
             self._add_task_vertex(slot[0], None)   # a CPU vertex: its output lives on host
-            self.host_copy[slot[0]] = slot[0]
             self.allocated.add(i)
             return True
+        if self.g[slot[0]].out_device == HOST and slot[0] not in self.host_copy:
+            return False                           # a CPU result cannot load before it exists
         return self.sim_malloc(slot, self._writer_for(slot), i) is not None
 
     def sim_malloc_offload_item(self, i: int) -> None:
@@ -212,15 +213,20 @@ class BuildMemGraph:
         t, dev = self.items[i]
         task = self.g[t]
         pinned = {(t, dev)}
-        if task.kind != "input":
+        if not self._is_load(i):
             pinned.update((u, task.read_device) for u in task.inputs)
         return pinned
+
+    def _is_load(self, i: int) -> bool:
+        """Whether item ``i`` brings a host-resident tensor to a GPU (else it runs a vertex)."""
+        t, dev = self.items[i]
+        return self.g[t].out_device != dev
 
     def execute(self, i: int) -> None:
         """Simulate item ``i``: reload evicted inputs, add data edges, free dead tensors."""
         t, dev = self.items[i]
         task = self.g[t]
-        if task.kind == "input":      # a load: it ran when its memory was allocated
+        if self._is_load(i):          # a load: it ran when its memory was allocated
             return
         pinned = self._pinned(i)
         while True:                   # reloads may evict each other only via the repack path
@@ -249,6 +255,8 @@ class BuildMemGraph:
         v.inputs, v.order = tuple(inputs), self._next()
         if (t, dev) in self.resident:
             self.resident[(t, dev)].materialized = True
+        else:
+            self.host_copy[t] = t
         for u in dict.fromkeys(task.inputs):
             slot = (u, task.read_device)
             if slot in self.resident and self._next_use(slot) is None and u not in self.outputs \

@@ -37,7 +37,6 @@ def planner_options(name: str) -> dict[str, object]:
 
 
 def get_planner(name: str) -> Planner:
-    from . import buildmemgraph, levelwise  # noqa: F401  (registration)
     if name not in PLANNERS:
         raise SpecError(f"unknown planner {name!r}; known: {', '.join(sorted(PLANNERS))}")
     return PLANNERS[name]

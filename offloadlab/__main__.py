@@ -1,0 +1,7 @@
+"""``python -m offloadlab``: the command-line interface."""
+
+import sys
+
+from .lab.cli import main
+
+sys.exit(main())

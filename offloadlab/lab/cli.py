@@ -1,0 +1,318 @@
+"""The ``offloadlab`` command line: demo, plan, simulate, list.
+
+Every user error (an :class:`~offloadlab.core.errors.OffloadlabError`, an unwritable output,
+a bad argument) ends with ``offloadlab: error: ...`` on stderr and exit status 2.  Outputs are
+written to a temporary file beside their destination and renamed into place, so a failed
+command leaves nothing half-written.  Heavy modules (pandas, matplotlib, simpy) are imported
+only by the commands that need them, so ``offloadlab --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+
+from ..core.errors import OffloadlabError, SpecError
+from .plots import lane_key
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEMO_PLANNERS = ("levelwise", "buildmemgraph")
+
+SPECS = """\
+specifications:
+  workloads, machines and planners are named as NAME or NAME:key=value,...  e.g.
+  matmul-chain:layers=4   disco-example:gpu_memory=64MiB   buildmemgraph
+  'offloadlab list' shows the names and their options."""
+
+
+# -- helpers ------------------------------------------------------------------------------
+def fmt_bytes(n: float) -> str:
+    """``67108864`` -> ``"64 MiB"``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{int(n)} B"
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (same suffix); on success rename it to ``path``,
+    on any error remove it."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _write_plots_and_traces(runs: Mapping[str, "pd.DataFrame"], gantt_path: Path | None,
+                            chrome_paths: dict[str, Path], title: str) -> list[Path]:
+    """Write a Gantt chart of all ``runs`` (label -> Trace) and one Chrome trace per label."""
+    written: list[Path] = []
+    if gantt_path is not None:
+        from .plots import gantt
+        with atomic_output(gantt_path) as tmp:
+            gantt(runs, tmp, title=title)
+        written.append(gantt_path)
+    if chrome_paths:
+        from ..core.trace import write_chrome_trace
+        for label, path in chrome_paths.items():
+            with atomic_output(path) as tmp:
+                write_chrome_trace(runs[label], tmp)
+            written.append(path)
+    return written
+
+
+# -- commands -----------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The DISCO example: level-wise vs. buildMemGraph planning, simulated side by side."""
+    from ..core.machine import machine_from_spec
+    from ..core.workloads import build_workload
+    from .compare import run_all, table
+
+    graph = build_workload(f"matmul-chain:layers={args.layers}")
+    machine = machine_from_spec("disco-example")
+    print(f"DISCO example: matmul-chain, {args.layers} layers, {len(graph)} vertices, on "
+          f"{machine.name} ({machine.gpus} GPUs x {fmt_bytes(machine.gpu_memory)}; "
+          f"1 time unit = 1 s)")
+    runs = run_all(graph, machine, [(p, "dynamic") for p in DEMO_PLANNERS], progress=print)
+    shown = table(runs)
+    for column in ("bytes_moved", "peak_gpu_memory"):
+        shown[column] = shown[column].map(fmt_bytes)
+    shown["makespan"] = shown["makespan"].map(lambda s: f"{s:.6g} s")
+    print()
+    print(shown.to_string(index=False))
+    n = args.layers
+    print(f"(DISCO Sec. 2 expects level-wise offloading to take 3n = {3 * n} time units and "
+          f"overlapped offloading 2n + 1 = {2 * n + 1}, for n = {n} layers)")
+    print()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"writing plots and traces to {out}/ ...")
+    written = _write_plots_and_traces(
+        {r.planner: r.result.trace for r in runs}, out / "gantt.png",
+        {r.planner: out / f"{r.planner}.trace.json" for r in runs},
+        title=f"DISCO example, {args.layers} layers on {machine.name} (dynamic dispatch)")
+    for path in written:
+        print(f"  wrote {path}")
+    print("open the .trace.json files in https://ui.perfetto.dev or chrome://tracing")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it as JSON."""
+    from ..core.machine import machine_from_spec
+    from ..core.taskgraph import TaskGraph
+    from ..core.verify import verify
+    from ..core.workloads import build_workload
+    from ..planner import plan
+
+    graph = build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
+    machine = machine_from_spec(args.machine)
+    mg = plan(graph, machine, args.planner)
+    verify(mg, graph, machine)
+    with atomic_output(args.out) as tmp:
+        mg.to_json(tmp)
+    moved = mg.moved_bytes()
+    print(f"wrote {args.out}: {len(mg)} vertices, {mg.count('offload')} offloads, "
+          f"{mg.count('reload')} reloads, {mg.count('load')} loads, "
+          f"{fmt_bytes(moved['offload'] + moved['reload'] + moved['load'])} moved to/from host "
+          f"(planner {args.planner}, machine {machine.name})")
+    return 0
+
+
+def _stored_machine(mg, path: str):
+    from ..core.machine import Machine
+    data = mg.graph.get("machine")
+    if not isinstance(data, dict):
+        raise SpecError(f"{path} stores no machine; pass --machine")
+    return Machine.from_dict(data)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Verify and simulate a MemGraph file; print a summary (or one JSON object), write plots
+    and traces."""
+    from ..core.machine import machine_from_spec
+    from ..core.memgraph import MemGraph
+    from ..core.verify import verify
+    from ..simulator import simulate
+
+    mg = MemGraph.from_json(args.memgraph)
+    machine = machine_from_spec(args.machine) if args.machine else _stored_machine(mg, args.memgraph)
+    verify(mg, machine=machine)
+    result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
+                      streams=args.streams)
+    label = f"{args.memgraph} ({args.policy})"
+    written = _write_plots_and_traces(
+        {label: result.trace}, Path(args.gantt) if args.gantt else None,
+        {label: Path(args.chrome)} if args.chrome else {}, title=label)
+    if args.memory:
+        from .plots import memory_plot
+        with atomic_output(args.memory) as tmp:
+            memory_plot(result.memory, tmp, capacity=machine.gpu_memory, title=label)
+        written.append(Path(args.memory))
+    summary = {
+        "memgraph": args.memgraph, "planner": mg.graph.get("planner"), "machine": machine.name,
+        "policy": args.policy, "noise": args.noise, "seed": args.seed,
+        "streams": args.streams or machine.streams, "vertices": len(mg),
+        "makespan": float(result.makespan),
+        "busy": {k: float(v) for k, v in result.busy.items()},
+        "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary, machine.gpu_memory)
+        for path in written:
+            print(f"wrote {path}")
+    return 0
+
+
+def _print_summary(summary: dict, capacity: int) -> None:
+    """The human-readable form of ``simulate``'s summary."""
+    span = summary["makespan"]
+    print(f"{summary['memgraph']}: {summary['vertices']} vertices (planner {summary['planner']}) "
+          f"on {summary['machine']}, {summary['policy']} dispatch, noise {summary['noise']}, "
+          f"seed {summary['seed']}")
+    print(f"makespan: {span:.6g} s")
+    busy = sorted(summary["busy"].items(), key=lambda kv: lane_key(kv[0]))
+    print("busy:", ", ".join(f"{r} {t:.4g} s" + (f" ({100 * t / span:.0f}%)" if span else "")
+                             for r, t in busy))
+    peaks = sorted(summary["peak_memory"].items(), key=lambda kv: lane_key(kv[0]))
+    print("peak memory:", ", ".join(f"{d} {fmt_bytes(b)}" for d, b in peaks),
+          f"(GPU capacity {fmt_bytes(capacity)})")
+
+
+def _first_line(fn: Callable) -> str:
+    return (fn.__doc__ or "").strip().split("\n", 1)[0].replace("``", "")
+
+
+def _options(options: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items()) or "(no options)"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List workloads, machine presets and planners with their options."""
+    what = args.what
+    if what in ("all", "workloads"):
+        from ..core.workloads import WORKLOADS, workload_options
+        print("workloads (--workload NAME:key=value,...):")
+        for name, fn in WORKLOADS.items():
+            print(f"  {name:<14} {_first_line(fn)}\n  {'':<14} {_options(workload_options(name))}")
+    if what in ("all", "machines"):
+        from ..core.machine import PRESETS
+        print("machine presets (--machine NAME:field=value,...):")
+        for name, m in PRESETS.items():
+            print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}; {m.source}")
+    if what in ("all", "planners"):
+        from ..planner import PLANNERS, planner_options
+        print("planners (--planner NAME:key=value,...):")
+        for name, fn in sorted(PLANNERS.items()):
+            print(f"  {name:<14} {_first_line(fn)}\n  {'':<14} {_options(planner_options(name))}")
+    return 0
+
+
+# -- parser -------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="offloadlab", epilog=SPECS, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Plan and simulate CPU-RAM offload of GPU computations.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, epilog=SPECS,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(func=fn)
+        return p
+
+    p = add("demo", cmd_demo, "the DISCO example: level-wise vs. buildMemGraph planning, "
+            "simulated; prints a table, writes a Gantt chart and Chrome traces")
+    p.add_argument("--layers", type=_positive_int, default=8, help="matmul-chain layers (8)")
+    p.add_argument("--out", default="offloadlab-out", metavar="DIR",
+                   help="output directory (./offloadlab-out)")
+
+    p = add("plan", cmd_plan, "plan a workload on a machine, verify the MemGraph, write its JSON")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
+    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+    p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. disco-example")
+    p.add_argument("--planner", default="buildmemgraph", metavar="SPEC",
+                   help="planner and its options (buildmemgraph)")
+    p.add_argument("--out", required=True, metavar="FILE", help="MemGraph JSON to write")
+
+    p = add("simulate", cmd_simulate, "verify and simulate a MemGraph JSON file")
+    p.add_argument("memgraph", metavar="MEMGRAPH", help="MemGraph JSON written by 'plan'")
+    p.add_argument("--machine", metavar="SPEC",
+                   help="machine to simulate on (default: the one stored in the MemGraph)")
+    p.add_argument("--policy", choices=("dynamic", "fixed"), default="dynamic",
+                   help="dispatch policy (dynamic)")
+    p.add_argument("--noise", type=_nonnegative_float, default=0.0,
+                   help="relative duration noise (0)")
+    p.add_argument("--seed", type=int, default=0, help="noise seed (0)")
+    p.add_argument("--streams", type=_positive_int, metavar="K",
+                   help="compute streams per GPU (default: the machine's)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
+    p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
+    p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+
+    p = add("list", cmd_list, "list workloads, machine presets and planners")
+    p.add_argument("what", nargs="?", default="all",
+                   choices=("all", "workloads", "machines", "planners"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0, or 2 for any user error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        return args.func(args)
+    except OffloadlabError as exc:
+        print(f"offloadlab: error: {exc}", file=sys.stderr)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"offloadlab: error: {where}{exc.strerror or exc}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

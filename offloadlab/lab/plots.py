@@ -1,0 +1,136 @@
+"""Plots of simulated or measured runs: Gantt charts of a Trace and memory in use over time.
+
+matplotlib is imported lazily (Agg backend), so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Bar colour per vertex kind; kinds not listed are drawn grey.
+KIND_COLORS: dict[str, str] = {
+    "compute": "#4c72b0",
+    "transfer": "#8172b2",
+    "load": "#55a868",
+    "reload": "#dd8452",
+    "offload": "#c44e52",
+}
+_OTHER = "#999999"
+_INDEX = re.compile(r"(\d+)")
+
+
+def lane_key(resource: str) -> tuple:
+    """Sort key for Gantt lanes: GPUs, then their h2d/d2h links, shared buses, GPU->GPU links,
+    the CPU, anything else; numbers inside names compare numerically (gpu2 < gpu10)."""
+    if resource.startswith(("h2d:", "d2h:")):
+        group = 1
+    elif resource.startswith("bus:"):
+        group = 2
+    elif "->" in resource:
+        group = 3
+    elif resource.startswith("gpu"):
+        group = 0
+    elif resource == "cpu":
+        group = 4
+    else:
+        group = 5
+    indices = tuple(int(n) for n in _INDEX.findall(resource))
+    direction = 1 if "d2h" in resource else 0
+    return group, indices, direction, resource
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    fig.savefig(path, dpi=120, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
+    _pyplot().close(fig)
+    return path
+
+
+def gantt(traces: "Mapping[str, pd.DataFrame] | pd.DataFrame", path: str | Path,
+          title: str = "Simulated schedule") -> Path:
+    """Draw one horizontal lane per resource with a bar per executed vertex, coloured by kind.
+
+    ``traces`` is one Trace DataFrame or a mapping of label -> Trace, drawn as subplots one
+    above the other that share the time axis.  Returns ``path``.
+    """
+    import pandas as pd
+    if isinstance(traces, pd.DataFrame):
+        traces = {"": traces}
+    plt = _pyplot()
+    lanes = {label: sorted(df["resource"].dropna().unique(), key=lane_key)
+             for label, df in traces.items()}
+    heights = [max(len(names), 1) for names in lanes.values()]
+    fig, axes = plt.subplots(len(traces), 1, sharex=True, squeeze=False,
+                             figsize=(11, 1.0 + 0.45 * sum(heights) + 0.4 * len(traces)),
+                             gridspec_kw={"height_ratios": heights})
+    kinds_seen: set[str] = set()
+    edge = 0.5 if max(len(df) for df in traces.values()) <= 500 else 0.0  # separate few bars
+    for ax, (label, df) in zip(axes[:, 0], traces.items()):
+        names = lanes[label]
+        for y, resource in enumerate(names):
+            rows = df[df["resource"] == resource]
+            for kind, group in rows.groupby("kind", sort=False):
+                kinds_seen.add(kind)
+                spans = list(zip(group["start"], group["end"] - group["start"]))
+                ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=KIND_COLORS.get(kind, _OTHER),
+                               edgecolor="white", linewidth=edge)
+        ax.set_yticks(range(len(names)), names)
+        ax.set_ylim(len(names) - 0.5, -0.5)
+        ax.grid(axis="x", alpha=0.3)
+        if label and len(traces) > 1:
+            ax.set_title(label, loc="left", fontsize=10)
+    axes[-1, 0].set_xlabel("time (s)")
+    order = [k for k in KIND_COLORS if k in kinds_seen] + sorted(kinds_seen - set(KIND_COLORS))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS.get(k, _OTHER)) for k in order]
+    fig.legend(handles, order, loc="upper right", ncols=max(len(order), 1), frameon=False)
+    fig.suptitle(title, x=0.01, ha="left")
+    return _save(fig, path)
+
+
+def _byte_unit(peak: float) -> tuple[str, float]:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if peak >= 4 * scale:
+            return unit, scale
+    return "B", 1
+
+
+def memory_plot(memory: "pd.DataFrame", path: str | Path, capacity: float | None = None,
+                title: str = "Memory in use") -> Path:
+    """Step plot of memory in use over time, one line per GPU of ``memory`` (columns
+    ``time, device, bytes``) with a dashed line at the GPU ``capacity`` if given; host (pinned)
+    memory, if present, gets its own panel below."""
+    plt = _pyplot()
+    devices = sorted(memory["device"].unique(), key=lane_key)
+    panels = [[d for d in devices if d != "host"], [d for d in devices if d == "host"]]
+    panels = [p for p in panels if p] or [[]]
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
+                             figsize=(11, 1.0 + 2.8 * len(panels)))
+    for ax, panel in zip(axes[:, 0], panels):
+        rows = memory[memory["device"].isin(panel)]
+        limit = capacity if capacity is not None and panel != ["host"] else None
+        unit, scale = _byte_unit(max(float(rows["bytes"].max()) if len(rows) else 0.0, limit or 0.0))
+        for device in panel:
+            one = rows[rows["device"] == device].sort_values("time", kind="stable")
+            ax.step(one["time"], one["bytes"] / scale, where="post", label=device)
+        if limit is not None:
+            ax.axhline(limit / scale, color="black", linestyle="--", linewidth=1,
+                       label="GPU capacity")
+        ax.set_ylabel(f"memory ({unit})")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    axes[-1, 0].set_xlabel("time (s)")
+    axes[0, 0].set_title(title, loc="left")
+    return _save(fig, path)

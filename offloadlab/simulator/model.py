@@ -1,0 +1,153 @@
+"""The discrete-event model: a MemGraph compiled to integer arrays, run on SimPy resources.
+
+DESIGN.md, Execution semantics: a vertex may start when all its predecessors (data and memory
+edges alike) have finished and its resource is free.  Vertices are numbered by planner order.
+When a vertex finishes, its successors' predecessor counts drop; a vertex whose count reaches
+zero joins its engine's ready queue.  Dispatch is deferred to one pass per simulated instant,
+after every completion at that instant, so that simultaneous vertices are ordered by the
+policy rather than by event order.  ``input`` vertices need no resource: they finish the
+moment they are ready, without a trace row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import simpy
+from simpy.events import Timeout
+
+from ..core.errors import GraphError
+from ..core.machine import Machine
+from ..core.memgraph import MemGraph
+from .resources import Bus, EarliestReady, Engine, InOrder
+
+POLICIES = ("dynamic", "fixed")
+
+
+class DeadlockError(GraphError):
+    """The run ended with vertices that could never start (a cycle, or a ``fixed`` order that
+    contradicts the edges)."""
+
+
+class Model:
+    """One simulation run of a MemGraph on a Machine."""
+
+    def __init__(self, memgraph: MemGraph, machine: Machine, policy: str, noise: float,
+                 seed: int, streams: int):
+        machine.check_devices({d for v in memgraph for d in v.device.split("->")})
+        self.env = simpy.Environment()
+        self.vertices = sorted(memgraph, key=lambda v: v.order)
+        n = len(self.vertices)
+        index = {v.id: i for i, v in enumerate(self.vertices)}
+        self.succ = [list(map(index.__getitem__, memgraph.succ[v.id])) for v in self.vertices]
+        self.waiting = [len(memgraph.pred[v.id]) for v in self.vertices]
+        self.duration = self._durations(memgraph, machine, noise, seed)
+        self.start = [math.nan] * n
+        self.end = [math.nan] * n
+        self.stream = [0] * n
+        self.finished = 0
+        self._dirty: list[Engine | Bus] = []
+        self._pass_pending = False
+        self._build_resources(machine, policy, streams)
+
+    def _durations(self, memgraph: MemGraph, machine: Machine, noise: float,
+                   seed: int) -> list[float]:
+        sizes = {v.id: v.bytes for v in self.vertices}
+        durations = []
+        for v in self.vertices:
+            touched = v.bytes + sum(sizes[u] for u in v.inputs) if v.kind == "compute" else 0
+            durations.append(machine.duration(v.kind, v.device, v.bytes, v.flops, touched))
+        if noise > 0:
+            z = np.random.default_rng(seed).standard_normal(len(durations))
+            factors = np.exp(noise * z - noise ** 2 / 2).tolist()
+            durations = [d * f for d, f in zip(durations, factors)]
+        return durations
+
+    def _build_resources(self, machine: Machine, policy: str, streams: int) -> None:
+        cache: dict[tuple[str, str], tuple[str, ...]] = {}
+        names = []
+        for v in self.vertices:
+            key = (v.kind, v.device)
+            if key not in cache:
+                cache[key] = machine.resources(*key)
+            names.append(cache[key])
+        sequences: dict[str, list[int]] = {}
+        for i, held in enumerate(names):
+            for name in held:
+                sequences.setdefault(name, []).append(i)
+        ready = bytearray(len(self.vertices))
+
+        def queue(name):
+            return EarliestReady() if policy == "dynamic" else InOrder(sequences[name], ready)
+
+        self.resources: dict[str, Engine | Bus] = {}
+        for name in sequences:
+            if name.startswith("bus:"):
+                self.resources[name] = Bus(self, name, queue(name))
+            else:
+                slots = streams if name.startswith("gpu") and "->" not in name else 1
+                self.resources[name] = Engine(self, name, slots, queue(name))
+        self.engine = [self.resources[held[0]] if held else None for held in names]
+        self.bus = [self.resources[held[1]] if len(held) > 1 else None for held in names]
+        if machine.duplex < 1:
+            for name, engine in self.resources.items():
+                if name.startswith("h2d:"):
+                    partner = self.resources.get("d2h:" + name[4:])
+                    if partner is not None:
+                        engine.partner, partner.partner = partner, engine
+                        engine.duplex = partner.duplex = machine.duplex
+
+    # -- running ------------------------------------------------------------------------
+    def run(self) -> None:
+        for i in [i for i, count in enumerate(self.waiting) if count == 0]:
+            self.ready(i, 0.0)
+        self.env.run()
+        if self.finished < len(self.vertices):
+            raise DeadlockError(self._stuck())
+
+    def ready(self, vertex: int, now: float) -> None:
+        engine = self.engine[vertex]
+        if engine is None:
+            self.start[vertex] = now
+            self.finish(vertex, now)
+        else:
+            engine.queue.push(now, vertex)
+            self.mark(engine)
+
+    def finish(self, vertex: int, now: float) -> None:
+        self.end[vertex] = now
+        self.finished += 1
+        waiting = self.waiting
+        for w in self.succ[vertex]:
+            waiting[w] -= 1
+            if not waiting[w]:
+                self.ready(w, now)
+
+    def mark(self, resource: Engine | Bus) -> None:
+        """Have ``resource`` dispatch in this instant's dispatch pass."""
+        if not resource.dirty:
+            resource.dirty = True
+            self._dirty.append(resource)
+            if not self._pass_pending:
+                self._pass_pending = True
+                Timeout(self.env, 0.0).callbacks.append(self._dispatch)
+
+    def _dispatch(self, _event) -> None:
+        for resource in self._dirty:  # a dispatch may mark a bus: it joins this same pass
+            resource.dirty = False
+            resource.dispatch()
+        self._dirty.clear()
+        self._pass_pending = False
+
+    def _stuck(self) -> str:
+        stuck = [i for i, t in enumerate(self.end) if math.isnan(t)]
+        described = []
+        for i in stuck[:5]:
+            v = self.vertices[i]
+            state = (f"waiting for {self.waiting[i]} predecessor(s)" if self.waiting[i]
+                     else f"ready, queued on {self.engine[i].name}")
+            described.append(f"{v.id!r} ({v.kind} on {v.device}, {state})")
+        return (f"simulation stalled with {len(stuck)} of {len(self.vertices)} vertices unfinished "
+                f"(a cycle, or a 'fixed' order that contradicts the edges): "
+                + "; ".join(described) + ("; ..." if len(stuck) > 5 else ""))

@@ -1,0 +1,272 @@
+"""The ``offloadlab`` CLI, run in-process through ``main(argv)`` and as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from offloadlab.lab.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def fails(capsys, *argv: str) -> str:
+    """Run a command that must fail as a user error; return its stderr message."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err
+    return err
+
+
+# -- demo -----------------------------------------------------------------------------------
+def test_demo_prints_table_and_writes_gantt_and_chrome_traces(capsys, tmp_path):
+    code, out, err = run(capsys, "demo", "--layers", "3", "--out", tmp_path / "out")
+    assert code == 0, err
+    for word in ("planner", "makespan", "bytes_moved", "peak_gpu_memory", "levelwise",
+                 "buildmemgraph"):
+        assert word in out
+    png = tmp_path / "out" / "gantt.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for planner in ("levelwise", "buildmemgraph"):
+        trace = tmp_path / "out" / f"{planner}.trace.json"
+        events = json.loads(trace.read_text())["traceEvents"]
+        assert any(e["ph"] == "X" for e in events)
+        assert str(trace) in out
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
+def test_demo_rejects_nonpositive_layers(capsys, tmp_path):
+    err = fails(capsys, "demo", "--layers", "0", "--out", tmp_path)
+    assert "--layers" in err and "positive" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- plan -> simulate -----------------------------------------------------------------------
+@pytest.fixture
+def memgraph_file(capsys, tmp_path) -> Path:
+    path = tmp_path / "mg.json"
+    code, out, err = run(capsys, "plan", "--workload", "matmul-chain:layers=3",
+                         "--machine", "disco-example", "--planner", "buildmemgraph", "--out", path)
+    assert code == 0, err
+    assert str(path) in out and "vertices" in out and "offloads" in out
+    return path
+
+
+def test_plan_then_simulate_json(capsys, memgraph_file):
+    code, out, err = run(capsys, "simulate", memgraph_file, "--json")
+    assert code == 0, err
+    summary = json.loads(out)  # exactly one JSON object, nothing else on stdout
+    for key in ("makespan", "busy", "peak_memory", "policy", "noise", "seed", "vertices"):
+        assert key in summary
+    assert summary["policy"] == "dynamic" and summary["machine"] == "disco-example"
+    assert summary["makespan"] > 0
+    assert {"gpu0", "gpu1"} <= set(summary["peak_memory"])
+    assert all(0 < summary["peak_memory"][g] <= 80 * 2**20 for g in ("gpu0", "gpu1"))
+    assert {"gpu0", "gpu1"} <= set(summary["busy"])
+    assert summary["vertices"] == len(json.loads(memgraph_file.read_text())["nodes"])
+
+
+def test_simulate_options_and_outputs(capsys, memgraph_file, tmp_path):
+    code, out, err = run(capsys, "simulate", memgraph_file, "--machine", "disco-example",
+                         "--policy", "fixed", "--noise", "0.2", "--seed", "7", "--streams", "2",
+                         "--json", "--gantt", tmp_path / "g.png", "--chrome", tmp_path / "c.json",
+                         "--memory", tmp_path / "m.png")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert (summary["policy"], summary["noise"], summary["seed"], summary["streams"]) == \
+           ("fixed", 0.2, 7, 2)
+    assert (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "c.json").read_text())["traceEvents"]
+
+
+def test_simulate_noise_depends_on_seed(capsys, memgraph_file):
+    spans = []
+    for seed in ("1", "1", "2"):
+        code, out, err = run(capsys, "simulate", memgraph_file, "--noise", "0.3", "--seed", seed,
+                             "--json")
+        assert code == 0, err
+        spans.append(json.loads(out)["makespan"])
+    assert spans[0] == spans[1] != spans[2]
+
+
+def test_simulate_human_summary(capsys, memgraph_file):
+    code, out, err = run(capsys, "simulate", memgraph_file)
+    assert code == 0, err
+    assert "makespan" in out and "busy" in out and "peak memory" in out
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(out)
+
+
+def test_plan_from_taskgraph_file(capsys, tmp_path):
+    from offloadlab.core.workloads import build_workload
+    tg = tmp_path / "tg.json"
+    build_workload("tp-matmul:n=64").to_json(tg)
+    out_path = tmp_path / "mg.json"
+    code, out, err = run(capsys, "plan", "--taskgraph", tg, "--machine", "p100x4",
+                         "--planner", "levelwise", "--out", out_path)
+    assert code == 0, err
+    assert json.loads(out_path.read_text())["graph"]["planner"] == "levelwise"
+
+
+def test_list(capsys):
+    code, out, err = run(capsys, "list")
+    assert code == 0, err
+    for name in ("matmul-chain", "tp-matmul", "random", "disco-example", "v100", "p100x4",
+                 "a100x8", "buildmemgraph", "levelwise", "layers=8", "DISCO Sec. 2"):
+        assert name in out
+    code, out, _ = run(capsys, "list", "machines")
+    assert "a100x8" in out and "matmul-chain" not in out
+
+
+# -- user errors: message on stderr, exit status 2, nothing written ---------------------------
+def plan_fails(capsys, tmp_path, *argv: str) -> str:
+    out_path = tmp_path / "mg.json"
+    args = {"--workload": "matmul-chain:layers=2", "--machine": "disco-example",
+            "--planner": "buildmemgraph", "--out": str(out_path)}
+    it = iter(argv)
+    args.update(zip(it, it))
+    if "--taskgraph" in args:
+        del args["--workload"]
+    err = fails(capsys, "plan", *[x for kv in args.items() for x in kv])
+    assert err.startswith("offloadlab: error: ")
+    assert not [p for p in tmp_path.iterdir() if "mg.json" in p.name]  # nor a temporary file
+    return err
+
+
+def test_unknown_workload(capsys, tmp_path):
+    err = plan_fails(capsys, tmp_path, "--workload", "transformer:layers=2")
+    assert "unknown workload 'transformer'" in err and "matmul-chain" in err
+
+
+def test_unknown_machine(capsys, tmp_path):
+    err = plan_fails(capsys, tmp_path, "--machine", "tpu-v9")
+    assert "'tpu-v9'" in err and "disco-example" in err
+
+
+def test_unknown_planner(capsys, tmp_path):
+    err = plan_fails(capsys, tmp_path, "--planner", "magic")
+    assert "unknown planner 'magic'" in err and "buildmemgraph" in err
+
+
+@pytest.mark.parametrize("flag,spec", [("--workload", "matmul-chain:layerz=2"),
+                                       ("--machine", "disco-example:layerz=2"),
+                                       ("--planner", "buildmemgraph:layerz=2")])
+def test_unknown_option_key(capsys, tmp_path, flag, spec):
+    err = plan_fails(capsys, tmp_path, flag, spec)
+    assert "unknown option(s) layerz" in err
+
+
+def test_bad_option_value(capsys, tmp_path):
+    err = plan_fails(capsys, tmp_path, "--machine", "disco-example:gpu_memory=lots")
+    assert "gpu_memory" in err and "'lots'" in err
+
+
+def test_tensor_larger_than_its_gpu(capsys, tmp_path):
+    err = plan_fails(capsys, tmp_path, "--machine", "disco-example:gpu_memory=1MiB")
+    assert re.search(r"'[XY]\d[^']*'", err), err  # names the tensor that cannot fit ...
+    assert re.search(r"gpu[01]", err) and "capacity" in err  # ... and where
+
+
+def test_missing_taskgraph_file(capsys, tmp_path):
+    err = plan_fails(capsys, tmp_path, "--taskgraph", str(tmp_path / "nope.json"))
+    assert "nope.json" in err and "cannot read" in err
+
+
+def test_malformed_taskgraph_json(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nodes": [')
+    err = plan_fails(capsys, tmp_path, "--taskgraph", str(bad))
+    assert "bad.json" in err and "malformed JSON" in err
+
+
+def test_cyclic_taskgraph(capsys, tmp_path):
+    cyclic = tmp_path / "cyclic.json"
+    node = {"kind": "compute", "device": "gpu0", "op": "add", "bytes": 1024}
+    cyclic.write_text(json.dumps({"directed": True, "graph": {}, "nodes": [
+        {"id": "a", **node, "inputs": ["b"]}, {"id": "b", **node, "inputs": ["a"]}],
+        "edges": [{"source": "b", "target": "a"}, {"source": "a", "target": "b"}]}))
+    err = plan_fails(capsys, tmp_path, "--taskgraph", str(cyclic))
+    assert "cycle" in err and "a" in err and "b" in err
+
+
+def test_unwritable_output(capsys, tmp_path):
+    err = fails(capsys, "plan", "--workload", "matmul-chain:layers=2", "--machine",
+                "disco-example", "--out", tmp_path / "no" / "such" / "dir" / "mg.json")
+    assert "no/such/dir" in err
+
+
+def test_simulate_missing_and_malformed_memgraph(capsys, tmp_path):
+    err = fails(capsys, "simulate", tmp_path / "absent.json")
+    assert "absent.json" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    err = fails(capsys, "simulate", bad)
+    assert "bad.json" in err and "malformed JSON" in err
+
+
+def test_simulate_without_stored_machine(capsys, memgraph_file, tmp_path):
+    data = json.loads(memgraph_file.read_text())
+    del data["graph"]["machine"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    err = fails(capsys, "simulate", bare)
+    assert "--machine" in err
+    code, out, err = run(capsys, "simulate", bare, "--machine", "disco-example", "--json")
+    assert code == 0, err
+
+
+def test_simulate_on_too_small_machine(capsys, memgraph_file, tmp_path):
+    err = fails(capsys, "simulate", memgraph_file, "--machine", "disco-example:gpu_memory=8MiB",
+                "--gantt", tmp_path / "g.png")
+    assert "capacity" in err or "8388608" in err
+    assert not (tmp_path / "g.png").exists()
+
+
+@pytest.mark.parametrize("argv", [["simulate", "x.json", "--policy", "random"],
+                                  ["simulate", "x.json", "--noise", "-1"],
+                                  ["plan", "--workload", "random", "--machine", "v100"],
+                                  ["frobnicate"], []])
+def test_usage_errors_exit_2(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and "usage: offloadlab" in err
+
+
+# -- as a program ---------------------------------------------------------------------------
+def _program(*argv: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "offloadlab.lab.cli", *argv], env=env,
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_program_reports_user_error_without_traceback():
+    proc = _program("plan", "--workload", "nope", "--machine", "v100", "--out", "x.json")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("offloadlab: error: unknown workload 'nope'")
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_is_fast_and_imports_nothing_heavy():
+    code = ("import sys, contextlib, io\n"
+            "from offloadlab.lab.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['--help']) == 0\n"
+            "heavy = [m for m in ('pandas', 'matplotlib', 'simpy', 'networkx') if m in sys.modules]\n"
+            "print(heavy)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

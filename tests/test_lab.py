@@ -1,0 +1,96 @@
+"""lab: compare, plots, and the README / CI contract."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.workloads import build_workload
+from offloadlab.lab import COLUMNS, compare, gantt, lane_key, memory_plot, run_all, table
+
+REPO = Path(__file__).resolve().parents[1]
+CI_COMMAND = 'pip install ".[test]" && python -m pytest'
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+# -- compare ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("layers", [3, 8])
+def test_compare_reproduces_the_disco_example(layers):
+    """DISCO Sec. 2: level-wise offloading takes 3n time units, buildMemGraph 2n + 1."""
+    df = compare(build_workload(f"matmul-chain:layers={layers}"),
+                 machine_from_spec("disco-example"),
+                 [("levelwise", "dynamic"), ("buildmemgraph", "dynamic")])
+    assert list(df.columns) == list(COLUMNS)
+    makespan = dict(zip(df["planner"], df["makespan"]))
+    assert makespan["levelwise"] == pytest.approx(3 * layers)
+    assert makespan["buildmemgraph"] == pytest.approx(2 * layers + 1)
+    assert (df["peak_gpu_memory"] <= 80 * 2**20).all() and (df["peak_gpu_memory"] > 0).all()
+    assert (df["bytes_moved"] > 0).all() and (df["loads"] + df["reloads"] > 0).all()
+
+
+def test_run_all_plans_each_planner_once_and_reports_progress():
+    lines: list[str] = []
+    runs = run_all(build_workload("tp-matmul:n=64"), machine_from_spec("p100x4"),
+                   [("buildmemgraph", "dynamic"), ("buildmemgraph", "fixed")], progress=lines.append)
+    assert runs[0].memgraph is runs[1].memgraph
+    assert sum("planning" in line for line in lines) == 1
+    assert sum("simulating" in line for line in lines) == 2
+    df = table(runs)
+    assert list(df["policy"]) == ["dynamic", "fixed"]
+    assert df["bytes_moved"].tolist() == [r.row()["bytes_moved"] for r in runs]
+
+
+# -- plots ------------------------------------------------------------------------------------
+def test_lane_order():
+    lanes = ["cpu", "gpu10", "bus:d2h", "gpu0->gpu1", "d2h:gpu0", "gpu2", "h2d:gpu0", "bus:h2d",
+             "h2d:gpu2", "gpu0"]
+    assert sorted(lanes, key=lane_key) == ["gpu0", "gpu2", "gpu10", "h2d:gpu0", "d2h:gpu0",
+                                           "h2d:gpu2", "bus:h2d", "bus:d2h", "gpu0->gpu1", "cpu"]
+
+
+def _trace(shift: float = 0.0) -> pd.DataFrame:
+    rows = [("a", "load", "gpu0", "h2d:gpu0", 0, 0.0, 1.0), ("b", "compute", "gpu0", "gpu0", 1, 1.0, 2.0),
+            ("c", "offload", "gpu0", "d2h:gpu0", 0, 2.0, 3.0), ("d", "transfer", "gpu0->gpu1",
+            "gpu0->gpu1", 0, 2.0, 2.5), ("e", "reload", "gpu0", "h2d:gpu0", 0, 3.0, 4.0)]
+    df = pd.DataFrame(rows, columns=["vertex", "kind", "device", "resource", "stream", "start", "end"])
+    df[["start", "end"]] += shift
+    return df.assign(bytes=1, flops=0.0, source="sim", run=0)
+
+
+def test_gantt_single_and_several_traces(tmp_path):
+    assert gantt(_trace(), tmp_path / "one.png").read_bytes()[:8] == PNG
+    assert gantt({"plan A": _trace(), "plan B": _trace(0.5)}, tmp_path / "two.png",
+                 title="A vs B").read_bytes()[:8] == PNG
+    assert (tmp_path / "two.png").stat().st_size > (tmp_path / "one.png").stat().st_size // 2
+
+
+def test_memory_plot(tmp_path):
+    memory = pd.DataFrame({"time": [0.0, 1.0, 2.0, 0.0, 1.5], "device": ["gpu0"] * 3 + ["host"] * 2,
+                           "bytes": [2**20, 3 * 2**20, 0, 0, 2**20]})
+    path = memory_plot(memory, tmp_path / "mem.png", capacity=4 * 2**20)
+    assert path.read_bytes()[:8] == PNG
+
+
+# -- README and CI ----------------------------------------------------------------------------
+def _quickstart_block() -> list[str]:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Quickstart", 1)[1]
+    block = re.search(r"```(?:\w+)?\n(.*?)```", section, re.S)
+    assert block, "README's Quickstart has no fenced block"
+    return block.group(1).strip().splitlines()
+
+
+def test_readme_quickstart_is_exactly_the_two_commands():
+    assert _quickstart_block() == ["pip install . && offloadlab demo", CI_COMMAND]
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    script = REPO / ".ci" / "run"
+    text = script.read_text()
+    assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
+    assert CI_COMMAND in text.splitlines()
+    assert script.stat().st_mode & 0o111, ".ci/run must be executable"

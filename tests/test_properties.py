@@ -1,0 +1,82 @@
+"""Property tests: every planner's MemGraph passes the verifier on random DAGs, GPU counts
+and capacities from tight (the smallest that can work) to generous."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from offloadlab.core import Machine, TaskGraph
+from offloadlab.core.verify import verify
+from offloadlab.core.workloads import random_dag
+from offloadlab.planner import plan
+from offloadlab.planner.buildmemgraph import min_capacity
+from offloadlab.simulator import simulate
+
+PLANNERS = ["buildmemgraph", "buildmemgraph:victim=lru", "buildmemgraph:ahead=false",
+            "buildmemgraph:order=topological", "levelwise"]
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def task_graphs(draw) -> TaskGraph:
+    """Arbitrary DAGs: inputs on host or GPUs, kernels on GPUs or the CPU, transfers."""
+    gpus = draw(st.integers(1, 4))
+    g = TaskGraph(name="hypothesis")
+    n = draw(st.integers(1, 40))
+    for i in range(n):
+        size = draw(st.integers(1, 64)) * 1024
+        earlier = list(g.tasks)
+        kind = draw(st.sampled_from(["input", "compute", "compute", "compute", "transfer"])
+                    if earlier else st.just("input"))
+        gpu = f"gpu{draw(st.integers(0, gpus - 1))}"
+        if kind == "input":
+            g.add_input(f"t{i}", size, home=draw(st.sampled_from(["host", gpu])))
+        elif kind == "transfer":
+            on_gpu = [u for u in earlier if g[u].out_device.startswith("gpu")]
+            others = [f"gpu{k}" for k in range(gpus)]
+            if not on_gpu or gpus == 1:
+                g.add_input(f"t{i}", size, home="host")
+                continue
+            src = draw(st.sampled_from(on_gpu))
+            dst = draw(st.sampled_from([d for d in others if d != g[src].out_device]))
+            g.add_transfer(f"t{i}", src, dst)
+        else:
+            device = draw(st.sampled_from([gpu, gpu, gpu, "cpu"]))
+            reads = "host" if device == "cpu" else device
+            readable = [u for u in earlier if g[u].out_device in (reads, "host")
+                        or (device == "cpu" and g[u].out_device.startswith("gpu"))]
+            inputs = draw(st.lists(st.sampled_from(readable), max_size=3, unique=True)) \
+                if readable else []
+            g.add_compute(f"t{i}", "mix", inputs, device, size, flops=float(size))
+    return g
+
+
+def machine_for(graph: TaskGraph, gpus: int, slack: float) -> Machine:
+    tight = max(min_capacity(graph), 1)
+    total = sum(t.bytes for t in graph)
+    return Machine(gpus=gpus, gpu_memory=int(tight + slack * max(total - tight, 0)))
+
+
+@settings(max_examples=1200, **SETTINGS)
+@given(graph=task_graphs(), slack=st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.2, 0.5, 1.0]),
+       planner=st.sampled_from(PLANNERS), policy=st.sampled_from(["dynamic", "fixed"]))
+def test_planners_verify_on_arbitrary_dags(graph, slack, planner, policy):
+    m = machine_for(graph, 4, slack)
+    mg = plan(graph, m, planner)
+    verify(mg, graph, m)
+    assert sum(v.kind in ("input", "compute", "transfer") for v in mg) == len(graph)
+    result = simulate(mg, m, policy)       # runs to the end without exceeding any GPU's memory
+    assert len(result.trace) == sum(v.kind != "input" for v in mg)
+    assert all(result.peak_memory[d] <= m.gpu_memory for d in m.gpu_names())
+
+
+@settings(max_examples=600, **SETTINGS)
+@given(seed=st.integers(0, 10**6), vertices=st.integers(2, 150), gpus=st.integers(1, 4),
+       slack=st.sampled_from([0.0, 0.02, 0.1, 0.3, 1.0]), planner=st.sampled_from(PLANNERS),
+       host_fraction=st.sampled_from([0.5, 0.9, 1.0]))
+def test_planners_verify_on_layered_random_dags(seed, vertices, gpus, slack, planner,
+                                                host_fraction):
+    graph = random_dag(vertices=vertices, gpus=gpus, seed=seed, min_bytes=1024,
+                       max_bytes=64 * 1024, host_fraction=host_fraction)
+    m = machine_for(graph, gpus, slack)
+    mg = plan(graph, m, planner)
+    verify(mg, graph, m)

@@ -1,0 +1,107 @@
+"""Trace rows, Chrome trace export and memory over time, against values worked out by hand."""
+
+import json
+
+import pytest
+
+from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
+from offloadlab.core.trace import (TRACE_COLUMNS, make_trace, memory_over_time, peak_memory,
+                                   to_chrome_trace, write_chrome_trace)
+
+
+def row(vertex, start, end, kind="compute", device="gpu0", resource="gpu0", stream=0,
+        nbytes=1, run=0, source="sim"):
+    return {"vertex": vertex, "kind": kind, "device": device, "resource": resource,
+            "stream": stream, "start": start, "end": end, "bytes": nbytes, "flops": 0.0,
+            "source": source, "run": run}
+
+
+def test_make_trace_columns_and_types():
+    trace = make_trace([row("a", 0, 1), row("b", 1, 2.5, stream=2)])
+    assert list(trace.columns) == TRACE_COLUMNS
+    assert trace["start"].dtype == "float64" and trace["stream"].dtype == "int64"
+    assert trace["end"].tolist() == [1.0, 2.5]
+    columns = {c: [r[c] for r in (row("a", 0, 1),)] for c in TRACE_COLUMNS}
+    assert make_trace(columns).equals(make_trace([row("a", 0, 1)]))
+    empty = make_trace([])
+    assert list(empty.columns) == TRACE_COLUMNS and len(empty) == 0
+
+
+def test_make_trace_rejects_bad_rows():
+    with pytest.raises(ValueError, match="source"):
+        make_trace([row("a", 0, 1, source="guess")])
+    bad = row("a", 0, 1)
+    del bad["stream"]
+    with pytest.raises(ValueError, match="missing.*stream"):
+        make_trace([bad])
+    with pytest.raises(ValueError, match="unknown.*color"):
+        make_trace([{**row("a", 0, 1), "color": "red"}])
+
+
+def test_chrome_trace_events(tmp_path):
+    trace = make_trace([
+        row("k", 0.5, 0.75, stream=3),
+        row("L", 0.0, 2.0, kind="load", resource="h2d:gpu0", nbytes=64),
+        row("k2", 1.0, 1.5, stream=1),
+    ])
+    chrome = to_chrome_trace(trace)
+    spans = {e["name"]: e for e in chrome["traceEvents"] if e["ph"] == "X"}
+    assert set(spans) == {"k", "L", "k2"}
+    assert (spans["k"]["ts"], spans["k"]["dur"], spans["k"]["tid"]) == (500000.0, 250000.0, 3)
+    assert (spans["L"]["ts"], spans["L"]["dur"], spans["L"]["tid"]) == (0.0, 2e6, 0)
+    assert spans["L"]["args"]["bytes"] == 64 and spans["L"]["cat"] == "load"
+    lanes = {e["pid"]: e["args"]["name"] for e in chrome["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(lanes.values()) == ["gpu0", "h2d:gpu0"]
+    assert spans["k"]["pid"] == spans["k2"]["pid"] != spans["L"]["pid"]
+    assert lanes[spans["L"]["pid"]] == "h2d:gpu0"
+    path = tmp_path / "trace.json"
+    write_chrome_trace(trace, path)
+    assert json.loads(path.read_text()) == chrome
+
+
+def test_chrome_trace_separates_runs():
+    trace = make_trace([row("k", 0, 1, run=0), row("k", 0, 2, run=1)])
+    lanes = sorted(e["args"]["name"] for e in to_chrome_trace(trace)["traceEvents"]
+                   if e["ph"] == "M" and e["name"] == "process_name")
+    assert lanes == ["run 0 gpu0", "run 1 gpu0"]
+
+
+def _graph() -> MemGraph:
+    """x (input on gpu0, 10 B) -> C1 (20 B) -> {O (offload), C2 (5 B, a graph output)};
+    D on gpu1 never ran (not in the trace)."""
+    mg = MemGraph()
+    for id, kind, device, nbytes, loc, inputs in [
+            ("x", "input", "gpu0", 10, Loc("gpu0", 0, 10), ()),
+            ("C1", "compute", "gpu0", 20, Loc("gpu0", 10, 20), ("x",)),
+            ("O", "offload", "gpu0", 20, None, ("C1",)),
+            ("C2", "compute", "gpu0", 5, Loc("gpu0", 30, 5), ("C1",)),
+            ("D", "compute", "gpu1", 7, Loc("gpu1", 0, 7), ())]:
+        mg.add_vertex(MemVertex(id, kind, device, nbytes, loc, inputs=inputs))
+        for u in inputs:
+            mg.add_edge(u, id, "data")
+    mg.add_edge("x", "C2", "memory")  # memory edges do not extend lifetimes
+    return mg
+
+
+def _graph_trace():
+    return make_trace([row("C1", 1.0, 2.0, nbytes=20),
+                       row("O", 3.0, 5.0, kind="offload", resource="d2h:gpu0", nbytes=20),
+                       row("C2", 2.0, 4.0, nbytes=5)])
+
+
+def test_memory_over_time_by_hand():
+    # gpu0: x [0, 2) 10 B (until C1 ends); C1 [1, 5) 20 B (until O ends, after C2 at 4);
+    # C2 [2, 5) 5 B (no readers: to the end of the run, 5).  host: O's 20 B from 3 to the end.
+    memory = memory_over_time(_graph_trace(), _graph())
+    assert list(memory.columns) == ["time", "device", "bytes"]
+    assert memory.values.tolist() == [
+        [0.0, "gpu0", 10], [1.0, "gpu0", 30], [2.0, "gpu0", 25], [3.0, "host", 20],
+        [5.0, "gpu0", 0], [5.0, "host", 0]]
+    assert peak_memory(_graph_trace(), _graph()) == {"gpu0": 30, "gpu1": 0, "host": 20}
+
+
+def test_memory_needs_a_single_run():
+    trace = make_trace([row("C1", 1.0, 2.0, run=0), row("C1", 1.0, 2.0, run=1)])
+    with pytest.raises(ValueError, match="several runs"):
+        memory_over_time(trace, _graph())
