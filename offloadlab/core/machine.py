@@ -86,12 +86,15 @@ class Machine:
         return ()
 
     def duration(self, kind: str, device: str, nbytes: int, flops: float = 0.0,
-                 touched: int = 0) -> float:
+                 touched: int = 0, time: float | None = None) -> float:
         """Seconds a vertex takes alone on its resources.
 
-        GPU kernels follow a roofline: ``latency + max(flops / rate, touched / mem_bw)`` with
-        ``touched`` the bytes read and written; copies take ``latency + bytes / bandwidth``.
+        A profiled ``time`` wins.  Otherwise GPU kernels follow a roofline:
+        ``latency + max(flops / rate, touched / mem_bw)`` with ``touched`` the bytes read and
+        written; copies take ``latency + bytes / bandwidth``.
         """
+        if time is not None:
+            return time
         if kind == "compute":
             if device == CPU:
                 return flops / self.cpu_flops

@@ -51,6 +51,7 @@ class MemVertex:
     flops: float = 0.0
     inputs: tuple[str, ...] = ()
     order: int = 0
+    time: float | None = None   # profiled seconds; overrides the cost model when set
 
     @property
     def out_device(self) -> str:
@@ -133,7 +134,7 @@ class MemGraph:
                 "loc": ({"device": v.loc.device, "offset": v.loc.offset, "size": v.loc.size}
                         if v.loc else None),
                 "task": v.task, "of": v.of, "op": v.op, "bytes": v.bytes, "flops": v.flops,
-                "inputs": list(v.inputs), "order": v.order,
+                "inputs": list(v.inputs), "order": v.order, "time": v.time,
             })
         return nodes
 
@@ -164,7 +165,7 @@ class MemGraph:
                     loc=Loc(loc["device"], int(loc["offset"]), int(loc["size"])) if loc else None,
                     task=n.get("task"), of=n.get("of"), op=n.get("op"),
                     flops=float(n.get("flops") or 0.0), inputs=tuple(n.get("inputs") or ()),
-                    order=int(n.get("order", 0))))
+                    order=int(n.get("order", 0)), time=n.get("time")))
             except (KeyError, TypeError, ValueError) as exc:
                 raise GraphError(f"{where}: node {str(n)[:200]} lacks or mistypes field {exc}") from None
             if mg.vertices[str(n["id"])].kind not in TASK_KINDS + MOVE_KINDS:

@@ -8,6 +8,9 @@ OPS: dict[str, str] = {
     "softmax": "row-wise softmax",
     "adam_update": "one Adam step on a weight from its gradient and moments",
     "copy": "identity",
+    "layer_forward": "a sequential layer's forward a(i) = f(a(i-1); w) (Beaumont et al. Sec. 3)",
+    "layer_backward": "a layer's backward: delta(i-1) from delta(i) and w",
+    "weight_grad": "a layer's weight gradient dw from a(i-1) and delta(i)",
     "mix": "synthetic op of the random workload: a deterministic reduction of its inputs "
            "written into an output of the vertex's size",
 }

@@ -32,6 +32,7 @@ class Task:
     flops: float = 0.0
     shape: tuple[int, ...] | None = None
     dtype: str = "float32"
+    time: float | None = None   # profiled seconds; overrides the cost model when set
 
     @property
     def out_device(self) -> str:
@@ -140,6 +141,8 @@ class TaskGraph:
                 raise GraphError(f"{where}: bytes must be a positive integer, got {t.bytes!r}")
             if t.flops < 0:
                 raise GraphError(f"{where}: flops must be >= 0, got {t.flops!r}")
+            if t.time is not None and not t.time >= 0:
+                raise GraphError(f"{where}: time must be >= 0 seconds, got {t.time!r}")
             for u in t.inputs:
                 if u not in self.tasks:
                     raise GraphError(f"{where}: input {u!r} is not a vertex of the graph")
@@ -195,7 +198,8 @@ class TaskGraph:
         for t in self.tasks.values():
             node = {"id": t.id, "kind": t.kind, "device": t.device, "op": t.op,
                     "bytes": t.bytes, "flops": t.flops, "inputs": list(t.inputs),
-                    "shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype}
+                    "shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype,
+                    "time": t.time}
             nodes.append(node)
         edges = [{"source": u, "target": t.id, "kind": "data"}
                  for t in self.tasks.values() for u in dict.fromkeys(t.inputs)]
@@ -231,7 +235,8 @@ class TaskGraph:
                 shape = n.get("shape")
                 g.add(Task(nid, n["kind"], n["device"], n["bytes"], tuple(map(str, inputs)),
                            n.get("op"), float(n.get("flops") or 0.0),
-                           tuple(shape) if shape is not None else None, n.get("dtype", "float32")))
+                           tuple(shape) if shape is not None else None, n.get("dtype", "float32"),
+                           n.get("time")))
             except (KeyError, TypeError) as exc:
                 raise GraphError(f"{where}: node {n!r} lacks or mistypes field {exc}") from None
         g.validate()

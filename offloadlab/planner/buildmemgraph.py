@@ -295,7 +295,7 @@ class BuildMemGraph:
         if t not in self.mg.vertices:
             task = self.g[t]
             self.mg.add_vertex(MemVertex(t, task.kind, task.device, task.bytes, task=t,
-                                         op=task.op, flops=task.flops))
+                                         op=task.op, flops=task.flops, time=task.time))
         self.mg[t].loc = loc
 
     def _offload(self, res: Resident) -> None:

@@ -57,7 +57,7 @@ class Model:
         durations = []
         for v in self.vertices:
             touched = v.bytes + sum(sizes[u] for u in v.inputs) if v.kind == "compute" else 0
-            durations.append(machine.duration(v.kind, v.device, v.bytes, v.flops, touched))
+            durations.append(machine.duration(v.kind, v.device, v.bytes, v.flops, touched, v.time))
         if noise > 0:
             z = np.random.default_rng(seed).standard_normal(len(durations))
             factors = np.exp(noise * z - noise ** 2 / 2).tolist()

@@ -11,11 +11,15 @@ from ..taskgraph import TaskGraph
 from .matmul_chain import matmul_chain
 from .random_dag import random_dag
 from .tp_matmul import tp_matmul
+from .training import TrainingChain, bert_train, gpt2_train, training_chain
 
 WORKLOADS: dict[str, Callable[..., TaskGraph]] = {
     "matmul-chain": matmul_chain,
     "tp-matmul": tp_matmul,
     "random": random_dag,
+    "training-chain": training_chain,
+    "gpt2-train": gpt2_train,
+    "bert-train": bert_train,
 }
 
 
@@ -36,5 +40,5 @@ def build_workload(spec: str) -> TaskGraph:
     return graph
 
 
-__all__ = ["WORKLOADS", "build_workload", "workload_options", "matmul_chain", "random_dag",
-           "tp_matmul"]
+__all__ = ["WORKLOADS", "TrainingChain", "build_workload", "workload_options", "matmul_chain",
+           "random_dag", "tp_matmul", "training_chain", "gpt2_train", "bert_train"]
