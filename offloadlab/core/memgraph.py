@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .devices import CPU, HOST, split_transfer
 from .errors import GraphError
@@ -21,8 +22,7 @@ MOVE_KINDS = ("offload", "reload", "load")
 EDGE_KINDS = ("data", "memory")
 
 
-@dataclass(slots=True, frozen=True)
-class Loc:
+class Loc(NamedTuple):
     """A GPU memory location: ``size`` bytes at ``offset`` on ``device``."""
 
     device: str

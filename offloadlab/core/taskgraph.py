@@ -108,11 +108,9 @@ class TaskGraph:
 
     def gpus(self) -> list[str]:
         """The GPUs the graph uses, sorted by index."""
-        found = set()
-        for t in self.tasks.values():
-            for d in (t.out_device, t.read_device):
-                if is_gpu(d):
-                    found.add(d)
+        found: set[str] = set()
+        for device in {t.device for t in self.tasks.values()}:
+            found.update(d for d in split_transfer(device) if is_gpu(d))
         return sorted(found, key=lambda d: int(d[3:]))
 
     def topological_order(self) -> list[str]:

@@ -44,29 +44,37 @@ class GpuMemory:
         self.device = device
         self.capacity = capacity
         self.segments: list[Segment] = [Segment(0, capacity)]
+        self._no_fit = capacity + 1   # no free run holds this many bytes (until a release)
 
     # -- simMalloc's search ---------------------------------------------------------------
     def find_free(self, size: int) -> int | None:
         """Offset of the free run that fits ``size`` and whose bytes were freed longest ago
         (TURNIP: "the available slot whose last use was furthest in the past"); ties go to the
         lowest offset.  ``None`` if no free run is large enough."""
+        if size >= self._no_fit:
+            return None
         best, best_key = None, None
         segs, n, i = self.segments, len(self.segments), 0
         while i < n:
-            if segs[i].owner is not None:
+            s = segs[i]
+            if s.owner is not None:
                 i += 1
                 continue
-            start, newest, j = segs[i].start, -1, i
-            while j < n and segs[j].owner is None and segs[j].start < start + size:
-                newest = max(newest, segs[j].freed_at)
+            start = s.start
+            end, newest, j = start + size, -1, i
+            while j < n and segs[j].owner is None and segs[j].start < end:
+                if segs[j].freed_at > newest:
+                    newest = segs[j].freed_at
                 j += 1
-            if segs[j - 1].end >= start + size and (best_key is None or newest < best_key):
+            if segs[j - 1].end >= end and (best_key is None or newest < best_key):
                 best, best_key = start, newest
                 if newest < 0:
                     break
             while j < n and segs[j].owner is None:
                 j += 1
             i = j
+        if best is None:
+            self._no_fit = size
         return best
 
     def find_victims(self, size: int,
@@ -76,21 +84,28 @@ class GpuMemory:
         ``cost(owner) = (badness, bytes to offload)``; ties go to the window that offloads
         fewer bytes, then to the lowest offset."""
         segs, best, best_key = self.segments, None, None
-        for i, first in enumerate(segs):
-            start, worst, moved, j = first.start, float("-inf"), 0, i
-            while j < len(segs) and segs[j].start < start + size:
-                s = segs[j]
-                if s.owner is not None:
-                    c = cost(s.owner)
+        costs = {s.owner: cost(s.owner) for s in segs if s.owner is not None}
+        n = len(segs)
+        for i in range(n):
+            start = segs[i].start
+            end = start + size
+            if end > self.capacity:
+                break
+            worst, moved, j = float("-inf"), 0, i
+            while j < n and segs[j].start < end:
+                owner = segs[j].owner
+                if owner is not None:
+                    c = costs[owner]
                     if c is None:
                         break
-                    worst, moved = max(worst, c[0]), moved + c[1]
+                    if c[0] > worst:
+                        worst = c[0]
+                    moved += c[1]
                 j += 1
             else:
-                if start + size <= self.capacity:
-                    key = (worst, moved, start)
-                    if best_key is None or key < best_key:
-                        best, best_key = start, key
+                key = (worst, moved, start)
+                if best_key is None or key < best_key:
+                    best, best_key = start, key
         return best
 
     def occupants(self, offset: int, size: int) -> list[Hashable]:
@@ -104,17 +119,18 @@ class GpuMemory:
     # -- updates --------------------------------------------------------------------------
     def place(self, offset: int, size: int, owner: Hashable) -> Covered:
         """Occupy ``[offset, offset + size)``, which must be free; return what it covered."""
-        segs = self.segments
+        segs, end = self.segments, offset + size
         i = self._index(offset)
-        self._split(i, offset)
-        i = self._index(offset)
-        self._split(self._index(offset + size - 1), offset + size)
+        if segs[i].start < offset:
+            self._split(i, offset)
+            i += 1
         j = i
-        while j < len(segs) and segs[j].end <= offset + size:
+        while segs[j].end < end:
             j += 1
-        covered = segs[i:j]
-        assert all(s.owner is None for s in covered), "place() over occupied bytes"
-        segs[i:j] = [Segment(offset, offset + size, owner)]
+        if segs[j].end > end:
+            self._split(j, end)
+        covered = segs[i:j + 1]
+        segs[i:j + 1] = [Segment(offset, end, owner)]
         return Covered(covered)
 
     def release(self, owner: Hashable, offset: int, guard: tuple[str, ...], now: int) -> None:
@@ -122,12 +138,14 @@ class GpuMemory:
         s = self.segments[self._index(offset)]
         assert s.owner == owner
         s.owner, s.guard, s.freed_at = None, guard, now
+        self._no_fit = self.capacity + 1
 
     def restore(self, owner: Hashable, offset: int, covered: Covered) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
         i = self._index(offset)
         assert self.segments[i].owner == owner
         self.segments[i:i + 1] = covered.segments
+        self._no_fit = self.capacity + 1
 
     def _index(self, offset: int) -> int:
         """Index of the segment containing ``offset`` (binary search on starts)."""

@@ -22,6 +22,7 @@ from ..core.devices import HOST, is_gpu
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
+from ..core.util import no_gc
 from ..core.taskgraph import TaskGraph
 from .allocator import Covered, GpuMemory
 from .registry import register
@@ -49,6 +50,7 @@ class BuildMemGraph:
     def __init__(self, graph: TaskGraph, machine: Machine, order: Sequence[str],
                  victim: str, ahead: bool):
         self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
+        self.task = graph.tasks
         self.mg = MemGraph()
         self.memory = {d: GpuMemory(d, machine.gpu_memory) for d in machine.gpu_names()}
         self.resident: dict[Slot, Resident] = {}
@@ -58,7 +60,11 @@ class BuildMemGraph:
         self.allocated: set[int] = set()
         self.uses: dict[Slot, list[int]] = {}   # slot -> items that read it there, ascending
         self.outputs = set(graph.outputs())
+        self.host_read = {u for t in graph if t.read_device == HOST for u in t.inputs}
+        self.kept = self.outputs | self.host_read   # needed later even with no GPU reader
         self.item_writer: dict[int, str] = {}   # item -> the MemGraph vertex that wrote it
+        self.item_load: list[bool] = []         # item -> whether it is a load
+        self.item_reads: list[tuple[Slot, ...]] = []  # item -> the GPU slots it reads
         self.moves = 0
         self.sequence = 0
         self.exec_hzn = 0
@@ -69,24 +75,31 @@ class BuildMemGraph:
     def _build_items(self, order: Sequence[str]) -> None:
         """Host-resident tensors listed in ``order`` are loaded there, onto every GPU that
         reads them; the others just before their first reader on each GPU."""
-        g = self.g
+        g, succ, item_of = self.g, self.g.succ, self.item_of
+        out = {task.id: task.out_device for task in g}
         for t in order:
             task = g[t]
             if task.kind == "input":
-                for dev in dict.fromkeys(g[w].read_device for w in g.succ[t]):
-                    if task.device == HOST and is_gpu(dev) and (t, dev) not in self.item_of:
-                        self._add_item((t, dev))
+                if task.device == HOST:
+                    for dev in dict.fromkeys(g[w].read_device for w in succ[t]):
+                        if is_gpu(dev) and (t, dev) not in item_of:
+                            self._add_item((t, dev))
                 continue
-            if is_gpu(task.read_device):
-                for u in dict.fromkeys(task.inputs):
-                    if g[u].out_device == HOST and (u, task.read_device) not in self.item_of:
-                        self._add_item((u, task.read_device))     # a load, before its first reader
-            self._add_item((t, task.out_device))
+            read = task.read_device
+            if is_gpu(read):
+                for u in task.inputs:
+                    if out[u] == HOST and (u, read) not in item_of:
+                        self._add_item((u, read))     # a load, before its first reader
+            self._add_item((t, out[t]))
         for i, (t, dev) in enumerate(self.items):
-            task = self.g[t]
-            if not self._is_load(i) and is_gpu(task.read_device):
-                for u in dict.fromkeys(task.inputs):
-                    self.uses.setdefault((u, task.read_device), []).append(i)
+            task = g[t]
+            is_load = task.out_device != dev
+            reads = () if is_load or not is_gpu(task.read_device) else \
+                tuple((u, task.read_device) for u in dict.fromkeys(task.inputs))
+            self.item_load.append(is_load)
+            self.item_reads.append(reads)
+            for slot in reads:
+                self.uses.setdefault(slot, []).append(i)
 
     def _add_item(self, slot: Slot) -> None:
         self.item_of[slot] = len(self.items)
@@ -94,6 +107,10 @@ class BuildMemGraph:
 
     # -- Figure 8 -------------------------------------------------------------------------
     def run(self) -> MemGraph:
+        with no_gc():
+            return self._run()
+
+    def _run(self) -> MemGraph:
         self._check_fits()
         self._place_gpu_inputs()
         n = len(self.items)
@@ -112,8 +129,10 @@ class BuildMemGraph:
 
     def _check_fits(self) -> None:
         cap = self.machine.gpu_memory
-        for what, dev, nbytes in memory_needs(self.g):
+        for vertex, dev, nbytes in memory_needs(self.g):
             if nbytes > cap:
+                what = (f"vertex {vertex!r} (its output and inputs)" if vertex is not None
+                        else f"the inputs living on {dev}")
                 raise PlanError(f"{what} need(s) {nbytes} bytes on {dev} but {dev} has a "
                                 f"capacity of {cap} bytes")
 
@@ -135,7 +154,7 @@ class BuildMemGraph:
     # -- Figure 9: the malloc variants -----------------------------------------------------
     def sim_malloc(self, slot: Slot, writer_for, item: int) -> Resident | None:
         """Find free memory for ``slot``; add memory edges from the guards it overwrites."""
-        nbytes = self.g[slot[0]].bytes
+        nbytes = self.task[slot[0]].bytes
         offset = self.memory[slot[1]].find_free(nbytes)
         if offset is None:
             return None
@@ -144,7 +163,7 @@ class BuildMemGraph:
     def sim_malloc_offload(self, slot: Slot, writer_for, item: int, pinned: set[Slot]) -> Resident:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
-        nbytes, memory = self.g[slot[0]].bytes, self.memory[slot[1]]
+        nbytes, memory = self.task[slot[0]].bytes, self.memory[slot[1]]
         offset = memory.find_victims(nbytes, lambda o: None if o in pinned else self._cost(o))
         if offset is None:
             # The pinned tensors fragment memory: clear the GPU and repack from offset 0
@@ -178,9 +197,8 @@ class BuildMemGraph:
             self.allocated.discard(res.item)
             self.alloc_hzn = min(self.alloc_hzn, res.item)
             return
-        needed = self._next_use(res.slot, self.exec_hzn - 1) is not None
-        if evict and t not in self.host_copy and (needed
-                                                  or t in self.outputs or self._host_readers(t)):
+        if evict and t not in self.host_copy and (t in self.kept or self._next_use(
+                res.slot, self.exec_hzn - 1) is not None):
             self._offload(res)
         guard = tuple(res.readers) if res.readers else (res.writer,)
         memory.release(res.slot, res.loc.offset, guard, self.exec_hzn)
@@ -188,11 +206,14 @@ class BuildMemGraph:
     # -- items ------------------------------------------------------------------------------
     def sim_malloc_item(self, i: int) -> bool:
         slot = self.items[i]
-        if not is_gpu(slot[1]):
+        memory = self.memory.get(slot[1])
+        if memory is not None and self.task[slot[0]].bytes >= memory._no_fit:
+            return False                           # known not to fit until memory is freed
+        if memory is None:
             self._add_task_vertex(slot[0], None)   # a CPU vertex: its output lives on host
             self.allocated.add(i)
             return True
-        if self.g[slot[0]].out_device == HOST and slot[0] not in self.host_copy:
+        if self.task[slot[0]].out_device == HOST and slot[0] not in self.host_copy:
             return False                           # a CPU result cannot load before it exists
         return self.sim_malloc(slot, self._writer_for(slot), i) is not None
 
@@ -206,68 +227,56 @@ class BuildMemGraph:
     def _writer_for(self, slot: Slot):
         """The MemGraph writer of an item: its TaskGraph vertex, or a load from host RAM."""
         t, dev = slot
-        task = self.g[t]
+        task = self.task[t]
         return t if task.out_device == dev else ("load", self.host_copy[t])
 
     def _pinned(self, i: int) -> set[Slot]:
-        t, dev = self.items[i]
-        task = self.g[t]
-        pinned = {(t, dev)}
-        if not self._is_load(i):
-            pinned.update((u, task.read_device) for u in task.inputs)
-        return pinned
-
-    def _is_load(self, i: int) -> bool:
-        """Whether item ``i`` brings a host-resident tensor to a GPU (else it runs a vertex)."""
-        t, dev = self.items[i]
-        return self.g[t].out_device != dev
+        """What evictions for item ``i`` must spare: its output and its inputs."""
+        return {self.items[i], *self.item_reads[i]}
 
     def execute(self, i: int) -> None:
         """Simulate item ``i``: reload evicted inputs, add data edges, free dead tensors."""
-        t, dev = self.items[i]
-        task = self.g[t]
-        if self._is_load(i):          # a load: it ran when its memory was allocated
+        if self.item_load[i]:         # a load: it ran when its memory was allocated
             return
-        pinned = self._pinned(i)
-        while True:                   # reloads may evict each other only via the repack path
-            if i not in self.allocated:
-                self.sim_malloc_offload_item(i)
-            missing = [(u, task.read_device) for u in dict.fromkeys(task.inputs)
-                       if is_gpu(task.read_device) and (u, task.read_device) not in self.resident]
-            for slot in missing:
-                if slot not in self.resident:
-                    self.sim_malloc_force_reload(slot, pinned)
-            if i in self.allocated and all(s in self.resident for s in missing):
-                break
-        inputs = []
-        for u in task.inputs:
-            if is_gpu(task.read_device):
-                res = self.resident[(u, task.read_device)]
-                source = res.writer
-                if t not in res.readers:
-                    res.readers.append(t)
-                res.last_use = i
-            else:
-                source = self._ensure_host_copy(u)
-            inputs.append(source)
-            self.mg.add_edge(source, t, "data")
+        t, dev = self.items[i]
+        reads, resident = self.item_reads[i], self.resident
+        if i not in self.allocated or any(slot not in resident for slot in reads):
+            pinned = self._pinned(i)
+            while True:               # reloads evict each other only through the repack path
+                if i not in self.allocated:
+                    self.sim_malloc_offload_item(i)
+                for slot in reads:
+                    if slot not in resident:
+                        self.sim_malloc_force_reload(slot, pinned)
+                if i in self.allocated and all(slot in resident for slot in reads):
+                    break
+        source = {}
+        for slot in reads:
+            res = resident[slot]
+            res.readers.append(t)
+            res.last_use = i
+            source[slot[0]] = res.writer
+        inputs = tuple(source[u] if reads else self._ensure_host_copy(u)
+                       for u in self.task[t].inputs)
+        for u in dict.fromkeys(inputs):
+            self.mg.add_edge(u, t, "data")
         v = self.mg[t]
-        v.inputs, v.order = tuple(inputs), self._next()
-        if (t, dev) in self.resident:
-            self.resident[(t, dev)].materialized = True
+        v.inputs, v.order = inputs, self._next()
+        if (t, dev) in resident:
+            resident[(t, dev)].materialized = True
         else:
             self.host_copy[t] = t
-        for u in dict.fromkeys(task.inputs):
-            slot = (u, task.read_device)
-            if slot in self.resident and self._next_use(slot) is None and u not in self.outputs \
-                    and (u in self.host_copy or not self._host_readers(u)):
-                self.sim_free(self.resident[slot])
+        for slot in reads:
+            u = slot[0]
+            if self._next_use(slot) is None and u not in self.outputs \
+                    and (u in self.host_copy or u not in self.host_read):
+                self.sim_free(resident[slot])
 
     # -- helpers ----------------------------------------------------------------------------
     def _occupy(self, slot: Slot, offset: int, writer_for, item: int,
                 materialized: bool = False) -> Resident:
         t, dev = slot
-        nbytes = self.g[t].bytes
+        nbytes = self.task[t].bytes
         covered = self.memory[dev].place(offset, nbytes, slot)
         loc = Loc(dev, offset, nbytes)
         if isinstance(writer_for, tuple):          # a load or reload, created now
@@ -293,7 +302,7 @@ class BuildMemGraph:
 
     def _add_task_vertex(self, t: str, loc: Loc | None) -> None:
         if t not in self.mg.vertices:
-            task = self.g[t]
+            task = self.task[t]
             self.mg.add_vertex(MemVertex(t, task.kind, task.device, task.bytes, task=t,
                                          op=task.op, flops=task.flops, time=task.time))
         self.mg[t].loc = loc
@@ -315,9 +324,6 @@ class BuildMemGraph:
             self._offload(res)
         return self.host_copy[t]
 
-    def _host_readers(self, t: str) -> bool:
-        return any(self.g[w].read_device == HOST for w in self.g.succ[t])
-
     def _next_use(self, slot: Slot, after: int | None = None) -> int | None:
         """The first item after ``after`` (default: the one executing) that reads ``slot``."""
         uses = self.uses.get(slot, ())
@@ -338,23 +344,28 @@ class BuildMemGraph:
         return (float("-inf") if nxt is None else -nxt), offload
 
 
-def memory_needs(graph: TaskGraph) -> Iterator[tuple[str, str, int]]:
-    """What must fit on one GPU at once: ``(what, gpu, bytes)`` for each vertex with its inputs
-    and for each GPU's resident inputs together (they exist before the run)."""
+def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
+    """What must fit on one GPU at once: ``(vertex, gpu, bytes)`` for each vertex with its
+    inputs, and ``(None, gpu, bytes)`` for each GPU's resident inputs together (they exist
+    before the run)."""
     inputs: dict[str, int] = {}
+    size = {t.id: t.bytes for t in graph}
     for task in graph:
         if task.kind == "input":
             if task.device != HOST:
                 inputs[task.device] = inputs.get(task.device, 0) + task.bytes
             continue
-        need = {task.out_device: task.bytes} if is_gpu(task.out_device) else {}
-        if is_gpu(task.read_device):
-            for u in set(task.inputs):
-                need[task.read_device] = need.get(task.read_device, 0) + graph[u].bytes
-        for dev, nbytes in need.items():
-            yield f"vertex {task.id!r} (its output and inputs)", dev, nbytes
+        out, read = task.out_device, task.read_device
+        if is_gpu(read):
+            reads = sum(size[u] for u in set(task.inputs))
+            if out == read:
+                yield task.id, out, reads + task.bytes
+                continue
+            yield task.id, read, reads
+        if is_gpu(out):
+            yield task.id, out, task.bytes
     for dev, nbytes in inputs.items():
-        yield f"the inputs living on {dev}", dev, nbytes
+        yield None, dev, nbytes
 
 
 def min_capacity(graph: TaskGraph) -> int:
