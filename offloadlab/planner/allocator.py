@@ -9,7 +9,7 @@ memory-dependency edges.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable
 
 
@@ -24,17 +24,6 @@ class Segment:
     @property
     def size(self) -> int:
         return self.end - self.start
-
-
-@dataclass(slots=True)
-class Covered:
-    """What an allocation replaced: the free segments it overwrote, to restore on retraction."""
-
-    segments: list[Segment] = field(default_factory=list)
-
-    def guards(self) -> Iterable[str]:
-        for s in self.segments:
-            yield from s.guard
 
 
 class GpuMemory:
@@ -117,8 +106,9 @@ class GpuMemory:
         return [s.owner for s in self.segments if s.owner is not None]
 
     # -- updates --------------------------------------------------------------------------
-    def place(self, offset: int, size: int, owner: Hashable) -> Covered:
-        """Occupy ``[offset, offset + size)``, which must be free; return what it covered."""
+    def place(self, offset: int, size: int, owner: Hashable) -> list[Segment]:
+        """Occupy ``[offset, offset + size)``, which must be free; return the free segments it
+        covered (their guards become memory edges; :meth:`restore` puts them back)."""
         segs, end = self.segments, offset + size
         i = self._index(offset)
         if segs[i].start < offset:
@@ -131,7 +121,7 @@ class GpuMemory:
             self._split(j, end)
         covered = segs[i:j + 1]
         segs[i:j + 1] = [Segment(offset, end, owner)]
-        return Covered(covered)
+        return covered
 
     def release(self, owner: Hashable, offset: int, guard: tuple[str, ...], now: int) -> None:
         """Free ``owner``'s segment; new writers there must wait for ``guard``."""
@@ -140,11 +130,11 @@ class GpuMemory:
         s.owner, s.guard, s.freed_at = None, guard, now
         self._no_fit = self.capacity + 1
 
-    def restore(self, owner: Hashable, offset: int, covered: Covered) -> None:
+    def restore(self, owner: Hashable, offset: int, covered: list[Segment]) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
         i = self._index(offset)
         assert self.segments[i].owner == owner
-        self.segments[i:i + 1] = covered.segments
+        self.segments[i:i + 1] = covered
         self._no_fit = self.capacity + 1
 
     def _index(self, offset: int) -> int:

@@ -24,7 +24,7 @@ from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
 from ..core.util import no_gc
 from ..core.taskgraph import TaskGraph
-from .allocator import Covered, GpuMemory
+from .allocator import GpuMemory, Segment
 from .registry import register
 
 Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
@@ -37,7 +37,7 @@ class Resident:
     slot: Slot
     loc: Loc
     writer: str
-    covered: Covered
+    covered: list[Segment]    # the free segments its allocation replaced
     item: int                 # the V item that allocated it (-1: placed before the run)
     materialized: bool
     readers: list[str]
@@ -275,25 +275,29 @@ class BuildMemGraph:
     # -- helpers ----------------------------------------------------------------------------
     def _occupy(self, slot: Slot, offset: int, writer_for, item: int,
                 materialized: bool = False) -> Resident:
+        """Place ``slot`` at ``offset``; its writer waits for the guards of the bytes it covers."""
         t, dev = slot
         nbytes = self.task[t].bytes
         covered = self.memory[dev].place(offset, nbytes, slot)
         loc = Loc(dev, offset, nbytes)
+        mg = self.mg
         if isinstance(writer_for, tuple):          # a load or reload, created now
             kind, source = writer_for
             writer = f"{kind}:{t}@{dev}#{self.moves}"
             self.moves += 1
-            self.mg.add_vertex(MemVertex(writer, kind, dev, nbytes, loc=loc, of=t,
-                                         inputs=(source,), order=self._next()))
-            self.mg.add_edge(source, writer, "data")
+            mg.add_vertex(MemVertex(writer, kind, dev, nbytes, loc=loc, of=t,
+                                    inputs=(source,), order=self._next()))
+            mg.add_edge(source, writer, "data")
             materialized = True
         else:
             writer = writer_for
             self._add_task_vertex(t, loc)
-        for guard in covered.guards():
-            self.mg.add_edge(guard, writer, "memory")
+        for segment in covered:
+            for guard in segment.guard:
+                mg.add_edge(guard, writer, "memory")
+        exec_hzn = self.exec_hzn
         res = Resident(slot, loc, writer, covered, item, materialized, [],
-                       max(item, self.exec_hzn))
+                       item if item > exec_hzn else exec_hzn)
         self.resident[slot] = res
         if item >= 0:
             self.allocated.add(item)

@@ -24,6 +24,7 @@ import pandas as pd
 from ..core.errors import SpecError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
+from ..core.util import no_gc
 from ..core.trace import make_trace, memory_over_time, peak_memory
 from .model import POLICIES, DeadlockError, Model
 
@@ -64,9 +65,10 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     streams = machine.streams if streams is None else streams
     if streams < 1:
         raise ValueError(f"streams must be >= 1, got {streams}")
-    model = Model(memgraph, machine, policy, noise, seed, streams)
-    model.run()
-    trace = _trace(model, run)
+    with no_gc():
+        model = Model(memgraph, machine, policy, noise, seed, streams)
+        model.run()
+        trace = _trace(model, run)
     memory = memory_over_time(trace, memgraph)
     peaks = {gpu: 0 for gpu in machine.gpu_names()}
     peaks.update(peak_memory(trace, memgraph, memory))
