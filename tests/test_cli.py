@@ -202,6 +202,23 @@ def test_cyclic_taskgraph(capsys, tmp_path):
     assert "cycle" in err and "a" in err and "b" in err
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("op", "conv9", "vertex 'b': unknown op 'conv9'"),
+    ("bytes", 0, "vertex 'b': bytes must be a positive integer, got 0"),
+    ("bytes", -4096, "vertex 'b': bytes must be a positive integer, got -4096"),
+])
+def test_bad_vertex_in_taskgraph_file(capsys, tmp_path, field, value, message):
+    path = tmp_path / "bad-vertex.json"
+    b = {"id": "b", "kind": "compute", "device": "gpu0", "op": "add", "bytes": 1024,
+         "inputs": ["a"], field: value}
+    path.write_text(json.dumps({"directed": True, "graph": {}, "nodes": [
+        {"id": "a", "kind": "input", "device": "gpu0", "bytes": 1024}, b],
+        "edges": [{"source": "a", "target": "b"}]}))
+    err = plan_fails(capsys, tmp_path, "--taskgraph", str(path))
+    assert message in err
+    assert not (tmp_path / "mg.json").exists()
+
+
 def test_unwritable_output(capsys, tmp_path):
     err = fails(capsys, "plan", "--workload", "matmul-chain:layers=2", "--machine",
                 "disco-example", "--out", tmp_path / "no" / "such" / "dir" / "mg.json")
