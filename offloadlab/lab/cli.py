@@ -1,4 +1,4 @@
-"""The ``offloadlab`` command line: demo, plan, simulate, list.
+"""The ``offloadlab`` command line: demo, plan, simulate, reproduce, list.
 
 Every user error (an :class:`~offloadlab.core.errors.OffloadlabError`, an unwritable output,
 a bad argument) ends with ``offloadlab: error: ...`` on stderr and exit status 2.  Outputs are
@@ -218,6 +218,43 @@ def _print_summary(summary: dict, capacity: int) -> None:
           f"(GPU capacity {fmt_bytes(capacity)})")
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    """Recreate a figure or table of a paper from our cost model: a CSV table and a plot."""
+    from .reproduce import COLUMNS, REPRODUCTIONS, parse_setting, shape_checks
+
+    run, plot, default = REPRODUCTIONS[args.what]
+    settings = [parse_setting(s) for s in args.only.split(",")] if args.only else list(default)
+    table = run(settings, solver=args.solver, time_limit=args.time_limit,
+                progress=not args.json and sys.stderr.isatty())
+    if args.json:
+        print(json.dumps(table[COLUMNS + (["bandwidth"] if args.what == "beaumont-bandwidth"
+                                          else [])].to_dict(orient="records")))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_output(out / f"{args.what}.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    with atomic_output(out / f"{args.what}.png") as tmp:
+        plot(table, tmp)
+    shown = table.copy()
+    for column in ("sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"):
+        shown[column] = (1000 * shown[column]).round(1)
+    shown["bandwidth"] = shown["bandwidth"] / 1e9
+    shown["memory"] = shown["memory"].map(fmt_bytes)
+    print("iteration times in ms; bandwidth in GB/s each way")
+    print(shown.to_string(index=False))
+    if args.what == "beaumont-table1":
+        failures = shape_checks(table)
+        print()
+        print("shape of Sec. 7.1 (bound = Σu, Greedy within 5%, L2L 10-50% above, "
+              "Greedy* never better):", "holds" if not failures else "")
+        for failure in failures:
+            print(f"  does not hold: {failure}")
+    print()
+    print(f"wrote {out / (args.what + '.csv')} and {out / (args.what + '.png')}")
+    return 0
+
+
 def _first_line(fn: Callable) -> str:
     return (fn.__doc__ or "").strip().split("\n", 1)[0].replace("``", "")
 
@@ -290,6 +327,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+
+    p = add("reproduce", cmd_reproduce, "recreate a paper's table or figure from our cost model "
+            "(beaumont-table1: Table 1; beaumont-bandwidth: Figure 4)")
+    p.add_argument("what", choices=("beaumont-table1", "beaumont-bandwidth"))
+    p.add_argument("--only", metavar="SETTINGS",
+                   help="comma-separated settings NETWORK-DEPTHxBATCH, e.g. gpt2-38x16,bert-96x16")
+    p.add_argument("--solver", choices=("auto", "cbc", "highs"), default="auto",
+                   help="MILP solver (auto: HiGHS if installed, else CBC)")
+    p.add_argument("--time-limit", type=_nonnegative_float, default=60.0, metavar="S",
+                   help="MILP time limit per setting in seconds (60); the best proven bound "
+                        "is reported")
+    p.add_argument("--json", action="store_true",
+                   help="print the table as one JSON list of rows (times in seconds)")
+    p.add_argument("--out", default="offloadlab-out", metavar="DIR",
+                   help="output directory (./offloadlab-out)")
 
     p = add("list", cmd_list, "list workloads, machine presets and planners")
     p.add_argument("what", nargs="?", default="all",

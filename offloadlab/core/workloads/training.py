@@ -170,6 +170,14 @@ def transformer_chain(name: str, depth: int, batch: int, seq: int, hidden: int =
                          act, f"{name}-{depth}x{batch}")
 
 
+def transformer_workspace(batch: int, seq: int, hidden: int = 3072, heads: int = 24) -> int:
+    """Bytes of intermediate activations a transformer layer rebuilds during its backward
+    (recomputation): about 14 b·s·h values (QKV, attention output, the 4h MLP in and out,
+    layer norms) plus 3 b·heads·s² (scores, softmax, dropout), fp32.  Beaumont et al. set
+    M_GPU below 16 GB by such a batch-dependent amount (Sec. 7)."""
+    return 4 * (14 * batch * seq * hidden + 3 * batch * heads * seq * seq)
+
+
 def gpt2_train(depth: int = 38, batch: int = 16, seq: int = 128, iterations: int = 3) -> TaskGraph:
     """GPT-2 with Megatron-LM hyperparameters (hidden 3072, 24 heads) on the v100 preset.
     ``seq`` 128 puts per-layer times and the ~20 MB saved activation (batch 16) in the range
