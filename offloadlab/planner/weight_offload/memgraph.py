@@ -1,0 +1,250 @@
+"""A weight-offloading :class:`Schedule` laid out as the MemGraph of an unrolled TaskGraph.
+
+The TaskGraph of ``TrainingChain.to_taskgraph(T)`` runs ``F@1`` (the *preamble*), then
+``T - 1`` cycles ``B@t, F@t+1`` and finally ``B@T`` (the cycle's backward half).  Every
+cycle is the schedule's cycle, with the same blocks; the preamble brings the weights from
+host RAM (``load`` vertices) into the blocks they have during the cycle's forward half.
+
+Locations (see :mod:`.schedule`): the batches ``a0@t`` at the bottom, ``t``-th at
+``(t-1)·max(|a^0|, 1)`` (``B1@t``'s ``δ^0`` then overwrites ``a0@t``); ``F{i}@t`` in
+activation slot i, ``B{i}@t`` (``δ^{i-1}``) in slot i-1 over ``a^{i-1}``, ``G{i}@t`` on top of
+slot i; a prefetch in its block; the update ``w{i}@t`` in place of the copy it reads.
+
+Edges:
+
+* ``data``: what each vertex reads (a prefetch reads the latest offload of that value, or
+  the host input ``w{i}@0``);
+* ``memory``, the schedule's orderings: the GPU runs its vertices in the cycle's order and
+  each link its copies in FIFO order (a chain of edges per resource); ``B_k`` starts with
+  its weight on the GPU (``G{k}@t``, which does not read it, waits for it); an offload waits for
+  the operation it follows, an L2L prefetch for the operation that releases it, a prefetch
+  for the removal of the weight's previous copy (its offload, or its deletion); each cycle
+  starts once the previous one has ended on all three resources (its first vertex on each
+  resource waits for the last one of the previous cycle on each resource);
+* ``memory``, reuse: a vertex writing bytes waits for their previous writer and that
+  writer's readers (so a prefetch waits for the offload or the last reader that freed its
+  block, the moment the schedule found it feasible) and, for a deleted weight, for the
+  offload whose end was T_ava(Off) when it was deleted (Algorithm 2's deletion time).
+
+``order`` is the schedule's start-time order (cycle by cycle), a topological order.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from ...core.devices import HOST
+from ...core.errors import PlanError
+from ...core.memgraph import Loc, MemGraph, MemVertex
+from ...core.taskgraph import TaskGraph
+from .schedule import GPU, Event, Schedule
+
+
+class _LastWriter:
+    """Byte ranges of the GPU mapped to the vertex that last wrote them."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.items: list[tuple[int, int, str]] = []
+
+    def overwrite(self, start: int, end: int, writer: str) -> set[str]:
+        """Record ``writer`` on ``[start, end)``; return the previous writers there."""
+        i = max(bisect.bisect_right(self.starts, start) - 1, 0)
+        j, previous, keep = i, set(), []
+        while j < len(self.items) and self.items[j][0] < end:
+            s, e, w = self.items[j]
+            if e > start:
+                previous.add(w)
+                if s < start:
+                    keep.append((s, start, w))
+                if e > end:
+                    keep.append((end, e, w))
+            else:
+                keep.append((s, e, w))
+            j += 1
+        new = sorted(keep + [(start, end, writer)])
+        self.items[i:j] = new
+        self.starts[i:j] = [s for s, _, _ in new]
+        return previous
+
+
+class Emitter:
+    """Builds the MemGraph vertex by vertex, in a topological order."""
+
+    def __init__(self, graph: TaskGraph, schedule: Schedule):
+        self.g, self.s = graph, schedule
+        chain = self.chain = schedule.chain
+        self.T = graph.meta.get("iterations", 0)
+        self.batch = max(chain.a0, 1)
+        if schedule.base != self.T * self.batch:
+            raise PlanError(f"the schedule reserves {schedule.base} bytes for batches, the "
+                            f"TaskGraph's {self.T} iterations need {self.T * self.batch}")
+        self.S = [schedule.base]
+        for a in chain.a:
+            self.S.append(self.S[-1] + a)
+        self.mg = MemGraph()
+        self.writers = _LastWriter()
+        self.waits: dict[str, list[str]] = {}         # writer -> what its deletion waited for
+        self.gone: dict[int, list[str]] = {}          # layer -> what its last removal waited for
+        self.gpu: dict[int, str | None] = {k: None for k in range(1, chain.L + 1)}
+        self.host: dict[int, str | None] = {k: f"w{k}@0" for k in range(1, chain.L + 1)}
+        self.version = {k: 0 for k in range(1, chain.L + 1)}
+        self.last: dict[str, str] = {}                 # resource -> its last vertex
+        self.barrier: list[str] = []
+        self.first: set[str] = set()
+        self.moves = 0
+
+    # -- vertices ----------------------------------------------------------------------------
+    def add(self, id: str, kind: str, nbytes: int, *, resource: str | None,
+            offset: int | None = None, inputs: tuple[str, ...] = (), of: str | None = None,
+            device: str = GPU) -> str:
+        task = self.g.tasks.get(id) if kind in ("input", "compute") else None
+        loc = Loc(GPU, offset, nbytes) if offset is not None else None
+        self.mg.add_vertex(MemVertex(
+            id, kind, device, nbytes, loc=loc, task=id if task else None, of=of,
+            op=task.op if task else None, flops=task.flops if task else 0.0, inputs=inputs,
+            order=len(self.mg), time=task.time if task else None))
+        for u in inputs:
+            self.mg.add_edge(u, id, "data")
+        if loc is not None:
+            for x in self.writers.overwrite(loc.offset, loc.end, id):
+                readers = [r for r, k in self.mg.succ[x].items() if k == "data"]
+                for u in [x, *readers, *self.waits.get(x, ())]:
+                    self.mg.add_edge(u, id, "memory")
+        if resource is not None:
+            if resource not in self.first:
+                self.first.add(resource)
+                for u in self.barrier:
+                    self.mg.add_edge(u, id, "memory")
+            if resource in self.last:
+                self.mg.add_edge(self.last[resource], id, "memory")
+            self.last[resource] = id
+        return id
+
+    def task(self, id: str, inputs: tuple[str, ...], offset: int) -> str:
+        return self.add(id, "compute", self.g[id].bytes, resource="gpu", offset=offset,
+                        inputs=inputs)
+
+    def new_segment(self) -> None:
+        """What follows starts once everything before has ended, on every resource."""
+        self.barrier, self.first = list(self.last.values()), set()
+
+    # -- the TaskGraph's vertices -------------------------------------------------------------
+    def inputs(self) -> None:
+        for k in range(1, self.chain.L + 1):
+            self.add(f"w{k}@0", "input", self.g[f"w{k}@0"].bytes, resource=None, device=HOST)
+        for t in range(1, self.T + 1):
+            self.add(f"a0@{t}", "input", self.batch, resource=None, offset=(t - 1) * self.batch)
+
+    def forward(self, k: int, t: int) -> str:
+        act = f"a0@{t}" if k == 1 else f"F{k - 1}@{t}"
+        return self.task(f"F{k}@{t}", (act, self.weight(k)), self.S[k - 1])
+
+    def backward(self, k: int, t: int) -> str:
+        """``B_k`` as the paper's three atomic steps: dw_k, δ^{k-1}, the in-place update."""
+        act = f"a0@{t}" if k == 1 else f"F{k - 1}@{t}"
+        delta = f"F{k}@{t}" if k == self.chain.L else f"B{k + 1}@{t}"
+        copy = self.weight(k)
+        self.task(f"G{k}@{t}", (act, delta), self.S[k])
+        self.mg.add_edge(copy, f"G{k}@{t}", "memory")     # B_k starts once w_k is there
+        self.task(f"B{k}@{t}", (delta, copy), self.S[k - 2] if k > 1 else (t - 1) * self.batch)
+        update = self.task(f"w{k}@{t}", (copy, f"G{k}@{t}"), self.mg[copy].loc.offset)
+        self.gpu[k], self.host[k], self.version[k] = update, None, t
+        return update
+
+    def weight(self, k: int) -> str:
+        if self.gpu[k] is None:
+            raise PlanError(f"internal: w{k} is read while not on the GPU")
+        return self.gpu[k]
+
+    # -- moves ------------------------------------------------------------------------------
+    def prefetch(self, k: int, offset: int, after: str | None = None) -> str:
+        if self.host[k] is None:
+            raise PlanError(f"internal: w{k}@{self.version[k]} is prefetched with no copy on host")
+        kind = "load" if self.version[k] == 0 else "reload"
+        of = f"w{k}@{self.version[k]}"
+        id = self.add(f"{kind}:{of}#{self.moves}", kind, self.chain.w[k - 1], resource="h2d",
+                      offset=offset, inputs=(self.host[k],), of=of)
+        self.moves += 1
+        for u in [after, *self.gone.pop(k, ())]:
+            if u is not None:
+                self.mg.add_edge(u, id, "memory")
+        self.gpu[k] = id
+        return id
+
+    def offload(self, k: int, after: str, drop: bool) -> str:
+        of = f"w{k}@{self.version[k]}"
+        id = self.add(f"offload:{of}#{self.moves}", "offload", self.chain.w[k - 1],
+                      resource="d2h", inputs=(self.weight(k),), of=of)
+        self.moves += 1
+        self.mg.add_edge(after, id, "memory")
+        self.host[k] = id
+        if drop:
+            self.gpu[k], self.gone[k] = None, [id]
+        return id
+
+    def delete(self, k: int, after: str | None) -> None:
+        copy = self.weight(k)
+        waits = [] if after is None else [after]
+        self.waits.setdefault(copy, []).extend(waits)
+        self.gone[k] = [r for r, kind in self.mg.succ[copy].items() if kind == "data"] + waits
+        self.gpu[k] = None
+
+    # -- the run ----------------------------------------------------------------------------
+    def preamble(self) -> None:
+        """``F@1``: each weight is loaded into its block of the cycle's ``F_k`` before ``F_k``
+        and deleted after it unless it stays there across the cycle boundary; the weights
+        prefetched before ``B_L`` are then loaded into their homes."""
+        s = self.s
+        block = dict(s.homes)
+        at_forward: dict[int, int] = {}
+        for e in sorted(s.events, key=_start):
+            if e.kind == "prefetch":
+                block[e.layer] = e.offset
+            elif e.kind == "F":
+                at_forward[e.layer] = block[e.layer]
+        for k in range(1, self.chain.L + 1):
+            if self.gpu[k] is None:
+                self.prefetch(k, at_forward[k])
+            self.forward(k, 1)
+            if k not in s.homes or k in s.precut:
+                self.gpu[k] = None
+        for k in s.precut:
+            self.prefetch(k, s.homes[k])
+
+    def cycle(self, t: int, backward_only: bool) -> None:
+        """The cycle ``B@t, F@t+1`` (only ``B@t`` when ``backward_only``)."""
+        self.new_segment()
+        ids: dict[int, str] = {}
+        for i, e in sorted(enumerate(self.s.events), key=lambda ie: (_start(ie[1]), ie[0])):
+            if backward_only and e.phase != "B":
+                continue
+            after = ids.get(e.after) if e.after is not None else None
+            if e.kind == "B":
+                ids[i] = self.backward(e.layer, t)
+            elif e.kind == "F":
+                ids[i] = self.forward(e.layer, t + 1)
+            elif e.kind == "prefetch":
+                ids[i] = self.prefetch(e.layer, e.offset, after)
+            elif e.kind == "offload":
+                ids[i] = self.offload(e.layer, after, e.drop)
+            else:
+                self.delete(e.layer, after)
+
+
+def _start(e: Event) -> float:
+    return e.start
+
+
+def to_memgraph(graph: TaskGraph, schedule: Schedule) -> MemGraph:
+    """The MemGraph of ``graph`` (``schedule.chain`` unrolled) following ``schedule``."""
+    em = Emitter(graph, schedule)
+    if em.T < 1:
+        raise PlanError(f"TaskGraph {graph.name!r} has no iterations")
+    em.inputs()
+    em.preamble()
+    for t in range(1, em.T + 1):
+        em.cycle(t, backward_only=t == em.T)
+    if len(em.mg) != len(graph) + em.moves:
+        raise PlanError(f"TaskGraph {graph.name!r} is not the unrolled chain of its meta['chain']")
+    return em.mg

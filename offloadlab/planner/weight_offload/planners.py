@@ -1,0 +1,144 @@
+"""The weight-offloading planners (Beaumont et al.): ``greedy-offload`` (Algorithms 1 and 2),
+``greedy-offload-nodiscount`` (Greedy*: no discount, each deletion offloads), ``l2l``
+(Layer-to-Layer [19]) and ``ilp-select`` (the MILP's selection scheduled by Algorithm 2)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ...core.errors import PlanError, SpecError
+from ...core.machine import Machine
+from ...core.memgraph import MemGraph
+from ...core.taskgraph import TaskGraph
+from ...core.workloads.training import TrainingChain
+from ..registry import register
+from .memgraph import to_memgraph
+from .schedule import Schedule, algorithm2, l2l
+from .selection import Choice, check_fits, greedy_selection
+
+
+def _greedy(chain: TrainingChain, machine: Machine, reserved: int) -> Schedule:
+    memory = machine.gpu_memory - reserved
+    return algorithm2(chain, machine, greedy_selection(chain, memory), capacity=machine.gpu_memory,
+                      reserved=reserved)
+
+
+def _greedy_nodiscount(chain: TrainingChain, machine: Machine, reserved: int) -> Schedule:
+    memory = machine.gpu_memory - reserved
+    return algorithm2(chain, machine, greedy_selection(chain, memory, discount=False),
+                      capacity=machine.gpu_memory, reserved=reserved, discount=False,
+                      planner="greedy-offload-nodiscount")
+
+
+def _l2l(chain: TrainingChain, machine: Machine, reserved: int) -> Schedule:
+    return l2l(chain, machine, capacity=machine.gpu_memory, reserved=reserved)
+
+
+def ilp_selection(chain: TrainingChain, machine: Machine, memory: int, *, solver: str = "auto",
+                  time_limit: float = 0.0) -> frozenset[Choice]:
+    """The MILP's D(0), D(1) (Sec. 6) for ``memory`` bytes and the machine's bandwidths,
+    less the choices of layers it never offloads (O* = 0: a deletion undone by a prefetch in
+    the same interval, which saves nothing)."""
+    try:
+        from ...ilp import lower_bound
+    except ImportError:
+        raise PlanError("ilp-select needs offloadlab.ilp.lower_bound, which is not "
+                        "available") from None
+    result = lower_bound(chain, memory, machine.h2d_bandwidth,
+                         offload_bandwidth=machine.d2h_bandwidth, solver=solver,
+                         time_limit=time_limit or None)
+    return frozenset((int(k), int(d)) for k, d in result.selection if k in result.offloaded)
+
+
+def _ilp(chain: TrainingChain, machine: Machine, reserved: int, *, solver: str = "auto",
+         time_limit: float = 0.0) -> Schedule:
+    selection = ilp_selection(chain, machine, machine.gpu_memory - reserved, solver=solver,
+                              time_limit=time_limit)
+    return algorithm2(chain, machine, selection, capacity=machine.gpu_memory, reserved=reserved,
+                      planner="ilp-select")
+
+
+SCHEDULERS: dict[str, Callable[..., Schedule]] = {
+    "greedy-offload": _greedy,
+    "greedy-offload-nodiscount": _greedy_nodiscount,
+    "l2l": _l2l,
+    "ilp-select": _ilp,
+}
+
+
+def schedule_for(planner: str, chain: TrainingChain, machine: Machine, *, reserved: int = 0,
+                 **options) -> Schedule:
+    """The analytic steady-state schedule of ``planner`` for ``chain`` on ``machine``.
+
+    ``reserved``: bytes of GPU memory held besides eq. (1)'s needs (the planners pass the
+    other iterations' batches of the unrolled TaskGraph).  ``options``: the planner's
+    (``solver``, ``time_limit`` for ``ilp-select``).
+    """
+    if planner not in SCHEDULERS:
+        raise SpecError(f"unknown weight-offloading planner {planner!r}; known: "
+                        f"{', '.join(SCHEDULERS)}")
+    check_fits(chain, machine.gpu_memory, reserved)
+    return SCHEDULERS[planner](chain, machine, reserved, **options)
+
+
+def plan_training(planner: str, graph: TaskGraph, machine: Machine, **options) -> MemGraph:
+    """Plan an unrolled training TaskGraph: the analytic schedule laid out as a MemGraph."""
+    chain = TrainingChain.from_taskgraph(graph)
+    machine.check_devices(graph.gpus())
+    iterations = graph.meta.get("iterations", 0)
+    if len(graph) != chain.L + iterations * (1 + 4 * chain.L):
+        raise PlanError(f"TaskGraph {graph.name!r} is not {iterations} unrolled iterations of "
+                        f"its meta['chain'] (use training-chain, gpt2-train or bert-train)")
+    reserved = iterations * max(chain.a0, 1) - chain.a0
+    schedule = schedule_for(planner, chain, machine, reserved=reserved, **options)
+    mg = to_memgraph(graph, schedule)
+    mg.graph.update(planner=planner, taskgraph=graph.name, options=options,
+                    machine=machine.to_dict(), analytic_iteration_time=schedule.iteration_time,
+                    selection=sorted([k, d] for k, d in schedule.selection),
+                    cut=schedule.cut)
+    return mg
+
+
+@register("greedy-offload")
+def greedy_offload(graph: TaskGraph, machine: Machine) -> MemGraph:
+    """Beaumont et al.'s greedy: Algorithm 1's selection (profit = memory saved over the
+    covered operations / bytes moved, a second choice of a layer at half cost), scheduled by
+    Algorithm 2 (prefetch in order of need, FIFO offloads, early offloads, best cutting
+    point)."""
+    return plan_training("greedy-offload", graph, machine)
+
+
+@register("greedy-offload-nodiscount")
+def greedy_offload_nodiscount(graph: TaskGraph, machine: Machine) -> MemGraph:
+    """Greedy* of Sec. 7: no discount in the selection (every choice costs 2|w_k|) and a
+    weight is offloaded every time it is deleted (the CPU copy is never reused)."""
+    return plan_training("greedy-offload-nodiscount", graph, machine)
+
+
+@register("l2l")
+def l2l_planner(graph: TaskGraph, machine: Machine) -> MemGraph:
+    """Layer-to-Layer [19]: only the layer being computed (and the next, prefetched) on the GPU."""
+    return plan_training("l2l", graph, machine)
+
+
+@register("ilp-select")
+def ilp_select(graph: TaskGraph, machine: Machine, *, solver: str = "auto",
+               time_limit: float = 0.0) -> MemGraph:
+    """The MILP's selection (Sec. 6, ``offloadlab.ilp.lower_bound``) scheduled by Algorithm 2;
+    ``time_limit`` in seconds (0: none)."""
+    return plan_training("ilp-select", graph, machine, solver=solver, time_limit=time_limit)
+
+
+def steady_state_iteration_time(result, graph: TaskGraph) -> float:
+    """The steady-state iteration time of a simulated (or measured) run of an unrolled
+    training TaskGraph: the mean time between the ends of consecutive backward passes
+    ``B1@t``, leaving out the first iteration when there are three or more
+    ``(end(B1@T) - end(B1@2)) / (T - 2)``."""
+    trace = result.trace if hasattr(result, "trace") else result
+    T = graph.meta.get("iterations", 0)
+    if T < 2:
+        raise ValueError(f"TaskGraph {graph.name!r} has {T} iteration(s); the steady state "
+                         f"needs at least 2")
+    end = dict(zip(trace["vertex"], trace["end"]))
+    first = 2 if T >= 3 else 1
+    return (end[f"B1@{T}"] - end[f"B1@{first}"]) / (T - first)

@@ -1,0 +1,87 @@
+"""Algorithm 1 of Beaumont et al. (Sec. 5, "Selection phase"): which weights to offload.
+
+A choice ``(k, d)`` removes ``w_k`` from GPU memory between ``F_k`` and ``B_k`` (``d = 1``) or
+between ``B_k`` and ``F_k`` (``d = 0``).  It *covers* the operations that run while ``w_k`` is
+away: ``(k, 1)`` covers ``F_{k+1}..F_L, B_L..B_{k+1}`` and ``(k, 0)`` covers
+``B_{k-1}..B_1, F_1..F_{k-1}``.
+
+Excess memory.  As in the paper, ``E_o = Σ_i |w_i| + M_o - M_GPU`` with M_o from eq. (1).
+eq. (1) already counts the operation's own weight (``M_{F_i} = |w_i| + Σ_{k<=i}|a^k|``,
+``M_{B_i} = 2|w_i| + Σ_{k<=i}|a^k|``: weight, gradient and activations, the update being in
+place), so E_o keeps ``|w_i|`` more bytes free than operation o needs: room for prefetching
+the next weight while it runs.  Below ``max_o M_o + |w_i|`` that room cannot be made
+everywhere; the selection then stops when no choice reduces any excess, which happens only
+once every other weight is away from the operations still in excess (so each fits, since
+``M_o <= M_GPU``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...core.errors import PlanError
+from ...core.workloads.training import TrainingChain
+
+Choice = tuple[int, int]
+
+
+def operation_memory(chain: TrainingChain, kind: str, i: int) -> int:
+    """M_o of eq. (1)."""
+    return chain.memory_forward(i) if kind == "F" else chain.memory_backward(i)
+
+
+def check_fits(chain: TrainingChain, capacity: int, reserved: int = 0, device: str = "gpu0") -> None:
+    """Raise PlanError if some operation cannot run even with every other weight offloaded:
+    ``M_o + reserved > capacity`` (``reserved``: bytes held by other iterations' batches)."""
+    for kind, i in chain.operations():
+        need = operation_memory(chain, kind, i) + reserved
+        if need > capacity:
+            formula = "2|w_i|" if kind == "B" else "|w_i|"
+            extra = f" plus {reserved} bytes held by the other iterations' batches" if reserved else ""
+            raise PlanError(
+                f"layer {i} does not fit on {device} even alone: {kind}{i} needs "
+                f"M_{kind}{i} = {formula} + Σ_{{k<={i}}}|a^k| = "
+                f"{operation_memory(chain, kind, i)} bytes (eq. 1){extra}, but {device} has a "
+                f"capacity of {capacity} bytes")
+
+
+def covers(L: int) -> np.ndarray:
+    """Boolean ``(L, 2, 2L)``: ``[k-1, d, o]`` is whether choice ``(k, d)`` covers operation
+    ``o`` (index in ``F_1..F_L, B_L..B_1``)."""
+    o = np.arange(2 * L)[None, :]
+    k = np.arange(1, L + 1)[:, None]
+    d1 = (o >= k) & (o <= 2 * L - 1 - k)             # F_{k+1} .. B_{k+1}
+    d0 = (o <= k - 2) | (o >= 2 * L - k + 1)          # F_1 .. F_{k-1} and B_{k-1} .. B_1
+    return np.stack([d0, d1], axis=1)
+
+
+def excess(chain: TrainingChain, memory: int) -> np.ndarray:
+    """E_o = Σ_i |w_i| + M_o - M_GPU for o in ``F_1..F_L, B_L..B_1``."""
+    total = sum(chain.w)
+    return np.array([total + operation_memory(chain, kind, i) - memory
+                     for kind, i in chain.operations()], dtype=float)
+
+
+def greedy_selection(chain: TrainingChain, memory: int, *, discount: bool = True) -> frozenset[Choice]:
+    """Algorithm 1: while some operation exceeds ``memory`` (M_GPU, the bytes the chain may
+    use), select the choice of largest profit = benefit / cost, where the benefit is
+    ``Σ_{o in covers(k, d)} min(E_o, |w_k|)`` and the cost ``2|w_k|``, halved when the other
+    choice of layer k is already selected (the *discount*; off for Greedy*); stop early when
+    no choice has a benefit (see the module's note on E_o)."""
+    check_fits(chain, memory)
+    L = chain.L
+    w = np.array(chain.w, dtype=float)
+    cover = covers(L)
+    E = excess(chain, memory)
+    selected = np.zeros((L, 2), dtype=bool)
+    while E.max() > 0:
+        saved = np.minimum(np.clip(E, 0, None)[None, :], w[:, None])        # (L, 2L)
+        benefit = (cover * saved[:, None, :]).sum(axis=2)                    # (L, 2)
+        cost = np.where(selected[:, ::-1] & discount, 1.0, 2.0) * w[:, None]
+        profit = np.where(selected, -np.inf, benefit / cost)
+        k0, d = np.unravel_index(int(np.argmax(profit)), profit.shape)
+        if profit[k0, d] <= 0:
+            break
+        selected[k0, d] = True
+        E[cover[k0, d]] = np.maximum(E[cover[k0, d]] - w[k0], 0)
+    return frozenset((int(k) + 1, int(d)) for k, d in zip(*np.nonzero(selected)))
