@@ -309,7 +309,7 @@ def test_auto_prefers_highs():
 
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_time_limit_gives_a_valid_bound(solver):
-    c = transformer_chain("gpt2", 36, batch=16, seq=128)
+    c = transformer_chain("gpt2", 36, batch=16, seq=128, dtype_bytes=4)
     r = lower_bound(c, 8 * 10**9, 3e9, solver=solver, time_limit=2)
     assert r.status == "time_limit"
     assert c.sum_u <= r.bound <= r.objective

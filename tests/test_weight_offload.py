@@ -144,7 +144,7 @@ def test_memgraph_metadata_and_json_roundtrip():
     machine = replace(V100, gpu_memory=2 * 10**9)
     mg = plan(g, machine, "greedy-offload")
     assert mg.graph["planner"] == "greedy-offload"
-    assert mg.graph["analytic_iteration_time"] >= TrainingChain.from_taskgraph(g).sum_u
+    assert mg.graph["analytic_iteration_time"] >= TrainingChain.from_taskgraph(g).sum_u * (1 - 1e-12)
     assert all(1 <= k <= 8 and d in (0, 1) for k, d in mg.graph["selection"])
     assert mg.count("offload") > 0 and mg.count("reload") > 0
     again = MemGraph.from_json(mg.to_json())

@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from ..core.machine import PRESETS, Machine
-from ..core.workloads.training import TrainingChain, transformer_chain, transformer_workspace
+from ..core.workloads.training import (BERT_SEQ, GPT2_SEQ, TrainingChain, transformer_chain,
+                                       transformer_workspace)
 
 GB = 1e9
-SEQ = {"gpt2": 128, "bert": 64}    # sequence lengths that put per-layer times in Table 1's range
+SEQ = {"gpt2": GPT2_SEQ, "bert": BERT_SEQ}
 
 
 @dataclass(frozen=True)
