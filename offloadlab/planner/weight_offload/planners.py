@@ -117,7 +117,7 @@ def greedy_offload_nodiscount(graph: TaskGraph, machine: Machine) -> MemGraph:
 
 @register("l2l")
 def l2l_planner(graph: TaskGraph, machine: Machine) -> MemGraph:
-    """Layer-to-Layer [19]: only the layer being computed (and the next, prefetched) on the GPU."""
+    """Layer-to-Layer [19]: only the layer being computed keeps its weights on the GPU."""
     return plan_training("l2l", graph, machine)
 
 
