@@ -15,23 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.spec import parse_bytes
 from offloadlab.core.workloads.training import transformer_chain
 from offloadlab.planner import plan
 from offloadlab.planner.weight_offload import schedule_for
-
-
-def best_of(repeat: int, fn):
-    """(seconds, result) of the fastest of ``repeat`` calls."""
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        runs.append((time.perf_counter() - start, result))
-    return min(runs, key=lambda r: r[0])
+from timing import best_of
 
 
 def main() -> int:

@@ -12,23 +12,13 @@ TaskGraph vertices planned per second and MemGraph vertices simulated per second
 from __future__ import annotations
 
 import argparse
-import time
 
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import plan
 from offloadlab.planner.buildmemgraph import min_capacity
 from offloadlab.simulator import simulate
-
-
-def best_of(repeat: int, fn):
-    """(seconds, result) of the fastest of ``repeat`` calls."""
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        runs.append((time.perf_counter() - start, result))
-    return min(runs, key=lambda r: r[0])
+from timing import best_of
 
 
 def main() -> None:

@@ -8,14 +8,13 @@ Every vertex that writes GPU memory has a :class:`Loc`.  Edges are ``data`` or `
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from .devices import CPU, HOST, split_transfer
 from .errors import GraphError
-from .taskgraph import _read
+from .taskgraph import _read, _write
 
 TASK_KINDS = ("input", "compute", "transfer")
 MOVE_KINDS = ("offload", "reload", "load")
@@ -144,10 +143,8 @@ class MemGraph:
                 "edges": [{"source": u, "target": v, "kind": k} for u, v, k in self.edges()]}
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict())
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        """Node-link JSON text, also written to ``path`` if given."""
+        return _write(self.to_dict(), path)
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "MemGraph JSON") -> "MemGraph":

@@ -206,10 +206,8 @@ class TaskGraph:
                 "nodes": nodes, "edges": edges}
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict())
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        """Node-link JSON text, also written to ``path`` if given."""
+        return _write(self.to_dict(), path)
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "TaskGraph JSON") -> "TaskGraph":
@@ -245,6 +243,13 @@ class TaskGraph:
         """Read node-link JSON from a string or a file path."""
         data, where = _read(text_or_path, "TaskGraph JSON")
         return cls.from_dict(data, where)
+
+
+def _write(data: dict, path: str | Path | None) -> str:
+    text = json.dumps(data)
+    if path is not None:
+        Path(path).write_text(text)
+    return text
 
 
 def _read(text_or_path: str | Path, what: str) -> tuple[dict, str]:

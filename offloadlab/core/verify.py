@@ -7,10 +7,9 @@ the executor's tests check it numerically.
 
 from __future__ import annotations
 
-import bisect
-
 from .devices import HOST
 from .errors import VerificationError
+from .intervals import LastWriter
 from .machine import Machine
 from .memgraph import MOVE_KINDS, TASK_KINDS, MemGraph, MemVertex
 from .taskgraph import TaskGraph
@@ -121,45 +120,16 @@ def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
                                         f"but runs on {t.read_device}")
 
 
-class _LastWriter:
-    """Byte ranges of one GPU mapped to the vertex that last wrote them (a sorted interval map)."""
-
-    def __init__(self):
-        self.starts: list[int] = []
-        self.items: list[tuple[int, int, str]] = []
-
-    def overwrite(self, start: int, end: int, writer: str) -> set[str]:
-        """Record ``writer`` on ``[start, end)``; return the previous writers there."""
-        i = max(bisect.bisect_right(self.starts, start) - 1, 0)
-        j = i
-        previous, keep = set(), []
-        while j < len(self.items) and self.items[j][0] < end:
-            s, e, w = self.items[j]
-            if e > start:
-                previous.add(w)
-                if s < start:
-                    keep.append((s, start, w))
-                if e > end:
-                    keep.append((end, e, w))
-            else:
-                keep.append((s, e, w))
-            j += 1
-        new = sorted(keep + [(start, end, writer)])
-        self.items[i:j] = new
-        self.starts[i:j] = [s for s, _, _ in new]
-        return previous
-
-
 def _rule3_no_races(mg: MemGraph, position: dict[str, int]) -> None:
     """Whenever x and y write overlapping bytes, x is an ancestor of y and so is every reader
     of x (or it is y).  Checking each byte's consecutive writers in topological order
     suffices: the relation is transitive."""
-    maps: dict[str, _LastWriter] = {}
+    maps: dict[str, LastWriter] = {}
     writers = sorted((v for v in mg.vertices.values() if v.loc is not None),
                      key=lambda v: position[v.id])
     for y in writers:
         loc = y.loc
-        for x in maps.setdefault(loc.device, _LastWriter()).overwrite(loc.offset, loc.end, y.id):
+        for x in maps.setdefault(loc.device, LastWriter()).overwrite(loc.offset, loc.end, y.id):
             readers = [r for r, kind in mg.succ[x].items() if kind == "data" and r != y.id]
             missing = _not_ancestors(mg, position, [x, *readers], y.id)
             if missing:

@@ -31,41 +31,12 @@ Edges:
 
 from __future__ import annotations
 
-import bisect
-
 from ...core.devices import HOST
 from ...core.errors import PlanError
 from ...core.memgraph import Loc, MemGraph, MemVertex
+from ...core.intervals import LastWriter
 from ...core.taskgraph import TaskGraph
 from .schedule import GPU, Event, Schedule
-
-
-class _LastWriter:
-    """Byte ranges of the GPU mapped to the vertex that last wrote them."""
-
-    def __init__(self):
-        self.starts: list[int] = []
-        self.items: list[tuple[int, int, str]] = []
-
-    def overwrite(self, start: int, end: int, writer: str) -> set[str]:
-        """Record ``writer`` on ``[start, end)``; return the previous writers there."""
-        i = max(bisect.bisect_right(self.starts, start) - 1, 0)
-        j, previous, keep = i, set(), []
-        while j < len(self.items) and self.items[j][0] < end:
-            s, e, w = self.items[j]
-            if e > start:
-                previous.add(w)
-                if s < start:
-                    keep.append((s, start, w))
-                if e > end:
-                    keep.append((end, e, w))
-            else:
-                keep.append((s, e, w))
-            j += 1
-        new = sorted(keep + [(start, end, writer)])
-        self.items[i:j] = new
-        self.starts[i:j] = [s for s, _, _ in new]
-        return previous
 
 
 class Emitter:
@@ -83,7 +54,7 @@ class Emitter:
         for a in chain.a:
             self.S.append(self.S[-1] + a)
         self.mg = MemGraph()
-        self.writers = _LastWriter()
+        self.writers = LastWriter()
         self.waits: dict[str, list[str]] = {}         # writer -> what its deletion waited for
         self.gone: dict[int, list[str]] = {}          # layer -> what its last removal waited for
         self.gpu: dict[int, str | None] = {k: None for k in range(1, chain.L + 1)}
