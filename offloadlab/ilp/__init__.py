@@ -1,5 +1,5 @@
 """ilp layer (see DESIGN.md): MILP models, solved with PuLP (CBC bundled, HiGHS optional)."""
 
-from .milp import IlpResult, lower_bound
+from .milp import IlpResult, lower_bound, transfer_bound
 
-__all__ = ["IlpResult", "lower_bound"]
+__all__ = ["IlpResult", "lower_bound", "transfer_bound"]

@@ -93,7 +93,8 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
     ``solver``: ``"highs"`` (highspy), ``"cbc"`` (bundled with PuLP) or ``"auto"`` (HiGHS when
     importable).  With ``time_limit`` seconds the solver may stop early; ``bound`` is then the
     best proven bound: HiGHS's MIP dual bound, CBC's last "best possible" from its log
-    (rounded down), or, when CBC prints none, the LP relaxation's value.  CBC checks the time
+    (rounded down), or, when CBC prints none, the LP relaxation's value; never less than
+    :func:`transfer_bound`, which a solver stopped early may not have proven yet.  CBC checks the time
     limit only between phases: on large models its root LP alone may take longer.
 
     Raises :class:`PlanError` if an operation does not fit even with no other weight on the
@@ -119,7 +120,7 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
     solve_time = time.perf_counter() - start
 
     found = math.isfinite(primal)
-    bound = chain.sum_u + model.tau * max(dual, 0.0)
+    bound = max(chain.sum_u + model.tau * max(dual, 0.0), transfer_bound(chain, memory, bandwidth))
     objective = chain.sum_u + model.tau * primal if found else math.inf
     return IlpResult(
         bound=min(bound, objective), objective=objective,
@@ -128,6 +129,18 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
         status=status, solver=solver_name,
         build_time=build_time, solve_time=solve_time,
         variables=model.prob.numVariables(), constraints=model.prob.numConstraints())
+
+
+def transfer_bound(chain: TrainingChain, memory: int, bandwidth: float) -> float:
+    """A closed-form bound the MILP implies: during the fullest operation o, the other weights
+    on the GPU fit in ``memory - M_o`` (eq. 4), so at least ``Σ_i |w_i| - |w_o| + M_o - memory``
+    bytes are away; each comes back whole before its next use (eq. 5), and prefetches run at
+    ``bandwidth`` during the cycle (eq. 2).  Returns that volume over the bandwidth (s)."""
+    weights = sum(chain.w)
+    away = max(weights - chain.w[i - 1] + need(i) - memory
+               for need in (chain.memory_forward, chain.memory_backward)
+               for i in range(1, chain.L + 1))
+    return max(away, 0) / bandwidth
 
 
 def _check_fits(chain: TrainingChain, memory: int) -> None:
