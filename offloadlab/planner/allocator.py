@@ -43,25 +43,23 @@ class GpuMemory:
         if size >= self._no_fit:
             return None
         best, best_key = None, None
-        segs, n, i = self.segments, len(self.segments), 0
-        while i < n:
-            s = segs[i]
+        start = end = newest = -1                   # the window at the start of this free run
+        for s in self.segments:
             if s.owner is not None:
-                i += 1
+                start = -1
                 continue
-            start = s.start
-            end, newest, j = start + size, -1, i
-            while j < n and segs[j].owner is None and segs[j].start < end:
-                if segs[j].freed_at > newest:
-                    newest = segs[j].freed_at
-                j += 1
-            if segs[j - 1].end >= end and (best_key is None or newest < best_key):
-                best, best_key = start, newest
+            if start < 0:
+                start, end, newest = s.start, s.start + size, -1
+            if end < 0:
+                continue                            # this run's window is already judged
+            if s.freed_at > newest:
+                newest = s.freed_at
+            if s.end >= end:
                 if newest < 0:
-                    break
-            while j < n and segs[j].owner is None:
-                j += 1
-            i = j
+                    return start                    # never used: nothing can beat it
+                if best_key is None or newest < best_key:
+                    best, best_key = start, newest
+                end = -1
         if best is None:
             self._no_fit = size
         return best
@@ -95,6 +93,8 @@ class GpuMemory:
                 key = (worst, moved, start)
                 if best_key is None or key < best_key:
                     best, best_key = start, key
+                    if worst == float("-inf") and moved == 0:
+                        break                   # nothing to lose here: no window beats it
         return best
 
     def occupants(self, offset: int, size: int) -> list[Hashable]:

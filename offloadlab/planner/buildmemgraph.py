@@ -76,26 +76,25 @@ class BuildMemGraph:
         """Host-resident tensors listed in ``order`` are loaded there, onto every GPU that
         reads them; the others just before their first reader on each GPU."""
         g, succ, item_of = self.g, self.g.succ, self.item_of
-        out = {task.id: task.out_device for task in g}
+        out = {t: task.out_device for t, task in g.tasks.items()}
+        read = {t: task.read_device for t, task in g.tasks.items()}
         for t in order:
-            task = g[t]
+            task = g.tasks[t]
             if task.kind == "input":
                 if task.device == HOST:
-                    for dev in dict.fromkeys(g[w].read_device for w in succ[t]):
+                    for dev in dict.fromkeys(read[w] for w in succ[t]):
                         if is_gpu(dev) and (t, dev) not in item_of:
                             self._add_item((t, dev))
                 continue
-            read = task.read_device
-            if is_gpu(read):
+            if is_gpu(read[t]):
                 for u in task.inputs:
-                    if out[u] == HOST and (u, read) not in item_of:
-                        self._add_item((u, read))     # a load, before its first reader
+                    if out[u] == HOST and (u, read[t]) not in item_of:
+                        self._add_item((u, read[t]))  # a load, before its first reader
             self._add_item((t, out[t]))
         for i, (t, dev) in enumerate(self.items):
-            task = g[t]
-            is_load = task.out_device != dev
-            reads = () if is_load or not is_gpu(task.read_device) else \
-                tuple((u, task.read_device) for u in dict.fromkeys(task.inputs))
+            is_load = out[t] != dev
+            reads = () if is_load or not is_gpu(read[t]) else \
+                tuple((u, read[t]) for u in dict.fromkeys(g.tasks[t].inputs))
             self.item_load.append(is_load)
             self.item_reads.append(reads)
             for slot in reads:
