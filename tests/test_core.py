@@ -131,3 +131,32 @@ def test_from_json_names_the_file(tmp_path):
         TaskGraph.from_json(bad)
     with pytest.raises(GraphError, match="cannot read.*missing.json"):
         MemGraph.from_json(tmp_path / "missing.json")
+
+
+def test_training_chain_from_csv_and_lists(tmp_path):
+    from offloadlab.core.workloads import TrainingChain
+    csv = tmp_path / "layers.csv"
+    csv.write_text("uF,uB,w,a\n0.1,0.2,400MB,20MB\n0.3,0.6,1GB,10MB\n")
+    g = build_workload(f"training-chain:csv_path={csv},iterations=2")
+    chain = TrainingChain.from_taskgraph(g)
+    assert chain.uF == (0.1, 0.3) and chain.uB == (0.2, 0.6)
+    assert chain.w == (400_000_000, 1_000_000_000) and chain.a == (20_000_000, 10_000_000)
+    assert chain.memory_backward(2) == 2 * 10**9 + 30_000_000       # eq. (1)
+    assert g["F2@2"].inputs == ("F1@2", "w2@1") and g["F2@2"].time == 0.3
+    assert g["w1@2"].inputs == ("w1@1", "G1@2") and g["w1@0"].device == "host"
+    same = build_workload("training-chain:uF=0.1;0.3,uB=0.2;0.6,w=400MB;1GB,a=20MB;10MB,"
+                          "iterations=2")
+    assert TrainingChain.from_taskgraph(same).uF == chain.uF and len(same) == len(g)
+
+
+def test_training_chain_errors(tmp_path):
+    with pytest.raises(SpecError, match="one value per layer"):
+        build_workload("training-chain:uF=0.1;0.1,uB=0.2,w=1MB;1MB,a=1MB;1MB")
+    with pytest.raises(SpecError, match="w of layer 2 must be > 0"):
+        build_workload("training-chain:uF=0.1;0.1,uB=0.2;0.2,w=1MB;0,a=1MB;1MB")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("uF,uB,w\n0.1,0.2,1MB\n")
+    with pytest.raises(SpecError, match="lacks column 'a'"):
+        build_workload(f"training-chain:csv_path={bad}")
+    with pytest.raises(SpecError, match="cannot read CSV"):
+        build_workload(f"training-chain:csv_path={tmp_path / 'none.csv'}")
