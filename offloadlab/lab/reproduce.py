@@ -180,6 +180,9 @@ def plot_bandwidth(table: "pd.DataFrame", path) -> None:
         for column, label, style in (("ilp", "ILP bound", "-o"), ("greedy", "Greedy", "-s"),
                                      ("l2l", "L2L", "-^"), ("greedy_nodiscount", "Greedy*", "--x")):
             ax.plot(gbps, rows[column], style, label=label, markersize=4)
+        stopped = rows[rows["ilp_status"] != "optimal"]
+        ax.plot(stopped["bandwidth"] / GB, stopped["ilp"], "o", mfc="white", color="C0",
+                label="bound at time limit")
         ax.axhline(rows["sum_u"].iloc[0], color="grey", lw=0.8, ls=":", label="Σu")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("bandwidth (GB/s each way)")
