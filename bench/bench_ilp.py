@@ -4,9 +4,9 @@
     python bench/bench_ilp.py --depths 144 --solvers highs --time-limit 60
     python bench/bench_ilp.py --gpu-memory 16e9 --workspace 2e9 --bandwidth 12e9
 
-Layers come from ``transformer_chain("gpt2", L, batch, seq)`` (v100 cost model); the MILP gets
-``M_GPU = gpu-memory - workspace`` bytes, too little for all weights from L = 36 on, so weights
-must be offloaded.  A solver that is not installed is reported and skipped.
+Layers come from ``transformer_chain("gpt2", L, batch, seq, dtype_bytes)`` (v100 cost model, fp32 by
+default); the MILP gets ``M_GPU = gpu-memory - workspace`` bytes, too little for all weights from
+L = 36 on, so weights must be offloaded.  A solver that is not installed is reported and skipped.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bandwidth", type=float, default=12e9, help="bytes/s, both directions")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--dtype-bytes", type=int, default=4,
+                    help="bytes per weight and activation value (4: even L = 36 must offload)")
     args = ap.parse_args(argv)
     memory = int(args.gpu_memory - args.workspace)
     print(f"M_GPU = {memory / 1e9:.2f} GB, beta = {args.bandwidth / 1e9:g} GB/s, "
@@ -36,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'L':>4} {'solver':>6} {'vars':>7} {'cons':>7} {'build s':>8} {'solve s':>8} "
           f"{'status':>10} {'sum u s':>9} {'bound s':>9} {'idle %':>7} {'weights GB':>10}")
     for depth in args.depths:
-        chain = transformer_chain("gpt2", depth, batch=args.batch, seq=args.seq)
+        chain = transformer_chain("gpt2", depth, batch=args.batch, seq=args.seq,
+                                  dtype_bytes=args.dtype_bytes)
         for solver in args.solvers:
             if solver == "highs" and importlib.util.find_spec("highspy") is None:
                 print(f"{depth:>4} {solver:>6}  skipped: pip install offloadlab[highs]")
