@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields, replace
 
-from .devices import CPU, gpu_name, is_gpu, split_transfer
+from .devices import CPU, gpu_name, is_gpu
 from .errors import SpecError
 from .spec import apply_options, parse_spec
 

@@ -11,11 +11,14 @@ reproduce.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..core.machine import PRESETS, Machine
 from ..core.workloads.training import (BERT_SEQ, GPT2_SEQ, TrainingChain, transformer_chain,
                                        transformer_workspace)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GB = 1e9
 SEQ = {"gpt2": GPT2_SEQ, "bert": BERT_SEQ}

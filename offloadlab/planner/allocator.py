@@ -10,7 +10,7 @@ memory-dependency edges.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Hashable
 
 
 @dataclass(slots=True, eq=False)

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Hashable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from ..core.devices import HOST, is_gpu
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
-from ..core.util import no_gc
 from ..core.taskgraph import TaskGraph
+from ..core.util import no_gc
 from .allocator import GpuMemory, Segment
 from .registry import register
 

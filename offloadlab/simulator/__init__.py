@@ -24,8 +24,8 @@ import pandas as pd
 from ..core.errors import SpecError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.util import no_gc
 from ..core.trace import make_trace, memory_over_time, peak_memory
+from ..core.util import no_gc
 from .model import POLICIES, DeadlockError, Model
 
 __all__ = ["simulate", "SimResult", "POLICIES", "DeadlockError", "PolicyError"]
