@@ -205,10 +205,7 @@ class BuildMemGraph:
     # -- items ------------------------------------------------------------------------------
     def sim_malloc_item(self, i: int) -> bool:
         slot = self.items[i]
-        memory = self.memory.get(slot[1])
-        if memory is not None and self.task[slot[0]].bytes >= memory._no_fit:
-            return False                           # known not to fit until memory is freed
-        if memory is None:
+        if slot[1] not in self.memory:
             self._add_task_vertex(slot[0], None)   # a CPU vertex: its output lives on host
             self.allocated.add(i)
             return True
