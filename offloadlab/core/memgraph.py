@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from .devices import CPU, HOST, split_transfer
 from .errors import GraphError
@@ -81,12 +81,17 @@ class MemGraph:
 
     def add_edge(self, u: str, v: str, kind: str = "data") -> None:
         """Add ``u -> v``; a data edge wins over a memory edge between the same pair."""
-        if u == v:
-            return
-        if self.succ[u].get(v) == "data":
-            return
-        self.succ[u][v] = kind
-        self.pred[v][u] = kind
+        self.add_edges((u,), v, kind)
+
+    def add_edges(self, sources: Iterable[str], v: str, kind: str = "data") -> None:
+        """Add ``u -> v`` for every ``u`` in ``sources`` (self-loops are skipped; a data edge
+        wins over a memory edge between the same pair)."""
+        succ, pred = self.succ, self.pred[v]
+        for u in sources:
+            out = succ[u]
+            if u != v and out.get(v) != "data":
+                out[v] = kind
+                pred[u] = kind
 
     def __len__(self) -> int:
         return len(self.vertices)

@@ -59,8 +59,11 @@ class BuildMemGraph:
         self.item_of: dict[Slot, int] = {}
         self.allocated: set[int] = set()
         self.uses: dict[Slot, list[int]] = {}   # slot -> items that read it there, ascending
+        self.out = {t: task.out_device for t, task in graph.tasks.items()}
+        self.read = {t: task.read_device for t, task in graph.tasks.items()}
         self.outputs = set(graph.outputs())
-        self.host_read = {u for t in graph if t.read_device == HOST for u in t.inputs}
+        self.host_read = {u for t, task in graph.tasks.items() if self.read[t] == HOST
+                          for u in task.inputs}
         self.kept = self.outputs | self.host_read   # needed later even with no GPU reader
         self.item_writer: dict[int, str] = {}   # item -> the MemGraph vertex that wrote it
         self.item_load: list[bool] = []         # item -> whether it is a load
@@ -75,34 +78,37 @@ class BuildMemGraph:
     def _build_items(self, order: Sequence[str]) -> None:
         """Host-resident tensors listed in ``order`` are loaded there, onto every GPU that
         reads them; the others just before their first reader on each GPU."""
-        g, succ, item_of = self.g, self.g.succ, self.item_of
-        out = {t: task.out_device for t, task in g.tasks.items()}
-        read = {t: task.read_device for t, task in g.tasks.items()}
+        tasks, succ, out, read, gpus = self.g.tasks, self.g.succ, self.out, self.read, self.memory
         for t in order:
-            task = g.tasks[t]
+            task = tasks[t]
             if task.kind == "input":
                 if task.device == HOST:
                     for dev in dict.fromkeys(read[w] for w in succ[t]):
-                        if is_gpu(dev) and (t, dev) not in item_of:
-                            self._add_item((t, dev))
+                        if dev in gpus and (t, dev) not in self.item_of:
+                            self._add_item((t, dev), True, ())
                 continue
-            if is_gpu(read[t]):
-                for u in task.inputs:
-                    if out[u] == HOST and (u, read[t]) not in item_of:
-                        self._add_item((u, read[t]))  # a load, before its first reader
-            self._add_item((t, out[t]))
-        for i, (t, dev) in enumerate(self.items):
-            is_load = out[t] != dev
-            reads = () if is_load or not is_gpu(read[t]) else \
-                tuple((u, read[t]) for u in dict.fromkeys(g.tasks[t].inputs))
-            self.item_load.append(is_load)
-            self.item_reads.append(reads)
+            dev = read[t]
+            if dev not in gpus:
+                self._add_item((t, out[t]), False, ())
+                continue
+            reads = tuple((u, dev) for u in dict.fromkeys(task.inputs))
             for slot in reads:
-                self.uses.setdefault(slot, []).append(i)
+                if out[slot[0]] == HOST and slot not in self.item_of:
+                    self._add_item(slot, True, ())    # a load, before its first reader
+            self._add_item((t, out[t]), False, reads)
 
-    def _add_item(self, slot: Slot) -> None:
-        self.item_of[slot] = len(self.items)
+    def _add_item(self, slot: Slot, is_load: bool, reads: tuple[Slot, ...]) -> None:
+        i = len(self.items)
+        self.item_of[slot] = i
         self.items.append(slot)
+        self.item_load.append(is_load)
+        self.item_reads.append(reads)
+        uses = self.uses
+        for r in reads:
+            if r in uses:
+                uses[r].append(i)
+            else:
+                uses[r] = [i]
 
     # -- Figure 8 -------------------------------------------------------------------------
     def run(self) -> MemGraph:
@@ -204,14 +210,19 @@ class BuildMemGraph:
 
     # -- items ------------------------------------------------------------------------------
     def sim_malloc_item(self, i: int) -> bool:
-        slot = self.items[i]
-        if slot[1] not in self.memory:
-            self._add_task_vertex(slot[0], None)   # a CPU vertex: its output lives on host
+        slot = t, dev = self.items[i]
+        memory = self.memory.get(dev)
+        if memory is None:
+            self._add_task_vertex(t, None)         # a CPU vertex: its output lives on host
             self.allocated.add(i)
             return True
-        if self.task[slot[0]].out_device == HOST and slot[0] not in self.host_copy:
+        if self.out[t] == HOST and t not in self.host_copy:
             return False                           # a CPU result cannot load before it exists
-        return self.sim_malloc(slot, self._writer_for(slot), i) is not None
+        offset = memory.find_free(self.task[t].bytes)
+        if offset is None:
+            return False
+        self._occupy(slot, offset, self._writer_for(slot), i)
+        return True
 
     def sim_malloc_offload_item(self, i: int) -> None:
         slot = self.items[i]
@@ -223,8 +234,7 @@ class BuildMemGraph:
     def _writer_for(self, slot: Slot):
         """The MemGraph writer of an item: its TaskGraph vertex, or a load from host RAM."""
         t, dev = slot
-        task = self.task[t]
-        return t if task.out_device == dev else ("load", self.host_copy[t])
+        return t if self.out[t] == dev else ("load", self.host_copy[t])
 
     def _pinned(self, i: int) -> set[Slot]:
         """What evictions for item ``i`` must spare: its output and its inputs."""
@@ -236,7 +246,7 @@ class BuildMemGraph:
             return
         t, dev = self.items[i]
         reads, resident = self.item_reads[i], self.resident
-        if i not in self.allocated or any(slot not in resident for slot in reads):
+        if i not in self.allocated or not all(map(resident.__contains__, reads)):
             pinned = self._pinned(i)
             while True:               # reloads evict each other only through the repack path
                 if i not in self.allocated:
@@ -246,27 +256,29 @@ class BuildMemGraph:
                         self.sim_malloc_force_reload(slot, pinned)
                 if i in self.allocated and all(slot in resident for slot in reads):
                     break
-        source = {}
-        for slot in reads:
-            res = resident[slot]
-            res.readers.append(t)
-            res.last_use = i
-            source[slot[0]] = res.writer
-        inputs = tuple(source[u] if reads else self._ensure_host_copy(u)
-                       for u in self.task[t].inputs)
-        for u in dict.fromkeys(inputs):
-            self.mg.add_edge(u, t, "data")
-        v = self.mg[t]
+        if reads:
+            source = {}
+            for slot in reads:
+                res = resident[slot]
+                res.readers.append(t)
+                res.last_use = i
+                source[slot[0]] = res.writer
+            inputs = tuple([source[u] for u in self.task[t].inputs])
+        else:
+            inputs = tuple([self._ensure_host_copy(u) for u in self.task[t].inputs])
+        self.mg.add_edges(inputs, t, "data")
+        v = self.mg.vertices[t]
         v.inputs, v.order = inputs, self._next()
         if (t, dev) in resident:
             resident[(t, dev)].materialized = True
         else:
             self.host_copy[t] = t
+        uses, host_copy = self.uses, self.host_copy
         for slot in reads:
             u = slot[0]
-            if self._next_use(slot) is None and u not in self.outputs \
-                    and (u in self.host_copy or u not in self.host_read):
-                self.sim_free(resident[slot])
+            if uses[slot][-1] == i and u not in self.outputs \
+                    and (u in host_copy or u not in self.host_read):
+                self.sim_free(resident[slot])     # its last reader has run
 
     # -- helpers ----------------------------------------------------------------------------
     def _occupy(self, slot: Slot, offset: int, writer_for, item: int,
@@ -289,8 +301,8 @@ class BuildMemGraph:
             writer = writer_for
             self._add_task_vertex(t, loc)
         for segment in covered:
-            for guard in segment.guard:
-                mg.add_edge(guard, writer, "memory")
+            if segment.guard:
+                mg.add_edges(segment.guard, writer, "memory")
         exec_hzn = self.exec_hzn
         res = Resident(slot, loc, writer, covered, item, materialized, [],
                        item if item > exec_hzn else exec_hzn)
@@ -301,11 +313,12 @@ class BuildMemGraph:
         return res
 
     def _add_task_vertex(self, t: str, loc: Loc | None) -> None:
-        if t not in self.mg.vertices:
+        v = self.mg.vertices.get(t)
+        if v is None:
             task = self.task[t]
-            self.mg.add_vertex(MemVertex(t, task.kind, task.device, task.bytes, task=t,
-                                         op=task.op, flops=task.flops, time=task.time))
-        self.mg[t].loc = loc
+            v = self.mg.add_vertex(MemVertex(t, task.kind, task.device, task.bytes, task=t,
+                                             op=task.op, flops=task.flops, time=task.time))
+        v.loc = loc
 
     def _offload(self, res: Resident) -> None:
         t, dev = res.slot
@@ -380,11 +393,14 @@ def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
     if isinstance(order, str) and order == "topological":
         import networkx as nx
         return list(nx.topological_sort(graph.to_networkx()))
-    ids = list(graph.tasks) if isinstance(order, str) and order == "given" else list(order)
-    if isinstance(order, str) and order != "given":
-        raise PlanError(f"unknown order {order!r}: use 'given', 'topological' or a list of ids")
-    if sorted(ids) != sorted(graph.tasks):
-        raise PlanError("the serial order must list every TaskGraph vertex exactly once")
+    if isinstance(order, str):
+        if order != "given":
+            raise PlanError(f"unknown order {order!r}: use 'given', 'topological' or a list of ids")
+        ids = list(graph.tasks)
+    else:
+        ids = list(order)
+        if len(ids) != len(graph.tasks) or set(ids) != set(graph.tasks):
+            raise PlanError("the serial order must list every TaskGraph vertex exactly once")
     pos = {t: i for i, t in enumerate(ids)}
     for t in ids:
         for u in graph[t].inputs:
