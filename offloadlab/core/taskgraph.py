@@ -116,16 +116,21 @@ class TaskGraph:
     def topological_order(self) -> list[str]:
         """Insertion order if it is topological, else a topological order (Kahn, stable)."""
         self.validate()
-        seen: set[str] = set()
-        for t in self.tasks.values():
-            if any(u not in seen for u in t.inputs):
-                break
-            seen.add(t.id)
-        else:
+        if self.out_of_order() is None:
             return list(self.tasks)
         import networkx as nx
         return list(nx.lexicographical_topological_sort(
             self.to_networkx(), key=list(self.tasks).index))
+
+    def out_of_order(self) -> tuple[str, str] | None:
+        """The first ``(vertex, input)`` that insertion order lists the wrong way round, or
+        None if insertion order is topological."""
+        seen: set[str] = set()
+        for t in self.tasks.values():
+            if not seen.issuperset(t.inputs):
+                return t.id, next(u for u in t.inputs if u not in seen)
+            seen.add(t.id)
+        return None
 
     # -- checking ---------------------------------------------------------------------
     def validate(self) -> None:
@@ -163,6 +168,8 @@ class TaskGraph:
         self._check_acyclic()
 
     def _check_acyclic(self) -> None:
+        if self.out_of_order() is None:
+            return                              # insertion order is topological
         indeg = {t.id: len(set(t.inputs)) for t in self.tasks.values()}
         ready = [t for t, d in indeg.items() if d == 0]
         done = 0

@@ -9,7 +9,9 @@ memory-dependency edges.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Callable, Hashable
 
 
@@ -24,6 +26,9 @@ class Segment:
     @property
     def size(self) -> int:
         return self.end - self.start
+
+
+_start = attrgetter("start")
 
 
 class GpuMemory:
@@ -125,28 +130,34 @@ class GpuMemory:
 
     def release(self, owner: Hashable, offset: int, guard: tuple[str, ...], now: int) -> None:
         """Free ``owner``'s segment; new writers there must wait for ``guard``."""
-        s = self.segments[self._index(offset)]
+        i = self._index(offset)
+        s = self.segments[i]
         assert s.owner == owner
         s.owner, s.guard, s.freed_at = None, guard, now
-        self._no_fit = self.capacity + 1
+        self._freed(i, i)
 
     def restore(self, owner: Hashable, offset: int, covered: list[Segment]) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
         i = self._index(offset)
         assert self.segments[i].owner == owner
         self.segments[i:i + 1] = covered
-        self._no_fit = self.capacity + 1
+        self._freed(i, i + len(covered) - 1)
+
+    def _freed(self, i: int, j: int) -> None:
+        """Segments ``i..j`` became free: only the free run containing them grew, so if it is
+        the largest run, ``find_free``'s fail threshold becomes its size plus one."""
+        segs = self.segments
+        while i > 0 and segs[i - 1].owner is None:
+            i -= 1
+        while j + 1 < len(segs) and segs[j + 1].owner is None:
+            j += 1
+        run = segs[j].end - segs[i].start
+        if run >= self._no_fit:
+            self._no_fit = run + 1
 
     def _index(self, offset: int) -> int:
         """Index of the segment containing ``offset`` (binary search on starts)."""
-        segs, lo, hi = self.segments, 0, len(self.segments) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if segs[mid].start <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return bisect.bisect_right(self.segments, offset, key=_start) - 1
 
     def _split(self, i: int, at: int) -> None:
         s = self.segments[i]

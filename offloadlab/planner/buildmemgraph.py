@@ -72,7 +72,7 @@ class BuildMemGraph:
         self.sequence = 0
         self.exec_hzn = 0
         self.alloc_hzn = 0
-        self._build_items(order)
+        self.order = order
 
     # -- V: the serial list of items -----------------------------------------------------
     def _build_items(self, order: Sequence[str]) -> None:
@@ -91,7 +91,7 @@ class BuildMemGraph:
             if dev not in gpus:
                 self._add_item((t, out[t]), False, ())
                 continue
-            reads = tuple((u, dev) for u in dict.fromkeys(task.inputs))
+            reads = tuple([(u, dev) for u in dict.fromkeys(task.inputs)])
             for slot in reads:
                 if out[slot[0]] == HOST and slot not in self.item_of:
                     self._add_item(slot, True, ())    # a load, before its first reader
@@ -116,20 +116,21 @@ class BuildMemGraph:
             return self._run()
 
     def _run(self) -> MemGraph:
+        self._build_items(self.order)
         self._check_fits()
         self._place_gpu_inputs()
-        n = len(self.items)
+        n, allocated, ahead = len(self.items), self.allocated, self.ahead
+        sim_malloc_item, execute = self.sim_malloc_item, self.execute
         while self.exec_hzn < n:
-            a = self.alloc_hzn
-            if a < n and (a in self.allocated or
-                          ((self.ahead or a == self.exec_hzn) and self.sim_malloc_item(a))):
-                self.alloc_hzn += 1          # allocated space for a future result
-            elif a == self.exec_hzn:
+            a, e = self.alloc_hzn, self.exec_hzn
+            if a < n and (a in allocated or ((ahead or a == e) and sim_malloc_item(a))):
+                self.alloc_hzn = a + 1       # allocated space for a future result
+            elif a == e:
                 self.sim_malloc_offload_item(a)   # cannot allocate for the next execution
-                self.alloc_hzn += 1
+                self.alloc_hzn = a + 1
             else:
-                self.execute(self.exec_hzn)  # simulate execution of the next item
-                self.exec_hzn += 1
+                execute(e)                   # simulate execution of the next item
+                self.exec_hzn = e + 1
         return self.mg
 
     def _check_fits(self) -> None:
@@ -300,9 +301,7 @@ class BuildMemGraph:
         else:
             writer = writer_for
             self._add_task_vertex(t, loc)
-        for segment in covered:
-            if segment.guard:
-                mg.add_edges(segment.guard, writer, "memory")
+        mg.add_edges([guard for segment in covered for guard in segment.guard], writer, "memory")
         exec_hzn = self.exec_hzn
         res = Resident(slot, loc, writer, covered, item, materialized, [],
                        item if item > exec_hzn else exec_hzn)
@@ -397,16 +396,16 @@ def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
         if order != "given":
             raise PlanError(f"unknown order {order!r}: use 'given', 'topological' or a list of ids")
         ids = list(graph.tasks)
+        bad = graph.out_of_order()
     else:
         ids = list(order)
         if len(ids) != len(graph.tasks) or set(ids) != set(graph.tasks):
             raise PlanError("the serial order must list every TaskGraph vertex exactly once")
-    pos = {t: i for i, t in enumerate(ids)}
-    for t in ids:
-        for u in graph[t].inputs:
-            if pos[u] > pos[t]:
-                raise PlanError(f"serial order is not topological: {t!r} comes before its "
-                                f"input {u!r} (use order=topological)")
+        pos = {t: i for i, t in enumerate(ids)}
+        bad = next(((t, u) for t in ids for u in graph[t].inputs if pos[u] > pos[t]), None)
+    if bad is not None:
+        raise PlanError(f"serial order is not topological: {bad[0]!r} comes before its "
+                        f"input {bad[1]!r} (use order=topological)")
     return ids
 
 
@@ -422,7 +421,8 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
     if victim not in ("belady", "lru"):
         raise PlanError(f"unknown victim policy {victim!r}: use 'belady' or 'lru'")
     machine.check_devices(graph.gpus())
-    ids = [t for t in serial_order(graph, order) if graph[t].kind != "input"]
+    tasks = graph.tasks
+    ids = [t for t in serial_order(graph, order) if tasks[t].kind != "input"]
     mg = BuildMemGraph(graph, machine, ids, victim, ahead).run()
     mg.graph.update(planner="buildmemgraph", taskgraph=graph.name,
                     options=dict(victim=victim, ahead=ahead,
