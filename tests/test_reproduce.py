@@ -7,7 +7,8 @@ import pytest
 
 from offloadlab.lab.cli import main
 from offloadlab.lab.reproduce import (PAPER_TABLE1, TABLE1, Setting, evaluate, parse_setting,
-                                      setting_chain, shape_checks)
+                                      setting_chain, setting_machine, shape_checks)
+from offloadlab.planner.weight_offload import schedule_for
 
 KEYS = ["network", "depth", "batch", "sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"]
 
@@ -22,6 +23,32 @@ def test_calibration_matches_the_papers_sum_u_per_layer_at_batch_16():
         ours = setting_chain(setting).sum_u / depth
         paper = PAPER_TABLE1[setting][0] / 1000 / depth
         assert ours == pytest.approx(paper, rel=0.02)
+
+
+def _l2l_growth_per_layer(times: dict[int, float]) -> float:
+    """Slope of L2L - Σu against depth between the shallowest and deepest setting (s/layer)."""
+    lo, hi = min(times), max(times)
+    return (times[hi] - times[lo]) / (hi - lo)
+
+
+@pytest.mark.parametrize("network", ["gpt2", "bert"])
+def test_weight_calibration_matches_the_papers_l2l_growth_per_layer(network):
+    """The calibrated weights make one transfer take half of what the paper's L2L adds per
+    layer (two exposed transfers per layer), and our L2L then grows by as much per layer."""
+    rows = {s: v for s, v in PAPER_TABLE1.items() if s.network == network and s.batch == 16}
+    paper = _l2l_growth_per_layer({s.depth: (v[3] - v[0]) / 1000 for s, v in rows.items()})
+    weight = setting_chain(next(iter(rows))).w[0]
+    assert weight / 12e9 == pytest.approx(paper / 2, rel=0.01)
+    ours = {}
+    for s in rows:
+        chain = setting_chain(s)
+        ours[s.depth] = schedule_for("l2l", chain, setting_machine(s)).iteration_time - chain.sum_u
+    assert _l2l_growth_per_layer(ours) == pytest.approx(paper, rel=0.02)
+
+
+def test_hyperparameter_weights_are_fp16_hidden_3072():
+    chain = setting_chain(Setting("bert", 96, 16), weights="hyperparameters")
+    assert chain.w[0] == (12 * 3072**2 + 13 * 3072) * 2
 
 
 def test_json_rows_and_bound_below_every_strategy(capsys):

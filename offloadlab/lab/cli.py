@@ -224,7 +224,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     run, plot, default = REPRODUCTIONS[args.what]
     settings = [parse_setting(s) for s in args.only.split(",")] if args.only else list(default)
-    table = run(settings, solver=args.solver, time_limit=args.time_limit,
+    table = run(settings, solver=args.solver, time_limit=args.time_limit, weights=args.weights,
                 progress=not args.json and sys.stderr.isatty())
     if args.json:
         print(json.dumps(table[COLUMNS + (["bandwidth"] if args.what == "beaumont-bandwidth"
@@ -338,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=_nonnegative_float, default=60.0, metavar="S",
                    help="MILP time limit per setting in seconds (60); the best proven bound "
                         "is reported")
+    p.add_argument("--weights", choices=("paper", "hyperparameters"), default="paper",
+                   help="layer weight sizes: calibrated to the paper's transfer times (paper: "
+                        "GPT-2 432 MB, BERT 160 MB) or from hidden 3072 in fp16 (226 MB)")
     p.add_argument("--json", action="store_true",
                    help="print the table as one JSON list of rows (times in seconds)")
     p.add_argument("--out", default="offloadlab-out", metavar="DIR",

@@ -450,8 +450,8 @@ def _algorithm2_cycle(chain: TrainingChain, machine: Machine, selection: frozens
             while WL:                      # offload min |w_k'| from WL while it fits
                 k2 = min(WL, key=lambda j: (chain.w[j - 1], j))
                 T_start = max(c.T_ava_off, c.events[c.op_index["B", k2]].end)
-                if c.events[b].end - T_start < machine.duration("offload", GPU, chain.w[k2 - 1]):
-                    break
+                if c.events[b].end - T_start <= machine.duration("offload", GPU, chain.w[k2 - 1]):
+                    break          # the paper's loop runs while the gap is strictly larger
                 WL.remove(k2)
                 c.offload(k2, c.op_index["B", k2], drop=False, phase="B")   # kept on the GPU
             c.offload(k, b, drop=True, phase="B")
