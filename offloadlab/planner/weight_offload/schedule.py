@@ -18,13 +18,16 @@ GPU memory (Sec. 3 and eq. 1) is an address line ``[0, M_GPU)``:
 
 "Earliest time when Pre_k is feasible" is the earliest time from which a block of ``|w_k|``
 contiguous bytes stays free, above the stack top of every operation until ``w_k`` is
-removed again (the highest such block is taken).  With equal layers this is the paper's
-byte count; with unequal ones it also accounts for fragmentation, so that the schedule can
-be laid out as a MemGraph as it is.  Weights resident across the cycle boundary (never
-removed, removed only between ``B_k`` and ``F_k``, or prefetched before ``B_L``) have a
-fixed block, their *home*, the same in every cycle, at the top of memory.  While its owner
-is away another weight may borrow a home if it leaves before the owner comes back, and only
-if no other block is free in time.
+removed again (the highest such block is taken).  Blocks make the schedule a MemGraph as
+it is; with unequal layers they also account for fragmentation.  Weights resident across the
+cycle boundary (never removed, removed only between ``B_k`` and ``F_k``, or prefetched before
+``B_L``) have a fixed block, their *home*, the same in every cycle, at the top of memory.
+While its owner is away another weight may borrow a home if it leaves before the owner comes
+back, and only if no other block is free in time.
+
+Homes make this stricter than the paper's byte count ("enough memory is available on the
+GPU"), even with equal layers: a weight prefetched into its home waits for a borrower to
+leave although another block may be free earlier, and a home stays reserved for its owner.
 """
 
 from __future__ import annotations
