@@ -10,6 +10,8 @@ memory-dependency edges.
 from __future__ import annotations
 
 import bisect
+import math
+from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, Hashable
@@ -69,38 +71,55 @@ class GpuMemory:
             self._no_fit = size
         return best
 
-    def find_victims(self, size: int,
-                     cost: Callable[[Hashable], tuple[float, int] | None]) -> int | None:
-        """simMallocOffld's search: the offset of a window of ``size`` bytes whose occupants may
-        all be evicted (``cost`` is not None) and whose worst occupant is least bad, where
+    def find_victims(self, size: int, cost: Callable[[Hashable], tuple[float, int] | None]
+                     ) -> tuple[int, list[Hashable]] | None:
+        """simMallocOffld's search: a window of ``size`` bytes whose occupants may all be
+        evicted (``cost`` is not None) and whose worst occupant is least bad, where
         ``cost(owner) = (badness, bytes to offload)``; ties go to the window that offloads
-        fewer bytes, then to the lowest offset."""
-        segs, best, best_key = self.segments, None, None
-        costs = {s.owner: cost(s.owner) for s in segs if s.owner is not None}
-        n = len(segs)
+        fewer bytes, then to the lowest offset.  Returns its offset and its occupants.
+
+        Windows start at segment starts; one sliding pass keeps the window's pinned count,
+        offload bytes and (in a monotonic deque) its worst badness."""
+        segs, n = self.segments, len(self.segments)
+        costs: list[tuple[float, int] | None] = [None] * n
+        worst: deque[int] = deque()        # occupied indices in the window, badness decreasing
+        best, best_key = None, None
+        j = pinned = moved = 0             # the window is segments i..j-1
         for i in range(n):
             start = segs[i].start
             end = start + size
             if end > self.capacity:
                 break
-            worst, moved, j = float("-inf"), 0, i
             while j < n and segs[j].start < end:
                 owner = segs[j].owner
                 if owner is not None:
-                    c = costs[owner]
+                    c = costs[j] = cost(owner)
                     if c is None:
-                        break
-                    if c[0] > worst:
-                        worst = c[0]
-                    moved += c[1]
+                        pinned += 1
+                    else:
+                        moved += c[1]
+                        while worst and costs[worst[-1]][0] <= c[0]:
+                            worst.pop()
+                        worst.append(j)
                 j += 1
-            else:
-                key = (worst, moved, start)
+            if not pinned:
+                key = (costs[worst[0]][0] if worst else -math.inf, moved, start)
                 if best_key is None or key < best_key:
-                    best, best_key = start, key
-                    if worst == float("-inf") and moved == 0:
+                    best, best_key = i, key
+                    if key[:2] == (-math.inf, 0):
                         break                   # nothing to lose here: no window beats it
-        return best
+            if segs[i].owner is not None:       # segment i leaves the window
+                c = costs[i]
+                if c is None:
+                    pinned -= 1
+                else:
+                    moved -= c[1]
+                    if worst and worst[0] == i:
+                        worst.popleft()
+        if best is None:
+            return None
+        start = segs[best].start
+        return start, self.occupants(start, size)
 
     def occupants(self, offset: int, size: int) -> list[Hashable]:
         """Occupants of the segments overlapping ``[offset, offset + size)``."""

@@ -170,13 +170,10 @@ class BuildMemGraph:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
         nbytes, memory = self.task[slot[0]].bytes, self.memory[slot[1]]
-        offset = memory.find_victims(nbytes, lambda o: None if o in pinned else self._cost(o))
-        if offset is None:
-            # The pinned tensors fragment memory: clear the GPU and repack from offset 0
-            # (execute() then brings back whatever pinned tensor this evicted).
-            offset, victims = 0, memory.owners()
-        else:
-            victims = memory.occupants(offset, nbytes)
+        found = memory.find_victims(nbytes, lambda o: None if o in pinned else self._cost(o))
+        # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
+        # (execute() then brings back whatever pinned tensor this evicted).
+        offset, victims = found or (0, memory.owners())
         for owner in victims:
             self.sim_free(self.resident[owner], evict=True)
         return self._occupy(slot, offset, writer_for, item)
