@@ -1,3 +1,4 @@
+import gc
 import json
 
 import pytest
@@ -5,6 +6,7 @@ import pytest
 from offloadlab.core import GraphError, MemGraph, SpecError, TaskGraph
 from offloadlab.core.machine import PRESETS, MiB, machine_from_spec
 from offloadlab.core.spec import parse_bytes, parse_spec
+from offloadlab.core.util import no_gc
 from offloadlab.core.workloads import WORKLOADS, build_workload
 from offloadlab.planner import plan
 
@@ -160,3 +162,17 @@ def test_training_chain_errors(tmp_path):
         build_workload(f"training-chain:csv_path={bad}")
     with pytest.raises(SpecError, match="cannot read CSV"):
         build_workload(f"training-chain:csv_path={tmp_path / 'none.csv'}")
+
+
+def test_no_gc_restores_the_collector_and_keeps_frozen_objects_frozen():
+    with no_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with no_gc():
+            pass
+        assert gc.get_freeze_count() == frozen > 0
+    finally:
+        gc.unfreeze()

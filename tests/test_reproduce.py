@@ -65,9 +65,11 @@ def test_json_rows_and_bound_below_every_strategy(capsys):
 
 def test_writes_csv_and_plot(capsys, tmp_path):
     assert main(["reproduce", "beaumont-bandwidth", "--only", "gpt2-38x16",
-                 "--out", str(tmp_path)]) == 0
+                 "--weights", "hyperparameters", "--out", str(tmp_path)]) == 0
     table = pd.read_csv(tmp_path / "beaumont-bandwidth.csv")
     assert sorted(table["bandwidth"]) == [0.5e9, 1e9, 2e9, 4e9, 8e9, 12e9]
+    assert (table["weights"] == "hyperparameters").all()
+    assert (table["weight_bytes"] == (12 * 3072**2 + 13 * 3072) * 2).all()
     assert (table["ilp"] <= table["greedy"] + 1e-9).all()
     # less bandwidth never lowers the bound
     bounds = table.sort_values("bandwidth")["ilp"].tolist()

@@ -241,6 +241,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         shown[column] = (1000 * shown[column]).round(1)
     shown["bandwidth"] = shown["bandwidth"] / 1e9
     shown["memory"] = shown["memory"].map(fmt_bytes)
+    shown["weight_bytes"] = shown["weight_bytes"].map(fmt_bytes)
     print("iteration times in ms; bandwidth in GB/s each way")
     print(shown.to_string(index=False))
     if args.what == "beaumont-table1":

@@ -40,7 +40,7 @@ class GpuMemory:
         self.device = device
         self.capacity = capacity
         self.segments: list[Segment] = [Segment(0, capacity)]
-        self._no_fit = capacity + 1   # no free run holds this many bytes (until a release)
+        self._no_fit = capacity + 1   # no free run holds this many bytes
 
     # -- simMalloc's search ---------------------------------------------------------------
     def find_free(self, size: int) -> int | None:

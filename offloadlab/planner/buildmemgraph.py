@@ -75,11 +75,11 @@ class BuildMemGraph:
         self.order = order
 
     # -- V: the serial list of items -----------------------------------------------------
-    def _build_items(self, order: Sequence[str]) -> None:
-        """Host-resident tensors listed in ``order`` are loaded there, onto every GPU that
-        reads them; the others just before their first reader on each GPU."""
+    def _build_items(self) -> None:
+        """Host-resident tensors listed in the serial order are loaded there, onto every GPU
+        that reads them; the others just before their first reader on each GPU."""
         tasks, succ, out, read, gpus = self.g.tasks, self.g.succ, self.out, self.read, self.memory
-        for t in order:
+        for t in self.order:
             task = tasks[t]
             if task.kind == "input":
                 if task.device == HOST:
@@ -116,7 +116,7 @@ class BuildMemGraph:
             return self._run()
 
     def _run(self) -> MemGraph:
-        self._build_items(self.order)
+        self._build_items()
         self._check_fits()
         self._place_gpu_inputs()
         n, allocated, ahead = len(self.items), self.allocated, self.ahead
