@@ -1,0 +1,122 @@
+"""The offset allocator behind BuildMemGraph (planner/allocator.py), against brute force."""
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offloadlab.core.taskgraph import TaskGraph
+from offloadlab.planner.allocator import GpuMemory
+
+
+def free_runs(memory: GpuMemory) -> list[tuple[int, int]]:
+    """Maximal runs of free bytes as (start, end)."""
+    runs: list[tuple[int, int]] = []
+    for s in memory.segments:
+        if s.owner is None:
+            if runs and runs[-1][1] == s.start:
+                runs[-1] = (runs[-1][0], s.end)
+            else:
+                runs.append((s.start, s.end))
+    return runs
+
+
+def check_layout(memory: GpuMemory) -> None:
+    segs = memory.segments
+    assert segs[0].start == 0 and segs[-1].end == memory.capacity
+    assert all(a.end == b.start and a.start < a.end for a, b in zip(segs, segs[1:]))
+    # find_free's fail threshold: no free run holds _no_fit bytes
+    assert all(end - start < memory._no_fit for start, end in free_runs(memory))
+
+
+@st.composite
+def histories(draw):
+    """An allocator after a random sequence of allocations, releases and retractions."""
+    capacity = draw(st.integers(16, 200))
+    memory = GpuMemory("gpu0", capacity)
+    held: dict[int, tuple[int, int, list]] = {}
+    for step in range(draw(st.integers(0, 40))):
+        action = draw(st.sampled_from(["place", "place", "release", "restore"]))
+        if action == "place":
+            size = draw(st.integers(1, capacity // 2))
+            offset = memory.find_free(size)
+            if offset is not None:
+                held[step] = (offset, size, memory.place(offset, size, step))
+        elif held:
+            owner = draw(st.sampled_from(sorted(held)))
+            offset, size, covered = held.pop(owner)
+            if action == "release":
+                memory.release(owner, offset, (f"r{owner}",), now=step)
+            else:
+                memory.restore(owner, offset, covered)
+        check_layout(memory)
+    return memory
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.integers(1, 200))
+def test_find_free_agrees_with_brute_force(memory, size):
+    runs = [(a, b) for a, b in free_runs(memory) if b - a >= size]
+    offset = memory.find_free(size)
+    if not runs:
+        assert offset is None
+        return
+
+    def newest(start):   # the latest freeing among the bytes [start, start + size)
+        return max(s.freed_at for s in memory.segments
+                   if s.owner is None and s.start < start + size and s.end > start)
+
+    best = min((newest(a), a) for a, _ in runs)
+    assert offset == best[1]
+    check_layout(memory)
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.integers(1, 200), st.data())
+def test_find_victims_agrees_with_brute_force(memory, size, data):
+    owners = memory.owners()
+    costs = {o: data.draw(st.none() | st.tuples(st.sampled_from([-math.inf, -3.0, -1.0, 0.0, 2.0]),
+                                                st.integers(0, 3)))
+             for o in owners}
+    found = memory.find_victims(size, costs.__getitem__)
+    windows = []
+    for s in memory.segments:
+        if s.start + size > memory.capacity:
+            break
+        inside = memory.occupants(s.start, size)
+        if all(costs[o] is not None for o in inside):
+            worst = max((costs[o][0] for o in inside), default=-math.inf)
+            windows.append(((worst, sum(costs[o][1] for o in inside), s.start), inside))
+    if not windows:
+        assert found is None
+        return
+    key, victims = min(windows, key=lambda w: w[0])
+    assert found == (key[2], victims)
+
+
+def test_find_free_prefers_the_run_freed_longest_ago():
+    memory = GpuMemory("gpu0", 30)
+    for name in "abc":
+        memory.place(memory.find_free(10), 10, name)
+    assert [s.owner for s in memory.segments] == ["a", "b", "c"]
+    memory.release("c", 20, ("c-reader",), now=1)
+    memory.release("a", 0, ("a-reader",), now=2)
+    assert memory.find_free(10) == 20           # c's run was freed first
+    assert memory.find_free(11) is None
+    memory.release("b", 10, ("b-reader",), now=3)
+    assert memory.find_free(30) == 0            # one run again
+    covered = memory.place(0, 20, "d")
+    assert [s.guard for s in covered] == [("a-reader",), ("b-reader",)]
+    memory.restore("d", 0, covered)             # retraction gives the guards back
+    assert [s.guard for s in memory.segments] == [("a-reader",), ("b-reader",), ("c-reader",)]
+
+
+def test_out_of_order_names_the_first_misordered_pair():
+    g = TaskGraph()
+    g.add_input("x", 4)
+    assert g.out_of_order() is None
+    g.add_compute("z", "add", ["x", "y"], "gpu0", 4)
+    g.add_compute("y", "relu", ["x"], "gpu0", 4)
+    assert g.out_of_order() == ("z", "y")
+    g.validate()                                # acyclic all the same
+    assert g.topological_order() == ["x", "y", "z"]
