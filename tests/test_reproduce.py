@@ -105,3 +105,15 @@ def test_evaluate_one_setting_directly():
     row = evaluate(Setting("gpt2", 38, 64), time_limit=30)
     assert row["ilp_status"] == "optimal"
     assert row["ilp"] == pytest.approx(row["sum_u"], rel=1e-6)
+
+
+@pytest.mark.parametrize("setting", TABLE1, ids=str)
+def test_table1_shape_with_the_calibrated_weights(setting):
+    """Sec. 7.1's claims on the strategies (the MILP aside): Greedy within 5% of Σu, L2L 10-50%
+    above it, Greedy* never faster than Greedy."""
+    chain, machine = setting_chain(setting), setting_machine(setting)
+    greedy, l2l, nodiscount = (schedule_for(p, chain, machine).iteration_time
+                               for p in ("greedy-offload", "l2l", "greedy-offload-nodiscount"))
+    assert chain.sum_u * (1 - 1e-12) <= greedy <= 1.05 * chain.sum_u
+    assert 1.10 * chain.sum_u <= l2l <= 1.50 * chain.sum_u
+    assert greedy <= nodiscount * (1 + 1e-12)
