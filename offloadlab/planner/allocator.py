@@ -83,7 +83,7 @@ class GpuMemory:
         segs, n = self.segments, len(self.segments)
         costs: list[tuple[float, int] | None] = [None] * n
         worst: deque[int] = deque()        # occupied indices in the window, badness decreasing
-        best, best_key = None, None
+        best, best_key = None, None        # the best window is segments best[0]..best[1]-1
         j = pinned = moved = 0             # the window is segments i..j-1
         for i in range(n):
             start = segs[i].start
@@ -105,7 +105,7 @@ class GpuMemory:
             if not pinned:
                 key = (costs[worst[0]][0] if worst else -math.inf, moved, start)
                 if best_key is None or key < best_key:
-                    best, best_key = i, key
+                    best, best_key = (i, j), key
                     if key[:2] == (-math.inf, 0):
                         break                   # nothing to lose here: no window beats it
             if segs[i].owner is not None:       # segment i leaves the window
@@ -118,8 +118,7 @@ class GpuMemory:
                         worst.popleft()
         if best is None:
             return None
-        start = segs[best].start
-        return start, self.occupants(start, size)
+        return best_key[2], [s.owner for s in segs[best[0]:best[1]] if s.owner is not None]
 
     def occupants(self, offset: int, size: int) -> list[Hashable]:
         """Occupants of the segments overlapping ``[offset, offset + size)``."""

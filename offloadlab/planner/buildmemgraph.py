@@ -15,6 +15,8 @@ before its first reader there).  GPU-resident inputs are placed before the run.
 from __future__ import annotations
 
 import bisect
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -56,7 +58,6 @@ class BuildMemGraph:
         self.resident: dict[Slot, Resident] = {}
         self.host_copy: dict[str, str] = {}     # tensor -> MemGraph vertex holding it on host
         self.items: list[Slot] = []
-        self.item_of: dict[Slot, int] = {}
         self.allocated: set[int] = set()
         self.uses: dict[Slot, list[int]] = {}   # slot -> items that read it there, ascending
         self.out = {t: task.out_device for t, task in graph.tasks.items()}
@@ -66,10 +67,10 @@ class BuildMemGraph:
                           for u in task.inputs}
         self.kept = self.outputs | self.host_read   # needed later even with no GPU reader
         self.item_writer: dict[int, str] = {}   # item -> the MemGraph vertex that wrote it
-        self.item_load: list[bool] = []         # item -> whether it is a load
+        self.item_load: list[bool] = []         # item -> whether it is a load (from host RAM)
         self.item_reads: list[tuple[Slot, ...]] = []  # item -> the GPU slots it reads
         self.moves = 0
-        self.sequence = 0
+        self.sequence = itertools.count()   # the MemGraph order of each vertex
         self.exec_hzn = 0
         self.alloc_hzn = 0
         self.order = order
@@ -79,36 +80,34 @@ class BuildMemGraph:
         """Host-resident tensors listed in the serial order are loaded there, onto every GPU
         that reads them; the others just before their first reader on each GPU."""
         tasks, succ, out, read, gpus = self.g.tasks, self.g.succ, self.out, self.read, self.memory
+        items, item_reads, loaded = self.items, self.item_reads, set()
         for t in self.order:
             task = tasks[t]
             if task.kind == "input":
                 if task.device == HOST:
                     for dev in dict.fromkeys(read[w] for w in succ[t]):
-                        if dev in gpus and (t, dev) not in self.item_of:
-                            self._add_item((t, dev), True, ())
+                        if dev in gpus and (t, dev) not in loaded:
+                            loaded.add((t, dev))
+                            items.append((t, dev))
+                            item_reads.append(())
                 continue
             dev = read[t]
-            if dev not in gpus:
-                self._add_item((t, out[t]), False, ())
-                continue
-            reads = tuple([(u, dev) for u in dict.fromkeys(task.inputs)])
+            reads = tuple([(u, dev) for u in dict.fromkeys(task.inputs)]) if dev in gpus else ()
             for slot in reads:
-                if out[slot[0]] == HOST and slot not in self.item_of:
-                    self._add_item(slot, True, ())    # a load, before its first reader
-            self._add_item((t, out[t]), False, reads)
-
-    def _add_item(self, slot: Slot, is_load: bool, reads: tuple[Slot, ...]) -> None:
-        i = len(self.items)
-        self.item_of[slot] = i
-        self.items.append(slot)
-        self.item_load.append(is_load)
-        self.item_reads.append(reads)
+                if out[slot[0]] == HOST and slot not in loaded:
+                    loaded.add(slot)               # a load, before its first reader
+                    items.append(slot)
+                    item_reads.append(())
+            items.append((t, out[t]))
+            item_reads.append(reads)
+        self.item_load = [out[t] != dev for t, dev in items]
         uses = self.uses
-        for r in reads:
-            if r in uses:
-                uses[r].append(i)
-            else:
-                uses[r] = [i]
+        for i, reads in enumerate(item_reads):
+            for slot in reads:
+                if slot in uses:
+                    uses[slot].append(i)
+                else:
+                    uses[slot] = [i]
 
     # -- Figure 8 -------------------------------------------------------------------------
     def run(self) -> MemGraph:
@@ -146,16 +145,12 @@ class BuildMemGraph:
         for task in self.g:
             if task.kind == "input":
                 self.mg.add_vertex(MemVertex(task.id, "input", task.device, task.bytes,
-                                             task=task.id, order=self._next()))
+                                             task=task.id, order=next(self.sequence)))
                 if task.device == HOST:
                     self.host_copy[task.id] = task.id
                 else:
                     offset = self.memory[task.device].find_free(task.bytes)
                     self._occupy((task.id, task.device), offset, task.id, -1, materialized=True)
-
-    def _next(self) -> int:
-        self.sequence += 1
-        return self.sequence - 1
 
     # -- Figure 9: the malloc variants -----------------------------------------------------
     def sim_malloc(self, slot: Slot, writer_for, item: int) -> Resident | None:
@@ -170,7 +165,8 @@ class BuildMemGraph:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
         nbytes, memory = self.task[slot[0]].bytes, self.memory[slot[1]]
-        found = memory.find_victims(nbytes, lambda o: None if o in pinned else self._cost(o))
+        cost = self._cost
+        found = memory.find_victims(nbytes, lambda o: None if o in pinned else cost(o))
         # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
         # (execute() then brings back whatever pinned tensor this evicted).
         offset, victims = found or (0, memory.owners())
@@ -266,7 +262,7 @@ class BuildMemGraph:
             inputs = tuple([self._ensure_host_copy(u) for u in self.task[t].inputs])
         self.mg.add_edges(inputs, t, "data")
         v = self.mg.vertices[t]
-        v.inputs, v.order = inputs, self._next()
+        v.inputs, v.order = inputs, next(self.sequence)
         if (t, dev) in resident:
             resident[(t, dev)].materialized = True
         else:
@@ -292,7 +288,7 @@ class BuildMemGraph:
             writer = f"{kind}:{t}@{dev}#{self.moves}"
             self.moves += 1
             mg.add_vertex(MemVertex(writer, kind, dev, nbytes, loc=loc, of=t,
-                                    inputs=(source,), order=self._next()))
+                                    inputs=(source,), order=next(self.sequence)))
             mg.add_edge(source, writer, "data")
             materialized = True
         else:
@@ -321,7 +317,7 @@ class BuildMemGraph:
         off = f"offload:{t}@{dev}#{self.moves}"
         self.moves += 1
         self.mg.add_vertex(MemVertex(off, "offload", dev, res.loc.size, of=t,
-                                     inputs=(res.writer,), order=self._next()))
+                                     inputs=(res.writer,), order=next(self.sequence)))
         self.mg.add_edge(res.writer, off, "data")
         res.readers.append(off)
         self.host_copy[t] = off
@@ -344,13 +340,13 @@ class BuildMemGraph:
         ``belady`` prefers the furthest next use, ``lru`` the least recent use.  Retracting an
         allocation made ahead costs no transfer; its "use" is when its item comes."""
         res = self.resident[owner]
-        offload = res.loc.size if res.materialized and owner[0] not in self.host_copy else 0
+        if not res.materialized:
+            return (res.last_use if self.victim == "lru" else -res.item), 0
+        offload = 0 if owner[0] in self.host_copy else res.loc.size
         if self.victim == "lru":
             return res.last_use, offload
-        if not res.materialized:
-            return -res.item, 0
         nxt = self._next_use(owner)
-        return (float("-inf") if nxt is None else -nxt), offload
+        return (-math.inf if nxt is None else -nxt), offload
 
 
 def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
@@ -366,7 +362,7 @@ def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
             continue
         out, read = task.out_device, task.read_device
         if is_gpu(read):
-            reads = sum(size[u] for u in set(task.inputs))
+            reads = sum([size[u] for u in set(task.inputs)])
             if out == read:
                 yield task.id, out, reads + task.bytes
                 continue
