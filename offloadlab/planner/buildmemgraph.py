@@ -205,22 +205,17 @@ class BuildMemGraph:
     # -- items ------------------------------------------------------------------------------
     def sim_malloc_item(self, i: int) -> bool:
         slot = t, dev = self.items[i]
-        memory = self.memory.get(dev)
-        if memory is None:
+        if dev not in self.memory:
             self._add_task_vertex(t, None)         # a CPU vertex: its output lives on host
             self.allocated.add(i)
             return True
         if self.out[t] == HOST and t not in self.host_copy:
             return False                           # a CPU result cannot load before it exists
-        offset = memory.find_free(self.task[t].bytes)
-        if offset is None:
-            return False
-        self._occupy(slot, offset, self._writer_for(slot), i)
-        return True
+        return self.sim_malloc(slot, self._writer_for(slot), i) is not None
 
     def sim_malloc_offload_item(self, i: int) -> None:
         slot = self.items[i]
-        if is_gpu(slot[1]):
+        if slot[1] in self.memory:
             self.sim_malloc_offload(slot, self._writer_for(slot), i, self._pinned(i))
         else:
             self.sim_malloc_item(i)
