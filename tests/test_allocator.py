@@ -21,6 +21,12 @@ def free_runs(memory: GpuMemory) -> list[tuple[int, int]]:
     return runs
 
 
+def occupants(memory: GpuMemory, offset: int, size: int) -> list:
+    """Occupants of the segments overlapping ``[offset, offset + size)``."""
+    return [s.owner for s in memory.segments
+            if s.owner is not None and s.start < offset + size and s.end > offset]
+
+
 def check_layout(memory: GpuMemory) -> None:
     segs = memory.segments
     assert segs[0].start == 0 and segs[-1].end == memory.capacity
@@ -83,7 +89,7 @@ def test_find_victims_agrees_with_brute_force(memory, size, data):
     for s in memory.segments:
         if s.start + size > memory.capacity:
             break
-        inside = memory.occupants(s.start, size)
+        inside = occupants(memory, s.start, size)
         if all(costs[o] is not None for o in inside):
             worst = max((costs[o][0] for o in inside), default=-math.inf)
             windows.append(((worst, sum(costs[o][1] for o in inside), s.start), inside))

@@ -25,10 +25,6 @@ class Segment:
     guard: tuple[str, ...] = ()
     freed_at: int = -1
 
-    @property
-    def size(self) -> int:
-        return self.end - self.start
-
 
 _start = attrgetter("start")
 
@@ -119,11 +115,6 @@ class GpuMemory:
         if best is None:
             return None
         return best_key[2], [s.owner for s in segs[best[0]:best[1]] if s.owner is not None]
-
-    def occupants(self, offset: int, size: int) -> list[Hashable]:
-        """Occupants of the segments overlapping ``[offset, offset + size)``."""
-        return [s.owner for s in self.segments
-                if s.owner is not None and s.start < offset + size and s.end > offset]
 
     def owners(self) -> list[Hashable]:
         return [s.owner for s in self.segments if s.owner is not None]
