@@ -3,7 +3,8 @@
     python bench/bench_throughput.py                      # 100k-vertex random DAG, 4 GPUs
     python bench/bench_throughput.py --vertices 300000 --memory-factor 1.2 --policy fixed
 
-Plans a ``random`` TaskGraph (inputs in host RAM) with ``buildmemgraph`` on an a100x8-like
+Prints whether the planner core runs as pure Python or compiled (README, Performance: the
+compiled build).  Plans a ``random`` TaskGraph (inputs in host RAM) with ``buildmemgraph`` on an a100x8-like
 machine whose GPU memory is ``--memory-factor`` times the tightest feasible capacity
 (:func:`min_capacity`), then simulates the MemGraph.  Reports the best of ``--repeat`` runs in
 TaskGraph vertices planned per second and MemGraph vertices simulated per second.
@@ -15,7 +16,7 @@ import argparse
 
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.workloads import build_workload
-from offloadlab.planner import plan
+from offloadlab.planner import buildmemgraph, plan
 from offloadlab.planner.buildmemgraph import min_capacity
 from offloadlab.simulator import simulate
 from timing import best_of
@@ -40,6 +41,8 @@ def main() -> None:
                                 f"gpu_memory={int(tight * args.memory_factor)}")
     plan_s, mg = best_of(args.repeat, lambda: plan(graph, machine, args.planner))
     sim_s, result = best_of(args.repeat, lambda: simulate(mg, machine, args.policy))
+    build = "compiled (mypyc)" if buildmemgraph.__file__.endswith((".so", ".pyd")) else "pure Python"
+    print(f"planner    {build}, {buildmemgraph.__file__}")
     print(f"workload   random, {len(graph)} vertices, {args.gpus} GPUs, seed {args.seed}")
     print(f"memory     {machine.gpu_memory / 2**20:.1f} MiB per GPU "
           f"({args.memory_factor} x the tightest feasible {tight / 2**20:.1f} MiB)")

@@ -14,14 +14,16 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Callable, Hashable
+from typing import Any, Callable
+
+Owner = Any   # what the caller names an occupant by (BuildMemGraph: a Slot); hashable
 
 
 @dataclass(slots=True, eq=False)
 class Segment:
     start: int
     end: int
-    owner: Hashable | None = None
+    owner: Owner = None              # None: free
     guard: tuple[str, ...] = ()
     freed_at: int = -1
 
@@ -67,8 +69,8 @@ class GpuMemory:
             self._no_fit = size
         return best
 
-    def find_victims(self, size: int, cost: Callable[[Hashable], tuple[float, int] | None]
-                     ) -> tuple[int, list[Hashable]] | None:
+    def find_victims(self, size: int, cost: Callable[[Owner], tuple[float, int] | None]
+                     ) -> tuple[int, list[Owner]] | None:
         """simMallocOffld's search: a window of ``size`` bytes whose occupants may all be
         evicted (``cost`` is not None) and whose worst occupant is least bad, where
         ``cost(owner) = (badness, bytes to offload)``; ties go to the window that offloads
@@ -77,9 +79,11 @@ class GpuMemory:
         Windows start at segment starts; one sliding pass keeps the window's pinned count,
         offload bytes and (in a monotonic deque) its worst badness."""
         segs, n = self.segments, len(self.segments)
-        costs: list[tuple[float, int] | None] = [None] * n
-        worst: deque[int] = deque()        # occupied indices in the window, badness decreasing
-        best, best_key = None, None        # the best window is segments best[0]..best[1]-1
+        badness = [0.0] * n                # of each evictable occupant seen
+        moves = [-1] * n                   # its bytes to offload; -1: free or pinned
+        worst: deque[int] = deque()        # evictable indices in the window, badness decreasing
+        best_key: tuple[float, int, int] | None = None
+        first = last = 0                   # the best window is segments first..last-1
         j = pinned = moved = 0             # the window is segments i..j-1
         for i in range(n):
             start = segs[i].start
@@ -89,38 +93,39 @@ class GpuMemory:
             while j < n and segs[j].start < end:
                 owner = segs[j].owner
                 if owner is not None:
-                    c = costs[j] = cost(owner)
+                    c = cost(owner)
                     if c is None:
                         pinned += 1
                     else:
+                        badness[j], moves[j] = c
                         moved += c[1]
-                        while worst and costs[worst[-1]][0] <= c[0]:
+                        while worst and badness[worst[-1]] <= c[0]:
                             worst.pop()
                         worst.append(j)
                 j += 1
             if not pinned:
-                key = (costs[worst[0]][0] if worst else -math.inf, moved, start)
+                key = (badness[worst[0]] if worst else -math.inf, moved, start)
                 if best_key is None or key < best_key:
-                    best, best_key = (i, j), key
+                    best_key, first, last = key, i, j
                     if key[:2] == (-math.inf, 0):
                         break                   # nothing to lose here: no window beats it
-            if segs[i].owner is not None:       # segment i leaves the window
-                c = costs[i]
-                if c is None:
+            owner = segs[i].owner
+            if owner is not None:               # segment i leaves the window
+                if moves[i] < 0:
                     pinned -= 1
                 else:
-                    moved -= c[1]
+                    moved -= moves[i]
                     if worst and worst[0] == i:
                         worst.popleft()
-        if best is None:
+        if best_key is None:
             return None
-        return best_key[2], [s.owner for s in segs[best[0]:best[1]] if s.owner is not None]
+        return best_key[2], [s.owner for s in segs[first:last] if s.owner is not None]
 
-    def owners(self) -> list[Hashable]:
+    def owners(self) -> list[Owner]:
         return [s.owner for s in self.segments if s.owner is not None]
 
     # -- updates --------------------------------------------------------------------------
-    def place(self, offset: int, size: int, owner: Hashable) -> list[Segment]:
+    def place(self, offset: int, size: int, owner: Owner) -> list[Segment]:
         """Occupy ``[offset, offset + size)``, which must be free; return the free segments it
         covered (their guards become memory edges; :meth:`restore` puts them back)."""
         segs, end = self.segments, offset + size
@@ -137,7 +142,7 @@ class GpuMemory:
         segs[i:j + 1] = [Segment(offset, end, owner)]
         return covered
 
-    def release(self, owner: Hashable, offset: int, guard: tuple[str, ...], now: int) -> None:
+    def release(self, owner: Owner, offset: int, guard: tuple[str, ...], now: int) -> None:
         """Free ``owner``'s segment; new writers there must wait for ``guard``."""
         i = self._index(offset)
         s = self.segments[i]
@@ -145,7 +150,7 @@ class GpuMemory:
         s.owner, s.guard, s.freed_at = None, guard, now
         self._freed(i, i)
 
-    def restore(self, owner: Hashable, offset: int, covered: list[Segment]) -> None:
+    def restore(self, owner: Owner, offset: int, covered: list[Segment]) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
         i = self._index(offset)
         assert self.segments[i].owner == owner

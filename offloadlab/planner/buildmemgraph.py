@@ -150,6 +150,7 @@ class BuildMemGraph:
                     self.host_copy[task.id] = task.id
                 else:
                     offset = self.memory[task.device].find_free(task.bytes)
+                    assert offset is not None     # _check_fits: a GPU's inputs fit together
                     self._occupy((task.id, task.device), offset, task.id, -1, materialized=True)
 
     # -- Figure 9: the malloc variants -----------------------------------------------------
@@ -233,7 +234,8 @@ class BuildMemGraph:
         """Simulate item ``i``: reload evicted inputs, add data edges, free dead tensors."""
         if self.item_load[i]:         # a load: it ran when its memory was allocated
             return
-        t, dev = self.items[i]
+        output = self.items[i]
+        t = output[0]
         reads, resident = self.item_reads[i], self.resident
         if i not in self.allocated or not all(map(resident.__contains__, reads)):
             pinned = self._pinned(i)
@@ -258,8 +260,9 @@ class BuildMemGraph:
         self.mg.add_edges(inputs, t, "data")
         v = self.mg.vertices[t]
         v.inputs, v.order = inputs, next(self.sequence)
-        if (t, dev) in resident:
-            resident[(t, dev)].materialized = True
+        written = resident.get(output)
+        if written is not None:
+            written.materialized = True
         else:
             self.host_copy[t] = t
         uses, host_copy = self.uses, self.host_copy
@@ -399,7 +402,7 @@ def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
 
 @register("buildmemgraph")
 def buildmemgraph(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
-                  ahead: bool = True, order: str = "given") -> MemGraph:
+                  ahead: bool = True, order: str | Sequence[str] = "given") -> MemGraph:
     """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU.
 
     ``victim``: ``belady`` (evict what is used furthest in the future, as in the paper) or

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable
 
 from ..core.errors import SpecError
 from ..core.machine import Machine
@@ -11,11 +11,10 @@ from ..core.spec import apply_options, parse_spec
 from ..core.taskgraph import TaskGraph
 
 
-class Planner(Protocol):
-    """Turns a TaskGraph into a MemGraph for a Machine.  Options are keyword arguments with
-    defaults, so that ``NAME:key=value`` specs can be checked and coerced against them."""
-
-    def __call__(self, graph: TaskGraph, machine: Machine, **options) -> MemGraph: ...
+Planner = Callable[..., MemGraph]
+"""``planner(graph: TaskGraph, machine: Machine, **options) -> MemGraph``.  Options are
+keyword-only arguments with defaults, so that ``NAME:key=value`` specs can be checked and
+coerced against them."""
 
 
 PLANNERS: dict[str, Planner] = {}
