@@ -3,11 +3,11 @@
     python bench/bench_throughput.py                      # 100k-vertex random DAG, 4 GPUs
     python bench/bench_throughput.py --vertices 300000 --memory-factor 1.2 --policy fixed
 
-Prints whether the planner core runs as pure Python or compiled (README, Performance: the
-compiled build).  Plans a ``random`` TaskGraph (inputs in host RAM) with ``buildmemgraph`` on an a100x8-like
+Plans a ``random`` TaskGraph (inputs in host RAM) with ``buildmemgraph`` on an a100x8-like
 machine whose GPU memory is ``--memory-factor`` times the tightest feasible capacity
 (:func:`min_capacity`), then simulates the MemGraph.  Reports the best of ``--repeat`` runs in
-TaskGraph vertices planned per second and MemGraph vertices simulated per second.
+TaskGraph vertices planned per second and MemGraph vertices simulated per second, and whether
+the planner core ran as pure Python or compiled (README, Performance: the compiled build).
 """
 
 from __future__ import annotations
