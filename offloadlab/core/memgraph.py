@@ -14,7 +14,7 @@ from typing import Iterable, NamedTuple
 
 from .devices import CPU, HOST, split_transfer
 from .errors import GraphError
-from .taskgraph import _read, _write
+from .taskgraph import TaskGraph, _read, _write
 
 TASK_KINDS = ("input", "compute", "transfer")
 MOVE_KINDS = ("offload", "reload", "load")
@@ -51,6 +51,8 @@ class MemVertex:
     inputs: tuple[str, ...] = ()
     order: int = 0
     time: float | None = None   # profiled seconds; overrides the cost model when set
+    shape: tuple[int, ...] | None = None   # of the tensor it writes or moves (None: flat)
+    dtype: str = "float32"
 
     @property
     def out_device(self) -> str:
@@ -111,6 +113,15 @@ class MemGraph:
     def count(self, kind: str) -> int:
         return sum(1 for v in self.vertices.values() if v.kind == kind)
 
+    def stamp_tensors(self, graph: TaskGraph) -> None:
+        """Copy each tensor's shape and dtype from ``graph`` onto the vertices that write or
+        move it (the executor needs them; planners call this in their shared closing step)."""
+        tasks = graph.tasks
+        for v in self.vertices.values():
+            task = tasks.get(v.task or v.of or "")
+            if task is not None:
+                v.shape, v.dtype = task.shape, task.dtype
+
     def moved_bytes(self) -> dict[str, int]:
         """Bytes moved per kind of movement (offload, reload, load, transfer)."""
         out = {k: 0 for k in (*MOVE_KINDS, "transfer")}
@@ -139,6 +150,7 @@ class MemGraph:
                         if v.loc else None),
                 "task": v.task, "of": v.of, "op": v.op, "bytes": v.bytes, "flops": v.flops,
                 "inputs": list(v.inputs), "order": v.order, "time": v.time,
+                "shape": list(v.shape) if v.shape is not None else None, "dtype": v.dtype,
             })
         return nodes
 
@@ -167,7 +179,9 @@ class MemGraph:
                     loc=Loc(loc["device"], int(loc["offset"]), int(loc["size"])) if loc else None,
                     task=n.get("task"), of=n.get("of"), op=n.get("op"),
                     flops=float(n.get("flops") or 0.0), inputs=tuple(n.get("inputs") or ()),
-                    order=int(n.get("order", 0)), time=n.get("time")))
+                    order=int(n.get("order", 0)), time=n.get("time"),
+                    shape=tuple(map(int, n["shape"])) if n.get("shape") is not None else None,
+                    dtype=str(n.get("dtype") or "float32")))
             except (KeyError, TypeError, ValueError) as exc:
                 raise GraphError(f"{where}: node {str(n)[:200]} lacks or mistypes field {exc}") from None
             if mg.vertices[str(n["id"])].kind not in TASK_KINDS + MOVE_KINDS:

@@ -1,12 +1,19 @@
 """The ops a compute vertex may name.  The cost model prices a vertex by its ``flops`` and the
-bytes it touches; the executor (later) gives each op its NumPy/CuPy implementation."""
+bytes it touches; the executor gives each op its NumPy/CuPy kernel
+(:mod:`offloadlab.executor.kernels`)."""
 
 OPS: dict[str, str] = {
     "matmul": "hstack(inputs[:-1]) @ inputs[-1]: the left operand may come as column shards",
     "add": "elementwise sum of the inputs",
+    "mul": "elementwise product of the inputs",
     "relu": "max(x, 0)",
+    "gelu": "GELU (tanh approximation)",
+    "silu": "x * sigmoid(x)",
     "softmax": "row-wise softmax",
-    "adam_update": "one Adam step on a weight from its gradient and moments",
+    "rmsnorm": "RMSNorm over the last axis, optional gain as second input",
+    "layernorm": "LayerNorm over the last axis, optional gain as second input",
+    "adam_update": "one Adam step on a weight from its gradient, fresh moments",
+    "sgd_update": "one SGD step on a weight from its gradient",
     "copy": "identity",
     "layer_forward": "a sequential layer's forward a(i) = f(a(i-1); w) (Beaumont et al. Sec. 3)",
     "layer_backward": "a layer's backward: delta(i-1) from delta(i) and w",

@@ -164,3 +164,19 @@ def peak_memory(trace: "pd.DataFrame", memgraph: "MemGraph",
     for device, peak in memory.groupby("device")["bytes"].max().items():
         peaks[device] = max(int(peak), 0)
     return peaks
+
+
+def busy_time(trace: "pd.DataFrame") -> dict[str, float]:
+    """Seconds each resource had at least one vertex running: the length of the union of its
+    rows' ``[start, end)`` intervals (streams of one engine overlap).  One run only."""
+    if trace["run"].nunique() > 1:
+        raise ValueError("busy_time: the trace holds several runs; select one first")
+    busy: dict[str, float] = {}
+    for resource, rows in trace.groupby("resource", sort=True):
+        total, reach = 0.0, -float("inf")
+        for start, end in sorted(zip(rows["start"].tolist(), rows["end"].tolist())):
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        busy[str(resource)] = total
+    return busy

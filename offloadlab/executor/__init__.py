@@ -1,1 +1,126 @@
-"""executor layer (see DESIGN.md)."""
+"""executor: run a MemGraph for real and measure it (DESIGN.md, Executor; TURNIP Sec. 5).
+
+:func:`execute` runs a MemGraph with real data on a device backend (``numpy``: arenas in host
+RAM, worker threads for streams, paced copy engines for links; ``cupy``: one arena per GPU,
+one pinned host block, CUDA streams and events) under a dispatch policy of
+:mod:`offloadlab.core.dispatch`, and returns a measured Trace (``source="measured"``), memory
+in use over time and the graph's outputs.  :func:`check_outputs` compares them with
+:func:`reference_outputs`, a plain NumPy evaluation of the TaskGraph with unlimited memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..core.dispatch import check_policy
+from ..core.errors import SpecError
+from ..core.machine import Machine
+from ..core.memgraph import MemGraph
+from ..core.trace import busy_time, make_trace, memory_over_time, peak_memory
+from .device import Backend
+from .kernels import KERNELS, KernelError
+from .loop import EventLoop, ExecutionError, StallError
+from .reference import reference_outputs, taskgraph_of
+
+BACKENDS = ("numpy", "cupy")
+TOLERANCE = {"numpy": (1e-5, 1e-6), "cupy": (1e-3, 1e-4)}   # (rtol, atol) against the reference
+
+__all__ = ["execute", "ExecResult", "check_outputs", "reference_outputs", "taskgraph_of",
+           "make_backend", "BACKENDS", "KERNELS", "ExecutionError", "StallError", "KernelError"]
+
+
+@dataclass
+class ExecResult:
+    """A measured run: its trace, makespan (s), seconds each resource was busy, memory in use
+    over time, peak bytes per GPU and host, and the graph's outputs (TaskGraph vertex ->
+    array)."""
+
+    trace: pd.DataFrame
+    makespan: float
+    busy: dict[str, float]
+    memory: pd.DataFrame
+    peak_memory: dict[str, int]
+    outputs: dict[str, np.ndarray]
+    backend: str
+    policy: str
+
+
+def make_backend(name: str, machine: Machine, rate_limit: bool = True) -> Backend:
+    """A fresh backend: ``numpy`` (copies paced to the machine's bandwidths if ``rate_limit``)
+    or ``cupy`` (needs an NVIDIA GPU and the ``gpu`` extra)."""
+    if name == "numpy":
+        from .numpy_backend import NumpyBackend
+        return NumpyBackend(machine, rate_limit)
+    if name == "cupy":
+        from .cupy_backend import CupyBackend
+        return CupyBackend(machine)
+    raise SpecError(f"unknown backend {name!r}; valid backends: {', '.join(BACKENDS)}")
+
+
+def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
+            policy: str = "dynamic", seed: int = 0, streams: int | None = None,
+            poison: bool = False, rate_limit: bool = True, host_memory: int | None = None,
+            watchdog: float = 60.0, run: int = 0) -> ExecResult:
+    """Run ``memgraph`` on ``machine`` with real data.
+
+    ``policy`` is ``dynamic``, ``fixed`` or ``random`` (seeded by ``seed``); ``streams``
+    overrides ``machine.streams``; ``poison`` fills every location with NaN bytes before it is
+    written and host ranges when freed; ``rate_limit`` paces the numpy backend's copies to the
+    machine's bandwidths; ``host_memory`` caps the host block (default: the host inputs plus
+    every offload, which never runs out); ``watchdog`` is how long the run may go without a
+    completion before it stops naming the vertices it waits for.
+
+    Raises ExecutionError (naming the vertex) if a kernel fails or memory does not suffice,
+    StallError if no vertex can make progress, KernelError for an op without a kernel.
+    """
+    check_policy(policy)
+    streams = machine.streams if streams is None else streams
+    if streams < 1:
+        raise SpecError(f"streams must be >= 1, got {streams}")
+    if not watchdog > 0:
+        raise SpecError(f"watchdog must be > 0 seconds, got {watchdog}")
+    outputs = set(taskgraph_of(memgraph).outputs())
+    loop = EventLoop(memgraph, machine, make_backend(backend, machine, rate_limit), policy,
+                     seed, streams, poison, outputs, host_memory, watchdog)
+    loop.run()
+    executed = [i for i, v in enumerate(loop.vertices) if v.kind != "input"]
+    vertices = loop.vertices
+    trace = make_trace({
+        "vertex": [vertices[i].id for i in executed],
+        "kind": [vertices[i].kind for i in executed],
+        "device": [vertices[i].device for i in executed],
+        "resource": [loop.engine[i].name for i in executed],   # type: ignore[union-attr]
+        "stream": [loop.slot[i] for i in executed],
+        "start": [loop.start[i] for i in executed],
+        "end": [loop.end[i] for i in executed],
+        "bytes": [vertices[i].bytes for i in executed],
+        "flops": [vertices[i].flops for i in executed],
+        "source": ["measured"] * len(executed),
+        "run": [run] * len(executed),
+    })
+    memory = memory_over_time(trace, memgraph)
+    peaks = {gpu: 0 for gpu in machine.gpu_names()}
+    peaks.update(peak_memory(trace, memgraph, memory))
+    return ExecResult(trace=trace, makespan=float(max(trace["end"], default=0.0)),
+                      busy=busy_time(trace), memory=memory, peak_memory=peaks,
+                      outputs=loop.outputs, backend=backend, policy=policy)
+
+
+def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+                  backend: str = "numpy") -> str | None:
+    """None if every output equals the reference within the backend's tolerance, else a
+    message naming the first wrong (or missing) output."""
+    rtol, atol = TOLERANCE.get(backend, TOLERANCE["cupy"])
+    for name, expected in reference.items():
+        got = outputs.get(name)
+        if got is None:
+            return f"output {name!r} was not produced"
+        if got.shape != expected.shape or not np.allclose(got, expected, rtol=rtol, atol=atol):
+            bad = int(np.sum(~np.isclose(got, expected, rtol=rtol, atol=atol))) \
+                if got.shape == expected.shape else got.size
+            return (f"output {name!r} differs from the reference in {bad} of "
+                    f"{expected.size} elements")
+    return None

@@ -51,4 +51,6 @@ def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph", **opti
     if unknown:
         raise SpecError(f"planner {name!r}: unknown option(s) {', '.join(unknown)}")
     merged.update(options)
-    return planner(graph, machine, **merged)
+    mg = planner(graph, machine, **merged)
+    mg.stamp_tensors(graph)
+    return mg

@@ -8,8 +8,10 @@ and, with a host bus, ``bus:h2d``/``bus:d2h`` after the link.  While both direct
 GPU's host link are busy each runs at the machine's ``duplex`` factor.  Durations come from
 the machine's cost model, optionally times a seeded lognormal noise factor.
 
-Policies: ``dynamic`` (work-conserving, earliest-ready first, ties by planner order) and
-``fixed`` (each resource runs its vertices strictly in planner order).
+Policies (:mod:`offloadlab.core.dispatch`, shared with the executor): ``dynamic``
+(work-conserving, earliest-ready first, ties by planner order), ``fixed`` (each resource runs
+its vertices strictly in planner order) and ``random`` (a seeded choice among ready vertices;
+``seed`` seeds it as well as the noise).
 
 The trace has one row per executed vertex, in planner order; ``input`` vertices take no time
 and no resource, and have no row (their tensors exist from time 0).
@@ -21,18 +23,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..core.errors import SpecError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.trace import make_trace, memory_over_time, peak_memory
 from ..core.util import no_gc
-from .model import POLICIES, DeadlockError, Model
+from ..core.dispatch import POLICIES, PolicyError, check_policy
+from .model import DeadlockError, Model
 
 __all__ = ["simulate", "SimResult", "POLICIES", "DeadlockError", "PolicyError"]
-
-
-class PolicyError(SpecError, ValueError):
-    """An unknown dispatch policy."""
 
 
 @dataclass
@@ -58,8 +56,7 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     Raises PolicyError (a ValueError) for an unknown policy, DeadlockError if some vertices
     can never start, and RuntimeError if a GPU's memory in use exceeds ``machine.gpu_memory``.
     """
-    if policy not in POLICIES:
-        raise PolicyError(f"unknown policy {policy!r}; valid policies: {', '.join(POLICIES)}")
+    check_policy(policy)
     if noise < 0:
         raise ValueError(f"noise must be >= 0, got {noise}")
     streams = machine.streams if streams is None else streams

@@ -20,9 +20,8 @@ from simpy.events import Timeout
 from ..core.errors import GraphError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from .resources import Bus, EarliestReady, Engine, InOrder
-
-POLICIES = ("dynamic", "fixed")
+from ..core.dispatch import Queues
+from .resources import Bus, Engine
 
 
 class DeadlockError(GraphError):
@@ -49,7 +48,7 @@ class Model:
         self.finished = 0
         self._dirty: list[Engine | Bus] = []
         self._pass_pending = False
-        self._build_resources(machine, policy, streams)
+        self._build_resources(machine, policy, streams, seed)
 
     def _durations(self, memgraph: MemGraph, machine: Machine, noise: float,
                    seed: int) -> list[float]:
@@ -64,7 +63,7 @@ class Model:
             durations = [d * f for d, f in zip(durations, factors)]
         return durations
 
-    def _build_resources(self, machine: Machine, policy: str, streams: int) -> None:
+    def _build_resources(self, machine: Machine, policy: str, streams: int, seed: int) -> None:
         cache: dict[tuple[str, str], tuple[str, ...]] = {}
         names = []
         for v in self.vertices:
@@ -76,10 +75,10 @@ class Model:
         for i, held in enumerate(names):
             for name in held:
                 sequences.setdefault(name, []).append(i)
-        ready = bytearray(len(self.vertices))
+        queues = Queues(policy, len(self.vertices), seed)
 
         def queue(name):
-            return EarliestReady() if policy == "dynamic" else InOrder(sequences[name], ready)
+            return queues.new(sequences[name])
 
         self.resources: dict[str, Engine | Bus] = {}
         for name in sequences:

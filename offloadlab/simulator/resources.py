@@ -9,57 +9,21 @@ processes, an engine schedules one SimPy timeout for its next completion and, wh
 jobs or speed change, a new one; a superseded timeout fires to no effect.
 
 A :class:`Bus` is a shared host bus: one transfer at a time, taken after the link.  Each
-resource dispatches from a ready queue, :class:`EarliestReady` (``dynamic``) or
-:class:`InOrder` (``fixed``).
+resource dispatches from a ready queue of :mod:`offloadlab.core.dispatch`, the policies the
+executor uses too.
 """
 
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from simpy.events import Timeout
 
+from ..core.dispatch import ReadyQueue
+
 if TYPE_CHECKING:
     from .model import Model
-
-
-class ReadyQueue(Protocol):
-    def push(self, now: float, vertex: int) -> None: ...
-
-    def pop(self) -> int | None:
-        """The next vertex to dispatch, or None if the resource must wait."""
-
-
-class EarliestReady:
-    """``dynamic``: the earliest-ready vertex first, ties broken by planner order."""
-
-    def __init__(self):
-        self.heap: list[tuple[float, int]] = []
-
-    def push(self, now: float, vertex: int) -> None:
-        heappush(self.heap, (now, vertex))
-
-    def pop(self) -> int | None:
-        return heappop(self.heap)[1] if self.heap else None
-
-
-class InOrder:
-    """``fixed``: the resource's vertices strictly in planner order; a later one waits."""
-
-    def __init__(self, sequence: list[int], ready: bytearray):
-        self.sequence = sequence
-        self.ready = ready
-        self.next = 0
-
-    def push(self, now: float, vertex: int) -> None:
-        self.ready[vertex] = 1
-
-    def pop(self) -> int | None:
-        if self.next < len(self.sequence) and self.ready[self.sequence[self.next]]:
-            self.next += 1
-            return self.sequence[self.next - 1]
-        return None
 
 
 class Engine:

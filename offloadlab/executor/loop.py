@@ -1,0 +1,422 @@
+"""The central event loop of the executor (TURNIP Sec. 5, DESIGN.md Execution semantics).
+
+A vertex is launched when (a) every MemGraph predecessor has completed and (b) its resources
+are free: a slot (stream) of its engine (a GPU's compute engine, a link direction's copy engine,
+the CPU) and, for host copies on a machine with a shared host bus, the bus, taken after the
+engine as the simulator takes it.  Each resource dispatches from the ready queues of
+:mod:`offloadlab.core.dispatch`, the same policies the simulator uses.  A launched vertex's job
+runs on the lane (thread) of its slot; completions come back through one queue, and the loop
+frees resources, wakes successors, and launches what became ready, until every vertex is done.
+
+Memory never moves: GPU tensors live at their planned offsets in each GPU's arena; host
+tensors live in one host block whose allocator gives an offload its bytes when it starts and
+takes them back when its last reader (a reload) completes.  With ``poison`` every GPU
+location is filled with ``0xFF`` bytes (NaN for floats) just before a vertex writes it, and host
+ranges when they are freed, so a race shows up as a wrong answer.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import time
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from typing import Callable, TypeVar
+
+import numpy as np
+
+from ..core.devices import HOST
+from ..core.dispatch import Queues, ReadyQueue
+from ..core.errors import OffloadlabError
+from ..core.machine import Machine
+from ..core.memgraph import MemGraph, MemVertex
+from .device import Backend, Cancelled, Done, Lane
+from .hostblock import HostAllocator
+from .kernels import KernelError, initial_value, kernel, tensor_shape, view
+
+T = TypeVar("T")
+POISON = 0xFF
+JOIN_SECONDS = 5.0
+
+
+class ExecutionError(OffloadlabError):
+    """A run failed: a kernel raised, memory does not suffice, or the loop stalled."""
+
+
+class StallError(ExecutionError):
+    """No vertex can make progress: a cycle, a ``fixed`` order that contradicts the edges, or
+    a job that has not completed within the watchdog's time."""
+
+
+@dataclass(eq=False)
+class Resource:
+    """Slots of an engine (or a bus), each with its lane, and the ready queue they take from."""
+
+    name: str
+    queue: ReadyQueue
+    lanes: list[Lane]
+    free: list[int] = field(default_factory=list)   # a heap of free slots
+    dirty: bool = False
+
+
+class EventLoop:
+    """One run of a MemGraph on a backend; :meth:`run` returns when every vertex is done."""
+
+    def __init__(self, memgraph: MemGraph, machine: Machine, backend: Backend, policy: str,
+                 seed: int, streams: int, poison: bool, outputs: set[str],
+                 host_memory: int | None, watchdog: float):
+        machine.check_devices({d for v in memgraph for d in v.device.split("->")})
+        self.backend, self.poison, self.watchdog = backend, poison, watchdog
+        self.vertices: list[MemVertex] = sorted(memgraph, key=lambda v: v.order)
+        n = len(self.vertices)
+        index = {v.id: i for i, v in enumerate(self.vertices)}
+        self.index = index
+        self.succ = [[index[w] for w in memgraph.succ[v.id]] for v in self.vertices]
+        self.waiting = [len(memgraph.pred[v.id]) for v in self.vertices]
+        self.inputs = [[index[u] for u in v.inputs] for v in self.vertices]
+        self.readers = [sum(1 for k in memgraph.succ[v.id].values() if k == "data")
+                        for v in self.vertices]
+        self.shape = [tensor_shape(v.shape, v.dtype, v.bytes) for v in self.vertices]
+        self.capture = [v.kind in ("compute", "transfer", "input") and (v.task or v.id) in outputs
+                        for v in self.vertices]
+        self.start = [math.nan] * n
+        self.end = [math.nan] * n
+        self.slot = [0] * n
+        self.finished = 0
+        self.running = 0
+        self.outputs: dict[str, np.ndarray] = {}
+        self.done: queue.SimpleQueue[Done] = queue.SimpleQueue()
+        self._build_resources(machine, policy, seed, streams)
+        self._allocate(machine, host_memory)
+
+    # -- set-up -----------------------------------------------------------------------------
+    def _build_resources(self, machine: Machine, policy: str, seed: int, streams: int) -> None:
+        held: list[tuple[str, ...]] = []
+        cache: dict[tuple[str, str], tuple[str, ...]] = {}
+        sequences: dict[str, list[int]] = {}
+        for i, v in enumerate(self.vertices):
+            key = (v.kind, v.device)
+            if key not in cache:
+                cache[key] = machine.resources(*key)
+            held.append(cache[key])
+            for name in cache[key]:
+                sequences.setdefault(name, []).append(i)
+        queues = Queues(policy, len(self.vertices), seed)
+        self.resources: dict[str, Resource] = {}
+        self.lanes: list[Lane] = []
+        for name, sequence in sequences.items():
+            is_bus = name.startswith("bus:")
+            slots = streams if name.startswith("gpu") and "->" not in name else 1
+            lanes = [] if is_bus else [Lane(f"{name}#{s}", self.backend, self.done)
+                                       for s in range(slots)]
+            self.lanes += lanes
+            self.resources[name] = Resource(name, queues.new(sequence), lanes, list(range(slots)))
+        self.engine = [self.resources[h[0]] if h else None for h in held]
+        self.bus = [self.resources[h[1]] if len(h) > 1 else None for h in held]
+        self.streams = {(name, s): self.backend.stream(name, s)
+                        for name, r in self.resources.items() for s in range(len(r.lanes))}
+        self._dirty: list[Resource] = []
+
+    def _allocate(self, machine: Machine, host_memory: int | None) -> None:
+        """The arenas (each as long as its last planned byte), the host block, every GPU
+        tensor's view, the inputs' values, and each lane's scratch."""
+        backend, vertices, shape = self.backend, self.vertices, self.shape
+        extent: dict[str, int] = {}
+        for v, s in zip(vertices, shape):
+            if v.loc is not None:
+                if v.loc.end > machine.gpu_memory:
+                    raise ExecutionError(f"vertex {v.id!r}: location [{v.loc.offset}, "
+                                         f"{v.loc.end}) on {v.loc.device} lies outside its "
+                                         f"{machine.gpu_memory}-byte memory")
+                if math.prod(s) * np.dtype(v.dtype).itemsize > v.loc.size:
+                    raise ExecutionError(f"vertex {v.id!r}: a {v.dtype} tensor of shape {s} "
+                                         f"does not fit its {v.loc.size}-byte location")
+                extent[v.loc.device] = max(extent.get(v.loc.device, 0), v.loc.end)
+        self.arenas = {gpu: _alloc(f"the arena of {gpu}", size,
+                                   lambda: backend.arena(gpu, size))  # noqa: B023
+                       for gpu, size in sorted(extent.items())}
+        host_inputs = [i for i, v in enumerate(vertices) if v.kind == "input" and v.loc is None]
+        dynamic = sum(v.bytes for v in vertices if v.kind == "offload"
+                      or v.kind == "compute" and v.out_device == HOST)
+        static = sum(vertices[i].bytes for i in host_inputs)
+        size = static + dynamic if host_memory is None else host_memory
+        self.host = _alloc("the host block", size, lambda: backend.host_block(size))
+        if self.poison:
+            for arena in (*self.arenas.values(), self.host):
+                arena.fill(POISON)
+        self.host_alloc = HostAllocator(size)
+        self.host_offset: dict[int, int] = {}
+        self.tensor: list[object | None] = [None] * len(vertices)
+        for i, v in enumerate(vertices):
+            if v.loc is not None:
+                self.tensor[i] = view(self.arenas[v.loc.device], v.loc.offset, shape[i], v.dtype)
+        for i in host_inputs:
+            self.tensor[i] = self._host_tensor(i)
+        for i, v in enumerate(vertices):
+            if v.kind == "input":
+                value = initial_value(v.task or v.id, shape[i], v.dtype)
+                if v.loc is None:
+                    np.copyto(self.tensor[i], value)
+                else:
+                    backend.upload(self.tensor[i], value)
+                if self.capture[i]:
+                    self.outputs[v.task or v.id] = value
+        self._scratch(machine)
+
+    def _scratch(self, machine: Machine) -> None:
+        """Each compute lane's workspace: the most any kernel on its engine needs (plus its
+        output's size where the output overlaps an input, so it is computed aside)."""
+        need: dict[str, int] = {}
+        self.kernel: list = [None] * len(self.vertices)
+        self.aliased = [False] * len(self.vertices)
+        for i, v in enumerate(self.vertices):
+            if v.kind != "compute":
+                continue
+            k = kernel(v.op, v.id)
+            out = _stand_in(self.shape[i], v.dtype)
+            args = [_stand_in(self.shape[u], self.vertices[u].dtype) for u in self.inputs[i]]
+            try:
+                nbytes = k.scratch(out, args)
+            except (ValueError, TypeError, IndexError) as exc:
+                raise KernelError(f"vertex {v.id!r} ({v.op}): {exc}") from None
+            self.aliased[i] = v.loc is not None and any(
+                _overlap(v, self.vertices[u]) for u in self.inputs[i])
+            if self.aliased[i]:
+                nbytes += out.nbytes
+            self.kernel[i] = k
+            name = self.engine[i].name  # type: ignore[union-attr]
+            need[name] = max(need.get(name, 0), nbytes)
+        self.scratch: dict[tuple[str, int], object] = {}
+        for name, nbytes in need.items():
+            for s in range(len(self.resources[name].lanes)):
+                what = f"the workspace of {name} stream {s}"
+                self.scratch[name, s] = _alloc(what, nbytes, (
+                    lambda: np.empty(nbytes, np.uint8)) if name == "cpu" else (
+                    lambda: self.backend.arena(f"{name}:scratch{s}", nbytes)))
+
+    def _host_tensor(self, i: int):
+        v = self.vertices[i]
+        offset = self.host_alloc.alloc(v.bytes)
+        if offset is None:
+            raise ExecutionError(f"vertex {v.id!r}: the host block ({self.host_alloc.size} "
+                                 f"bytes, {self.host_alloc.used} in use) has no free range of "
+                                 f"{v.bytes} bytes")
+        self.host_offset[i] = offset
+        return view(self.host, offset, self.shape[i], v.dtype)
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self) -> None:
+        for lane in self.lanes:
+            lane.start()
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> None:
+        self.backend.begin()
+        self._last = time.perf_counter()
+        now = 0.0
+        for i in [i for i, count in enumerate(self.waiting) if count == 0]:
+            self._ready(i, now)
+        self._dispatch()
+        n = len(self.vertices)
+        done = self.done
+        while self.finished < n:
+            if not self.running:
+                raise StallError(self._stuck("no vertex is running and none can start"))
+            try:
+                item = done.get(timeout=min(0.1, self.watchdog))
+            except queue.Empty:
+                if time.perf_counter() - self._last > self.watchdog:
+                    raise StallError(self._stuck(f"no vertex completed for {self.watchdog:g} s"))
+                continue
+            self._complete(item)
+            while True:                    # every completion already queued, then one pass
+                try:
+                    self._complete(done.get_nowait())
+                except queue.Empty:
+                    break
+            self._dispatch()
+
+    def _complete(self, item: Done) -> None:
+        i, start, end, exc = item
+        v = self.vertices[i]
+        if exc is not None:
+            what = f"{v.kind} {v.op}" if v.op else v.kind
+            raise ExecutionError(f"vertex {v.id!r} ({what} on {v.device}) failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        self._last = time.perf_counter()
+        self.running -= 1
+        self.start[i], self.end[i] = start, end
+        engine, bus = self.engine[i], self.bus[i]
+        assert engine is not None
+        heappush(engine.free, self.slot[i])
+        self._mark(engine)
+        if bus is not None:
+            heappush(bus.free, 0)
+            self._mark(bus)
+        for u in self.inputs[i]:
+            if u in self.host_offset and self.vertices[u].kind != "input":
+                self.readers[u] -= 1
+                if not self.readers[u]:
+                    self._free_host(u)
+        if i in self.host_offset and not self.readers[i] and self.vertices[i].kind != "input":
+            self._free_host(i)
+        self._finish(i, end)
+
+    def _free_host(self, i: int) -> None:
+        offset = self.host_offset.pop(i)
+        nbytes = self.vertices[i].bytes
+        if self.poison:
+            self.host[offset:offset + nbytes].fill(POISON)
+        self.host_alloc.free(offset, nbytes)
+
+    def _finish(self, i: int, now: float) -> None:
+        self.finished += 1
+        waiting = self.waiting
+        for w in self.succ[i]:
+            waiting[w] -= 1
+            if not waiting[w]:
+                self._ready(w, now)
+
+    def _ready(self, i: int, now: float) -> None:
+        engine = self.engine[i]
+        if engine is None:              # an input: it exists from the start
+            self.start[i] = self.end[i] = 0.0
+            self._finish(i, now)
+        else:
+            engine.queue.push(now, i)
+            self._mark(engine)
+
+    def _mark(self, resource: Resource) -> None:
+        if not resource.dirty:
+            resource.dirty = True
+            self._dirty.append(resource)
+
+    def _dispatch(self) -> None:
+        """One pass over the resources whose queue or slots changed (a bus marked by an
+        engine's dispatch joins the same pass)."""
+        for resource in self._dirty:
+            resource.dirty = False
+            while resource.free:
+                i = resource.queue.pop()
+                if i is None:
+                    break
+                slot = heappop(resource.free)
+                if resource.lanes:              # an engine: then the bus, if any
+                    self.slot[i] = slot
+                    bus = self.bus[i]
+                    if bus is None:
+                        self._launch(i)
+                    else:
+                        bus.queue.push(time.perf_counter(), i)
+                        self._mark(bus)
+                else:                           # the bus
+                    self._launch(i)
+        self._dirty.clear()
+
+    def _launch(self, i: int) -> None:
+        v = self.vertices[i]
+        engine = self.engine[i]
+        assert engine is not None
+        slot = self.slot[i]
+        stream = self.streams[engine.name, slot]
+        backend, xp = self.backend, self.backend.xp
+        if v.kind == "offload" or v.kind == "compute" and v.out_device == HOST:
+            self.tensor[i] = self._host_tensor(i)
+        out = self.tensor[i]
+        args = [self.tensor[u] for u in self.inputs[i]]
+        poison = self.poison and v.loc is not None and not self.aliased[i]
+        if v.kind == "compute":
+            k, scratch = self.kernel[i], self.scratch.get((engine.name, slot))
+            on = np if v.out_device == HOST else xp
+            aliased = self.aliased[i]
+
+            def work() -> None:
+                if poison:
+                    _fill(on, out)
+                if aliased:
+                    target = view(scratch, scratch.size - out.nbytes, out.shape, str(out.dtype))
+                    k.fn(on, target, args, scratch[:scratch.size - out.nbytes])
+                    on.copyto(out, target)
+                else:
+                    k.fn(on, out, args, scratch)
+        else:
+            src = args[0]
+
+            def work() -> None:
+                if poison:
+                    _fill(xp, out)
+                backend.copy(stream, out, src)
+        after = None
+        if self.capture[i]:
+            name = v.task or v.id
+
+            def after() -> None:
+                self.outputs[name] = backend.download(out) if v.loc is not None \
+                    else np.array(out, copy=True)
+        self.running += 1
+        engine.lanes[slot].submit((i, stream, work, after))
+
+    # -- stopping ---------------------------------------------------------------------------
+    def _shutdown(self) -> None:
+        """Stop every lane (a paced copy stops within a chunk) and join them all."""
+        self.backend.stop.set()
+        for lane in self.lanes:
+            lane.close()
+        deadline = time.perf_counter() + JOIN_SECONDS
+        for lane in self.lanes:
+            if lane.is_alive():
+                lane.join(max(0.0, deadline - time.perf_counter()))
+        alive = [lane.name for lane in self.lanes if lane.is_alive()]
+        self.arenas.clear()
+        self.scratch.clear()
+        self.tensor.clear()
+        self.backend.close()
+        if alive:
+            raise ExecutionError(f"lanes still running a job after {JOIN_SECONDS:g} s: "
+                                 f"{', '.join(alive)}")
+
+    def _stuck(self, why: str) -> str:
+        running = [lane.vertex for lane in self.lanes if lane.vertex is not None]
+        waiting = [i for i, t in enumerate(self.end) if math.isnan(t) and i not in running]
+        parts = []
+        for i in running[:5]:
+            v = self.vertices[i]
+            parts.append(f"{v.id!r} ({v.kind} on {v.device}, running)")
+        for i in waiting[:5]:
+            v = self.vertices[i]
+            state = (f"waiting for {self.waiting[i]} predecessor(s)" if self.waiting[i]
+                     else f"ready, queued on {self.engine[i].name}")  # type: ignore[union-attr]
+            parts.append(f"{v.id!r} ({v.kind} on {v.device}, {state})")
+        more = len(running) + len(waiting) - len(parts)
+        return (f"execution stalled ({why}; a cycle, or a 'fixed' order that contradicts the "
+                f"edges), {len(self.vertices) - self.finished} of {len(self.vertices)} vertices "
+                f"unfinished: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else ""))
+
+
+def _alloc(what: str, nbytes: int, make: Callable[[], T]) -> T:
+    try:
+        return make()
+    except MemoryError as exc:
+        raise ExecutionError(f"cannot allocate {what} ({nbytes} bytes): {exc}") from None
+
+
+def _fill(xp, tensor) -> None:
+    tensor.reshape(-1).view(xp.uint8).fill(POISON)
+
+
+def _stand_in(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """An array of ``shape`` and ``dtype`` that takes no memory (for sizing scratch)."""
+    return np.broadcast_to(np.zeros((), dtype), shape)
+
+
+def _overlap(v: MemVertex, u: MemVertex) -> bool:
+    a, b = v.loc, u.loc
+    return b is not None and a is not None and a.device == b.device \
+        and a.offset < b.end and b.offset < a.end
+
+
+__all__ = ["EventLoop", "ExecutionError", "StallError", "Cancelled"]

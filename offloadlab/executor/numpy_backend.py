@@ -1,0 +1,135 @@
+"""The ``numpy`` backend: a real executor on the CPU (DESIGN.md, Executor).
+
+Each GPU is an arena, one preallocated byte buffer whose tensors are ``np.ndarray`` views at
+their planned offsets; each stream is a worker thread (a :class:`~.device.Lane`) that runs
+kernels in it; each link direction is a copy engine thread that moves bytes between an arena
+and the host block.  NumPy releases the GIL in copies, ufunc loops and BLAS, so kernels and
+copies really overlap.  With ``rate_limit`` a copy engine paces its copies, in chunks of about
+half a millisecond, to the machine's bandwidth for its link (host->GPU, GPU->host, GPU->GPU,
+and the shared host bus if the machine has one); while both directions of a GPU's host link
+are copying each runs at the machine's ``duplex`` factor.  Times are wall-clock
+(``time.perf_counter``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..core.machine import Machine
+from .device import Array, Cancelled
+
+CHUNK_SECONDS = 0.5e-3    # a paced copy moves about this much time's worth of bytes at once
+MIN_CHUNK = 64 * 1024
+
+
+@dataclass(eq=False)
+class CopyEngine:
+    """A link direction's copy engine: its rate (bytes/s, None = as fast as memcpy), and for
+    the two directions of a host link, the other one and the duplex factor."""
+
+    name: str
+    rate: float | None
+    duplex: float = 1.0
+    partner: "CopyEngine | None" = None
+    busy: bool = False
+
+
+class NumpyBackend:
+    """Arenas, host block and copy engines on the CPU."""
+
+    name = "numpy"
+    xp = np
+
+    def __init__(self, machine: Machine, rate_limit: bool = True):
+        self.machine = machine
+        self.rate_limit = rate_limit
+        self.stop = threading.Event()
+        self.engines: dict[str, CopyEngine] = {}
+        self.origin = time.perf_counter()
+
+    # -- memory ---------------------------------------------------------------------------
+    def arena(self, gpu: str, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, np.uint8)
+
+    def host_block(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, np.uint8)
+
+    def upload(self, dst: Array, value: np.ndarray) -> None:
+        np.copyto(dst, value)
+
+    def download(self, src: Array) -> np.ndarray:
+        return np.array(src, copy=True)
+
+    # -- streams --------------------------------------------------------------------------
+    def stream(self, resource: str, slot: int) -> CopyEngine | None:
+        """Compute streams need no state; copy engines carry their pacing."""
+        if resource.startswith(("h2d:", "d2h:")) or "->" in resource:
+            if resource not in self.engines:
+                self.engines[resource] = self._engine(resource)
+            return self.engines[resource]
+        return None
+
+    def _engine(self, resource: str) -> CopyEngine:
+        m = self.machine
+        if not self.rate_limit:
+            return CopyEngine(resource, None)
+        if "->" in resource:
+            rate = m.gpu_gpu_bandwidth
+        else:
+            rate = m.h2d_bandwidth if resource.startswith("h2d:") else m.d2h_bandwidth
+            if m.host_bus_bandwidth:
+                rate = min(rate, m.host_bus_bandwidth)
+        engine = CopyEngine(resource, rate if math.isfinite(rate) else None)
+        direction, _, gpu = resource.partition(":")
+        partner = self.engines.get(("d2h:" if direction == "h2d" else "h2d:") + gpu)
+        if partner is not None and m.duplex < 1:
+            engine.partner, partner.partner = partner, engine
+            engine.duplex = partner.duplex = m.duplex
+        return engine
+
+    # -- running --------------------------------------------------------------------------
+    def begin(self) -> None:
+        self.origin = time.perf_counter()
+
+    def timed(self, stream: CopyEngine | None, work: Callable[[], None]) -> tuple[float, float]:
+        start = time.perf_counter()
+        work()
+        return start - self.origin, time.perf_counter() - self.origin
+
+    def copy(self, stream: CopyEngine | None, dst: Array, src: Array) -> None:
+        d, s = dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)
+        if stream is None or stream.rate is None:
+            np.copyto(d, s)
+            return
+        stream.busy = True
+        try:
+            self._paced_copy(stream, d, s)
+        finally:
+            stream.busy = False
+
+    def _paced_copy(self, engine: CopyEngine, d: np.ndarray, s: np.ndarray) -> None:
+        """Copy chunk by chunk, sleeping so that the bytes moved never run ahead of the rate
+        (the deadline is absolute, so a late wake-up is made up by the next chunk)."""
+        assert engine.rate is not None
+        chunk = max(MIN_CHUNK, int(engine.rate * CHUNK_SECONDS))
+        deadline = time.perf_counter()
+        stop = self.stop
+        for i in range(0, d.size, chunk):
+            if stop.is_set():
+                raise Cancelled()
+            np.copyto(d[i:i + chunk], s[i:i + chunk])
+            partner = engine.partner
+            rate = engine.rate * (engine.duplex if partner is not None and partner.busy else 1.0)
+            deadline += min(chunk, d.size - i) / rate
+            delay = deadline - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+
+    def close(self) -> None:
+        self.engines.clear()

@@ -1,0 +1,291 @@
+"""The executor on the numpy backend: every planner's MemGraph computes the reference outputs
+under every dispatch policy and many seeds with poisoning on; a missing memory edge is caught;
+errors are clean; the measured trace respects the edges and the rate limits."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_properties import SETTINGS, machine_for, task_graphs
+
+from offloadlab.core import Machine
+from offloadlab.core.errors import VerificationError
+from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.verify import verify
+from offloadlab.core.workloads import build_workload
+from offloadlab.executor import (ExecutionError, KernelError, StallError, check_outputs, execute,
+                                 kernels, reference_outputs, taskgraph_of)
+from offloadlab.planner import plan
+from offloadlab.planner.buildmemgraph import min_capacity
+
+SEEDS = range(50)
+POLICIES = ("dynamic", "fixed", "random")
+GENERAL = ("buildmemgraph", "levelwise")
+TRAINING = GENERAL + ("greedy-offload", "greedy-offload-nodiscount", "l2l", "ilp-select")
+CHAIN = "w=400KB;300KB;400KB;500KB,a=100KB;60KB;100KB;80KB,uF=0.1;0.1;0.1;0.1,uB=0.2;0.2;0.2;0.2"
+
+# (workload, machine with tight memory, planners): small enough for CI, tight enough that
+# the plans offload and reload
+CASES = [
+    ("matmul-chain:layers=3,batch=64,hidden=256", "disco-example:gpu_memory=400KB", GENERAL),
+    ("tp-matmul:n=64", "p100x4:gpus=3,gpu_memory=64KB", GENERAL),
+    ("random:vertices=60,gpus=2,min_bytes=4096,max_bytes=65536,seed=5", "p100x4:gpus=2", GENERAL),
+    (f"training-chain:{CHAIN}", "v100:gpu_memory=1600KB", TRAINING),
+    ("gpt2-train:depth=3,batch=1,seq=8,weight_bytes=300000,iterations=2",
+     "v100:gpu_memory=900KB", TRAINING),
+]
+
+
+def _tight(graph, spec: str) -> Machine:
+    m = machine_from_spec(spec)
+    if "gpu_memory" in spec:
+        return m
+    return machine_for(graph, m.gpus, 0.05)
+
+
+def _lanes_alive() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("offloadlab-")]
+
+
+@pytest.mark.parametrize("workload,machine,planners", CASES, ids=[c[0].split(":")[0] for c in CASES])
+def test_every_planner_computes_the_reference(workload, machine, planners):
+    graph = build_workload(workload)
+    m = _tight(graph, machine)
+    reference = reference_outputs(graph)
+    for planner in planners:
+        mg = plan(graph, m, planner)
+        verify(mg, graph, m)
+        assert mg.count("offload") + mg.count("reload") + mg.count("load") > 0
+        for policy in POLICIES:
+            for seed in SEEDS:
+                result = execute(mg, m, policy=policy, seed=seed, poison=True, rate_limit=False)
+                wrong = check_outputs(result.outputs, reference)
+                assert wrong is None, f"{planner}, {policy}, seed {seed}: {wrong}"
+    assert not _lanes_alive()
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(graph=task_graphs(), slack=st.sampled_from([0.0, 0.0, 0.05, 0.3]),
+       planner=st.sampled_from(["buildmemgraph", "buildmemgraph:victim=lru",
+                                "buildmemgraph:ahead=false", "levelwise"]),
+       policy=st.sampled_from(POLICIES), seed=st.integers(0, 2**16), streams=st.integers(1, 5))
+def test_arbitrary_dags_compute_the_reference(graph, slack, planner, policy, seed, streams):
+    m = machine_for(graph, 4, slack)
+    mg = plan(graph, m, planner)
+    result = execute(mg, m, policy=policy, seed=seed, streams=streams, poison=True,
+                     rate_limit=False)
+    assert check_outputs(result.outputs, reference_outputs(graph)) is None
+
+
+def test_memgraph_alone_gives_its_taskgraph():
+    graph = build_workload(f"training-chain:{CHAIN}")
+    mg = plan(graph, machine_from_spec("v100:gpu_memory=1600KB"), "buildmemgraph")
+    rebuilt = taskgraph_of(mg)
+    assert set(rebuilt.tasks) == set(graph.tasks)
+    assert all(rebuilt[t].inputs == graph[t].inputs for t in graph.tasks)
+    assert sorted(rebuilt.outputs()) == sorted(graph.outputs())
+
+
+def _racy_load_edge(mg):
+    """A memory edge from a matmul into the load that overwrites the weight it reads."""
+    for u, v, kind in mg.edges():
+        if kind == "memory" and mg[v].kind == "load" and mg[u].kind == "compute":
+            loc = mg[v].loc
+            for w in mg[u].inputs:
+                other = mg[w].loc
+                if other and other.device == loc.device and other.offset < loc.end \
+                        and loc.offset < other.end:
+                    return u, v
+    raise AssertionError("no such edge")
+
+
+def test_a_removed_memory_edge_gives_a_wrong_answer():
+    """The weight load of the next level may then overwrite the weight a matmul is reading:
+    the verifier rejects the MemGraph, and some seed of random dispatch computes garbage."""
+    graph = build_workload("matmul-chain:layers=3,batch=64,hidden=256")
+    m = machine_from_spec("disco-example:gpu_memory=400KB")
+    mg = plan(graph, m, "buildmemgraph")
+    u, v = _racy_load_edge(mg)
+    del mg.succ[u][v], mg.pred[v][u]
+    with pytest.raises(VerificationError, match="rule 3"):
+        verify(mg, graph, m)
+    reference = reference_outputs(graph)
+    wrong = [seed for seed in SEEDS if check_outputs(
+        execute(mg, m, policy="random", seed=seed, poison=True, rate_limit=False).outputs,
+        reference)]
+    assert wrong, "no seed exposed the race"
+
+
+def test_measured_trace_respects_the_edges_and_memory():
+    graph = build_workload("random:vertices=80,gpus=2,min_bytes=4096,max_bytes=65536,seed=2")
+    m = machine_for(graph, 2, 0.0)
+    mg = plan(graph, m, "buildmemgraph")
+    result = execute(mg, m, policy="random", seed=3, rate_limit=False)
+    trace = result.trace
+    assert set(trace["source"]) == {"measured"}
+    assert len(trace) == sum(v.kind != "input" for v in mg)
+    start = dict(zip(trace["vertex"], trace["start"]))
+    end = dict(zip(trace["vertex"], trace["end"]))
+    assert all(start[v] <= end[v] for v in start)
+    for u, v, _ in mg.edges():
+        if u in end and v in start:
+            assert end[u] <= start[v], f"{v} started before {u} ended"
+    assert all(result.peak_memory[d] <= m.gpu_memory for d in m.gpu_names())
+    assert result.makespan == pytest.approx(trace["end"].max())
+    assert set(result.busy) == set(trace["resource"])
+
+
+def test_copies_keep_to_the_rate_limit():
+    graph = build_workload("matmul-chain:layers=2,batch=64,hidden=512")
+    m = machine_from_spec("disco-example:h2d_bandwidth=100e6,host_bus_bandwidth=0,"
+                          "gpu_gpu_bandwidth=1e9")
+    result = execute(plan(graph, m, "buildmemgraph"), m)
+    loads = result.trace[result.trace["kind"] == "load"]
+    assert len(loads) == 4
+    for row in loads.itertuples():
+        assert row.end - row.start >= 0.99 * row.bytes / 100e6
+
+
+def test_simulator_and_executor_share_the_random_policy():
+    from offloadlab.simulator import simulate
+    graph = build_workload("random:vertices=60,gpus=2,seed=1")
+    m = machine_for(graph, 2, 0.1)
+    mg = plan(graph, m, "buildmemgraph")
+    orders = {tuple(simulate(mg, m, "random", seed=s).trace.sort_values("start")["vertex"])
+              for s in range(5)}
+    assert len(orders) > 1
+
+
+# -- errors -----------------------------------------------------------------------------------
+def _small():
+    graph = build_workload("random:vertices=40,gpus=2,min_bytes=4096,max_bytes=65536,seed=4")
+    m = machine_for(graph, 2, 0.0)
+    return graph, m, plan(graph, m, "buildmemgraph")
+
+
+def test_a_failing_kernel_names_the_vertex(monkeypatch):
+    graph, m, mg = _small()
+    victim = next(v.id for v in mg if v.kind == "compute")
+
+    def broken(xp, out, args, scratch):
+        if out.size == mg[victim].bytes // 4 and broken.calls == 0:
+            broken.calls += 1
+            raise FloatingPointError("boom")
+        kernels.combine(xp, out, args, scratch)
+    broken.calls = 0
+    monkeypatch.setitem(kernels.KERNELS, "mix", kernels.Kernel(broken))
+    with pytest.raises(ExecutionError, match="failed: FloatingPointError: boom"):
+        execute(mg, m, rate_limit=False)
+    assert not _lanes_alive()
+
+
+def test_an_unknown_op_names_the_vertex_and_the_known_ops():
+    graph, m, mg = _small()
+    victim = next(v for v in mg if v.kind == "compute")
+    victim.op = "frobnicate"
+    with pytest.raises(KernelError, match=f"vertex '{victim.id}': no kernel for op "
+                                          "'frobnicate'; known ops: .*matmul"):
+        execute(mg, m)
+    assert not _lanes_alive()
+
+
+def test_memory_too_small_names_the_vertex():
+    graph, m, mg = _small()
+    smaller = Machine(gpus=2, gpu_memory=min_capacity(graph) // 2)
+    with pytest.raises(ExecutionError, match="vertex '.*': location .* lies outside"):
+        execute(mg, smaller)
+    offloads = [v for v in mg if v.kind == "offload"]
+    if offloads:
+        with pytest.raises(ExecutionError, match="the host block"):
+            execute(mg, m, host_memory=1, rate_limit=False)
+    assert not _lanes_alive()
+
+
+def test_a_fixed_order_against_the_edges_stalls():
+    graph, m, mg = _small()
+    computes = sorted((v for v in mg if v.kind == "compute" and v.device == "gpu0"),
+                      key=lambda v: v.order)
+    first, last = computes[0], computes[-1]
+    first.order, last.order = last.order, first.order   # gpu0 must now run `last` first
+    with pytest.raises(StallError, match="execution stalled"):
+        execute(mg, m, policy="fixed", streams=1, rate_limit=False)
+    assert not _lanes_alive()
+
+
+def test_the_watchdog_names_a_hung_vertex(monkeypatch):
+    graph, m, mg = _small()
+    monkeypatch.setitem(kernels.KERNELS, "mix", kernels.Kernel(lambda *a: time.sleep(0.6)))
+    with pytest.raises(StallError, match=r"no vertex completed for 0.2 s.*running"):
+        execute(mg, m, watchdog=0.2, rate_limit=False)
+    assert not _lanes_alive()
+
+
+def test_ctrl_c_stops_within_a_second(monkeypatch):
+    graph, m, mg = _small()
+    monkeypatch.setitem(kernels.KERNELS, "mix", kernels.Kernel(lambda *a: time.sleep(0.05)))
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    begun = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        execute(mg, m, rate_limit=False)
+    assert time.perf_counter() - begun < 1.3
+    assert not _lanes_alive()
+
+
+# -- kernels ----------------------------------------------------------------------------------
+def _run(op: str, out: np.ndarray, *args: np.ndarray) -> np.ndarray:
+    k = kernels.KERNELS[op]
+    k.fn(np, out, args, np.empty(k.scratch(out, args), np.uint8))
+    return out
+
+
+def test_kernels_against_plain_formulas():
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 6)), rng.standard_normal((8, 6))
+    w = rng.standard_normal((12, 5))
+    x = x.astype(np.float32)
+    y = y.astype(np.float32)
+    w = w.astype(np.float32)
+    out = np.empty((8, 6), np.float32)
+    assert np.allclose(_run("matmul", np.empty((8, 5), np.float32), x, y, w), np.hstack([x, y]) @ w,
+                       atol=1e-5)
+    assert np.allclose(_run("add", out, x, y), x + y)
+    assert np.allclose(_run("mul", out, x, y), x * y)
+    assert np.allclose(_run("relu", out, x), np.maximum(x, 0))
+    assert np.allclose(_run("silu", out, x), x / (1 + np.exp(-x)), atol=1e-6)
+    gelu = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    assert np.allclose(_run("gelu", out, x), gelu, atol=1e-6)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    assert np.allclose(_run("softmax", out, x), e / e.sum(axis=1, keepdims=True), atol=1e-6)
+    rms = x / np.sqrt((x ** 2).mean(axis=1, keepdims=True) + kernels.NORM_EPS)
+    assert np.allclose(_run("rmsnorm", out, x), rms, atol=1e-5)
+    gain = rng.standard_normal(6).astype(np.float32)
+    ln = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True)
+                                                       + kernels.NORM_EPS)
+    assert np.allclose(_run("layernorm", out, x, gain), ln * gain, atol=1e-4)
+    adam = x - kernels.ADAM_LR * y / (np.abs(y) + kernels.ADAM_EPS)
+    assert np.allclose(_run("adam_update", out, x, y), adam, atol=1e-6)
+    assert np.allclose(_run("sgd_update", out, x, y), x - kernels.SGD_LR * y)
+
+
+def test_synthetic_ops_read_every_input_element():
+    out = np.empty(10, np.float32)
+    a, b = np.ones(25, np.float32), np.ones(4, np.float32)
+    base = _run("mix", out.copy(), a, b).copy()
+    for x in (a, b):
+        for i in range(x.size):
+            x[i] = 2.0
+            assert not np.array_equal(_run("mix", out.copy(), a, b), base)
+            x[i] = 1.0
+
+
+def test_matmul_without_shapes_is_a_clear_error():
+    with pytest.raises(KernelError, match="2-D shapes"):
+        _run("matmul", np.empty(16, np.float32), np.empty(16, np.float32),
+             np.empty(16, np.float32))
