@@ -252,7 +252,7 @@ def test_simulate_on_too_small_machine(capsys, memgraph_file, tmp_path):
     assert not (tmp_path / "g.png").exists()
 
 
-@pytest.mark.parametrize("argv", [["simulate", "x.json", "--policy", "random"],
+@pytest.mark.parametrize("argv", [["simulate", "x.json", "--policy", "bogus"],
                                   ["simulate", "x.json", "--noise", "-1"],
                                   ["plan", "--workload", "random", "--machine", "v100"],
                                   ["frobnicate"], []])

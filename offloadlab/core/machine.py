@@ -8,7 +8,9 @@ Named presets reproduce the papers' servers; each carries a one-line source.  Se
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 
 from .devices import CPU, gpu_name, is_gpu
 from .errors import SpecError
@@ -126,6 +128,34 @@ class Machine:
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> "Machine":
+        """Read a Machine JSON file (``to_json``'s output), naming the file in any error."""
+        where = f"machine file {str(path)!r}"
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SpecError(f"cannot read {where}: {exc.strerror}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SpecError(f"{where}: not a JSON Machine ({exc})") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"{where}: expected a JSON object of Machine fields")
+        types = {f.name: f.type for f in fields(cls)}
+        for key, value in data.items():
+            want = types.get(key)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if want in ("int", "float") and not (number and math.isfinite(value)
+                                                 or key.endswith("bandwidth") and value == math.inf):
+                raise SpecError(f"{where}: field {key!r} must be a finite number, got {value!r}")
+            if want == "int" and value != int(value):
+                raise SpecError(f"{where}: field {key!r} must be an integer, got {value!r}")
+            if want == "str" and not isinstance(value, str):
+                raise SpecError(f"{where}: field {key!r} must be a string, got {value!r}")
+        try:
+            return cls.from_dict({k: int(v) if types.get(k) == "int" else v for k, v in data.items()})
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+
 
 def _disco_example() -> Machine:
     # Sized for the default matmul-chain (batch 1024, hidden 4096, 2 GPUs, float32): a weight
@@ -165,13 +195,21 @@ PRESETS: dict[str, Machine] = {
 
 
 def machine_from_spec(spec: str | Machine) -> Machine:
-    """``"v100:h2d_bandwidth=4e9"`` -> the v100 preset with that override."""
+    """``"v100:h2d_bandwidth=4e9"`` -> the v100 preset with that override.
+
+    The name may also be the path of a Machine JSON file (such as ``offloadlab calibrate``
+    writes), with the same ``:field=value`` overrides.
+    """
     if isinstance(spec, Machine):
         return spec
     name, options = parse_spec(spec)
-    if name not in PRESETS:
-        raise SpecError(f"unknown machine preset {name!r}; known: {', '.join(PRESETS)}")
-    base = PRESETS[name]
+    if name.endswith(".json") or "/" in name or Path(name).is_file():
+        base = Machine.from_json_file(name)
+    elif name not in PRESETS:
+        raise SpecError(f"unknown machine preset {name!r} (nor a Machine JSON file); known: "
+                        f"{', '.join(PRESETS)}")
+    else:
+        base = PRESETS[name]
     defaults = {f.name: getattr(base, f.name) for f in fields(Machine) if f.name not in ("name", "source")}
     merged = apply_options(defaults, options, f"machine {name!r}")
     return replace(base, **merged)

@@ -4,7 +4,10 @@ Each GPU is an arena, one preallocated byte buffer whose tensors are ``np.ndarra
 their planned offsets; each stream is a worker thread (a :class:`~.device.Lane`) that runs
 kernels in it; each link direction is a copy engine thread that moves bytes between an arena
 and the host block.  NumPy releases the GIL in copies, ufunc loops and BLAS, so kernels and
-copies really overlap.  With ``rate_limit`` a copy engine paces its copies, in chunks of about
+copies really overlap.  A GPU's compute engine is one CPU core: its streams take turns on it
+(a lock per GPU, held while a kernel runs; BLAS runs single-threaded during the run), so GPUs
+compute in parallel up to the number of cores, and kernels launched on one GPU at once share
+it as the simulator's kernels share an engine.  With ``rate_limit`` a copy engine paces its copies, in chunks of about
 half a millisecond, to the machine's bandwidth for its link (host->GPU, GPU->host, GPU->GPU,
 and the shared host bus if the machine has one); while both directions of a GPU's host link
 are copying each runs at the machine's ``duplex`` factor.  Times are wall-clock
@@ -16,10 +19,12 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..core.machine import Machine
 from .device import Array, Cancelled
@@ -40,6 +45,13 @@ class CopyEngine:
     busy: bool = False
 
 
+@dataclass(eq=False)
+class ComputeEngine:
+    """A GPU's compute engine: one core, taken in turn by the GPU's streams."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class NumpyBackend:
     """Arenas, host block and copy engines on the CPU."""
 
@@ -51,7 +63,9 @@ class NumpyBackend:
         self.rate_limit = rate_limit
         self.stop = threading.Event()
         self.engines: dict[str, CopyEngine] = {}
+        self.compute: dict[str, ComputeEngine] = {}
         self.origin = time.perf_counter()
+        self._blas: threadpool_limits | None = None
 
     # -- memory ---------------------------------------------------------------------------
     def arena(self, gpu: str, nbytes: int) -> np.ndarray:
@@ -67,12 +81,14 @@ class NumpyBackend:
         return np.array(src, copy=True)
 
     # -- streams --------------------------------------------------------------------------
-    def stream(self, resource: str, slot: int) -> CopyEngine | None:
-        """Compute streams need no state; copy engines carry their pacing."""
+    def stream(self, resource: str, slot: int) -> CopyEngine | ComputeEngine | None:
+        """A copy engine carries its pacing; a GPU's streams share its compute engine."""
         if resource.startswith(("h2d:", "d2h:")) or "->" in resource:
             if resource not in self.engines:
                 self.engines[resource] = self._engine(resource)
             return self.engines[resource]
+        if resource.startswith("gpu"):
+            return self.compute.setdefault(resource, ComputeEngine())
         return None
 
     def _engine(self, resource: str) -> CopyEngine:
@@ -95,12 +111,16 @@ class NumpyBackend:
 
     # -- running --------------------------------------------------------------------------
     def begin(self) -> None:
+        self._blas = threadpool_limits(1, user_api="blas")
         self.origin = time.perf_counter()
 
-    def timed(self, stream: CopyEngine | None, work: Callable[[], None]) -> tuple[float, float]:
-        start = time.perf_counter()
-        work()
-        return start - self.origin, time.perf_counter() - self.origin
+    def timed(self, stream: CopyEngine | ComputeEngine | None,
+              work: Callable[[], None]) -> tuple[float, float]:
+        with stream.lock if isinstance(stream, ComputeEngine) else nullcontext():
+            start = time.perf_counter()     # a kernel starts once its GPU's core is free
+            work()
+            end = time.perf_counter()
+        return start - self.origin, end - self.origin
 
     def copy(self, stream: CopyEngine | None, dst: Array, src: Array) -> None:
         d, s = dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)
@@ -133,3 +153,6 @@ class NumpyBackend:
 
     def close(self) -> None:
         self.engines.clear()
+        if self._blas is not None:
+            self._blas.restore_original_limits()
+            self._blas = None

@@ -1,4 +1,4 @@
-"""The ``offloadlab`` command line: demo, plan, simulate, reproduce, list.
+"""The ``offloadlab`` command line: demo, plan, simulate, run, reproduce, list.
 
 Every user error (an :class:`~offloadlab.core.errors.OffloadlabError`, an unwritable output,
 a bad argument) ends with ``offloadlab: error: ...`` on stderr and exit status 2.  Outputs are
@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
+from ..core.dispatch import POLICIES
 from ..core.errors import OffloadlabError, SpecError
 from .plots import lane_key
 
@@ -77,6 +78,13 @@ def _nonnegative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _nonnegative_float(text)
+    if value == 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
     return value
 
 
@@ -203,6 +211,81 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _source(args: argparse.Namespace, machine_required: bool = True):
+    """The MemGraph, TaskGraph and Machine a command runs: a workload or TaskGraph file
+    planned with ``--planner`` on ``--machine``, or a MemGraph file (with its stored machine
+    unless ``--machine`` is given); the MemGraph is verified."""
+    from ..core.machine import machine_from_spec
+    from ..core.memgraph import MemGraph
+    from ..core.taskgraph import TaskGraph
+    from ..core.verify import verify
+    from ..core.workloads import build_workload
+    from ..planner import plan
+
+    if args.memgraph:
+        mg = MemGraph.from_json(args.memgraph)
+        machine = machine_from_spec(args.machine) if args.machine \
+            else _stored_machine(mg, args.memgraph)
+        verify(mg, machine=machine)
+        return mg, None, machine
+    if not args.machine:
+        raise SpecError("--machine is required with --workload or --taskgraph")
+    graph = build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
+    machine = machine_from_spec(args.machine)
+    mg = plan(graph, machine, args.planner)
+    verify(mg, graph, machine)
+    return mg, graph, machine
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Execute a MemGraph for real (planning a workload first), print a summary or one JSON
+    object, optionally check the outputs against a NumPy reference and write plots/traces."""
+    from ..executor import check_outputs, execute, reference_outputs, taskgraph_of
+
+    if args.memgraph and args.planner:
+        raise SpecError("--planner applies to --workload or --taskgraph, not to a MemGraph file")
+    args.planner = args.planner or "buildmemgraph"
+    mg, graph, machine = _source(args)
+    result = execute(mg, machine, backend=args.backend, policy=args.policy, seed=args.seed,
+                     streams=args.streams, poison=args.poison, rate_limit=not args.no_rate_limit,
+                     watchdog=args.watchdog)
+    wrong = None
+    if args.check:
+        wrong = check_outputs(result.outputs, reference_outputs(graph or taskgraph_of(mg)),
+                              args.backend)
+    label = f"{mg.graph.get('planner')} ({args.backend}, {args.policy})"
+    written = _write_plots_and_traces(
+        {label: result.trace}, Path(args.gantt) if args.gantt else None,
+        {label: Path(args.chrome)} if args.chrome else {}, title=label)
+    summary = {
+        "source": args.memgraph or args.workload or args.taskgraph,
+        "planner": mg.graph.get("planner"), "machine": machine.name, "backend": args.backend,
+        "policy": args.policy, "seed": args.seed, "streams": args.streams or machine.streams,
+        "vertices": len(mg), "makespan": float(result.makespan),
+        "correct": None if not args.check else wrong is None,
+        "busy": {k: float(v) for k, v in result.busy.items()},
+        "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{summary['source']}: {len(mg)} vertices (planner {summary['planner']}) on "
+              f"{machine.name}, {args.backend} backend, {args.policy} dispatch, seed {args.seed}")
+        print(f"measured makespan: {result.makespan:.6g} s")
+        busy = sorted(summary["busy"].items(), key=lambda kv: lane_key(kv[0]))
+        span = result.makespan
+        print("busy:", ", ".join(f"{r} {t:.4g} s" + (f" ({100 * t / span:.0f}%)" if span else "")
+                                 for r, t in busy))
+        if args.check:
+            print("outputs:", "equal to the reference" if wrong is None else f"WRONG: {wrong}")
+        for path in written:
+            print(f"wrote {path}")
+    if wrong is not None:
+        print(f"offloadlab: check failed: {wrong}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _print_summary(summary: dict, capacity: int) -> None:
     """The human-readable form of ``simulate``'s summary."""
     span = summary["makespan"]
@@ -317,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("memgraph", metavar="MEMGRAPH", help="MemGraph JSON written by 'plan'")
     p.add_argument("--machine", metavar="SPEC",
                    help="machine to simulate on (default: the one stored in the MemGraph)")
-    p.add_argument("--policy", choices=("dynamic", "fixed"), default="dynamic",
+    p.add_argument("--policy", choices=POLICIES, default="dynamic",
                    help="dispatch policy (dynamic)")
     p.add_argument("--noise", type=_nonnegative_float, default=0.0,
                    help="relative duration noise (0)")
@@ -327,6 +410,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
+    p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+
+    p = add("run", cmd_run, "execute a MemGraph for real (planning a workload or TaskGraph "
+            "first) on the numpy or cupy backend and measure it")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("memgraph", metavar="MEMGRAPH", nargs="?", help="MemGraph JSON file")
+    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
+    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+    p.add_argument("--machine", metavar="SPEC",
+                   help="preset or Machine JSON file (default for a MEMGRAPH: its stored one)")
+    p.add_argument("--planner", metavar="SPEC", help="planner for --workload/--taskgraph "
+                   "(buildmemgraph)")
+    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+                   help="numpy: threads on the CPU (any machine); cupy: an NVIDIA GPU (numpy)")
+    p.add_argument("--policy", choices=POLICIES, default="dynamic",
+                   help="dispatch policy (dynamic)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random policy (0)")
+    p.add_argument("--streams", type=_positive_int, metavar="K",
+                   help="compute streams per GPU (default: the machine's)")
+    p.add_argument("--check", action="store_true",
+                   help="compare the outputs with a NumPy evaluation of the TaskGraph; exit 1 "
+                        "naming the first wrong output")
+    p.add_argument("--poison", action="store_true",
+                   help="fill each location with NaN bytes before it is written (finds races)")
+    p.add_argument("--no-rate-limit", action="store_true",
+                   help="numpy backend: copy as fast as memcpy instead of at the machine's "
+                        "link bandwidths")
+    p.add_argument("--watchdog", type=_positive_float, default=60.0, metavar="S",
+                   help="stop if no vertex completes for S seconds (60)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
 
     p = add("reproduce", cmd_reproduce, "recreate a paper's table or figure from our cost model "
@@ -362,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print("offloadlab: interrupted", file=sys.stderr)
+        return 130
     except OffloadlabError as exc:
         print(f"offloadlab: error: {exc}", file=sys.stderr)
     except OSError as exc:
