@@ -61,12 +61,14 @@ def view(buffer: Array, offset: int, shape: tuple[int, ...], dtype: str) -> Arra
 
 
 def initial_value(vertex: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """The value of input ``vertex``: uniform in [-1, 1) (integers in [-8, 8)), seeded by the
-    vertex id, so that every run and the reference see the same inputs."""
+    """The value of input ``vertex``, seeded by the vertex id so that every run and the
+    reference see the same inputs: uniform in [-1, 1), matrices scaled to variance 1/rows so
+    that a chain of matmuls keeps its scale (integers in [-8, 8))."""
     rng = np.random.default_rng(zlib.crc32(vertex.encode()))
     kind = np.dtype(dtype).kind
     if kind == "f":
-        return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+        scale = math.sqrt(3.0 / max(shape[-2], 1)) if len(shape) >= 2 else 1.0
+        return (scale * rng.uniform(-1.0, 1.0, size=shape)).astype(dtype)
     if kind in "iu":
         return rng.integers(0 if kind == "u" else -8, 8, size=shape).astype(dtype)
     if kind == "b":

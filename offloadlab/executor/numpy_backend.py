@@ -33,6 +33,14 @@ CHUNK_SECONDS = 0.5e-3    # a paced copy moves about this much time's worth of b
 MIN_CHUNK = 64 * 1024
 
 
+def _touched(nbytes: int) -> np.ndarray:
+    """A buffer whose pages are all mapped, as a GPU's memory is: the first write to a fresh
+    page would otherwise cost a page fault inside the first kernel or copy that touches it."""
+    buffer = np.empty(nbytes, np.uint8)
+    buffer.fill(0)
+    return buffer
+
+
 @dataclass(eq=False)
 class CopyEngine:
     """A link direction's copy engine: its rate (bytes/s, None = as fast as memcpy), and for
@@ -69,10 +77,10 @@ class NumpyBackend:
 
     # -- memory ---------------------------------------------------------------------------
     def arena(self, gpu: str, nbytes: int) -> np.ndarray:
-        return np.empty(nbytes, np.uint8)
+        return _touched(nbytes)
 
     def host_block(self, nbytes: int) -> np.ndarray:
-        return np.empty(nbytes, np.uint8)
+        return _touched(nbytes)
 
     def upload(self, dst: Array, value: np.ndarray) -> None:
         np.copyto(dst, value)

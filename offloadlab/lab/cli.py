@@ -1,4 +1,5 @@
-"""The ``offloadlab`` command line: demo, plan, simulate, run, reproduce, list.
+"""The ``offloadlab`` command line: demo, plan, simulate, run, calibrate, validate, reproduce,
+list.
 
 Every user error (an :class:`~offloadlab.core.errors.OffloadlabError`, an unwritable output,
 a bad argument) ends with ``offloadlab: error: ...`` on stderr and exit status 2.  Outputs are
@@ -286,6 +287,93 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure a backend's kernel rates, copy bandwidths, duplex factor and dispatch overhead
+    through the executor and write them as a Machine JSON file."""
+    from ..core.machine import machine_from_spec
+    from ..executor.calibrate import calibrate
+
+    base = machine_from_spec(args.machine)
+    out = Path(args.out)
+    table_path = Path(args.table) if args.table else out.with_suffix(".csv")
+    for path in (out, table_path):           # fail before measuring, not after
+        if not path.parent.is_dir():
+            raise SpecError(f"cannot write {path}: directory {str(path.parent)!r} does not exist")
+    say = (lambda what: print(f"measuring {what} ...", file=sys.stderr)) \
+        if sys.stderr.isatty() else None
+    result = calibrate(base, args.backend, quick=args.quick, progress=say)
+    m = result.machine
+    with atomic_output(out) as tmp:
+        tmp.write_text(m.to_json())
+    with atomic_output(table_path) as tmp:
+        result.table.to_csv(tmp, index=False)
+    print(f"{m.name}: {m.source}")
+    print(f"  matmul {m.gpu_flops / 1e9:.4g} GFLOP/s, add {m.gpu_mem_bandwidth / 1e9:.4g} GB/s "
+          f"touched, kernel latency + dispatch {m.kernel_latency * 1e6:.3g} us")
+    print("  other ops (GB/s touched): " + ", ".join(f"{op} {rate / 1e9:.3g}"
+                                                    for op, rate in m.op_bandwidth))
+    print(f"  host->GPU {m.h2d_bandwidth / 1e9:.4g} GB/s, GPU->host {m.d2h_bandwidth / 1e9:.4g} "
+          f"GB/s, latency {m.link_latency * 1e6:.3g} us, duplex factor {m.duplex:.3g}")
+    if m.gpus > 1:
+        print(f"  GPU->GPU {m.gpu_gpu_bandwidth / 1e9:.4g} GB/s")
+    print(f"  CPU matmul {m.cpu_flops / 1e9:.4g} GFLOP/s")
+    print(f"wrote {out} (use it as --machine {out}) and {table_path}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Simulate and execute the same MemGraphs; report the makespan's error and each
+    component's, and draw both timelines."""
+    from ..core.machine import machine_from_spec
+    from ..core.taskgraph import TaskGraph
+    from ..core.workloads import build_workload
+    from .validate import validate
+
+    graph = build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
+    machine = machine_from_spec(args.machine)
+    planners = args.planner or list(DEMO_PLANNERS)
+    say = (lambda spec: print(f"{spec}: simulating and running {args.runs} time(s) ...",
+                              file=sys.stderr)) if sys.stderr.isatty() and not args.json else None
+    results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
+                       policy=args.policy, rate_limit=not args.no_rate_limit, progress=say)
+    written = []
+    if args.plot:
+        from .plots import gantt
+        traces = {}
+        for r in results:
+            traces[f"{r.planner}: simulated, makespan {r.table['simulated'].iloc[0]:.4g} s"] = \
+                r.simulated
+            traces[f"{r.planner}: measured ({args.backend}), makespan "
+                   f"{r.table['measured'].iloc[0]:.4g} s; simulated error {100 * r.error:+.1f}%"] = \
+                r.measured
+        with atomic_output(args.plot) as tmp:
+            gantt(traces, tmp, title=f"{graph.name} on {machine.name}: simulated vs measured "
+                                      f"({args.policy} dispatch)")
+        written.append(args.plot)
+    if args.table:
+        import pandas as pd
+        with atomic_output(args.table) as tmp:
+            pd.concat([r.table for r in results]).to_csv(tmp, index=False)
+        written.append(args.table)
+    if args.json:
+        print(json.dumps([{"workload": args.workload or args.taskgraph, "machine": machine.name,
+                           "backend": args.backend, "policy": args.policy, "runs": args.runs,
+                           **r.row()} for r in results]))
+    else:
+        for r in results:
+            shown = r.table.drop(columns="planner").copy()
+            shown["error"] = shown["error"].map(lambda e: f"{100 * e:+.1f}%")
+            print(f"{r.planner}: simulated {r.table['simulated'].iloc[0]:.4g} s, measured "
+                  f"{r.table['measured'].iloc[0]:.4g} s (median of "
+                  f"{', '.join(f'{s:.4g}' for s in r.makespans)}), error {100 * r.error:+.1f}%; "
+                  f"outputs {'correct' if r.correct else 'WRONG'}")
+            print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+            print()
+        for path in written:
+            print(f"wrote {path}")
+    return 0 if all(r.correct for r in results) else 1
+
+
 def _print_summary(summary: dict, capacity: int) -> None:
     """The human-readable form of ``simulate``'s summary."""
     span = summary["makespan"]
@@ -442,6 +530,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+
+    p = add("calibrate", cmd_calibrate, "measure a backend's kernel rates, copy bandwidths, "
+            "duplex factor and dispatch overhead through the executor; write a Machine JSON")
+    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+                   help="backend to measure (numpy)")
+    p.add_argument("--machine", default="p100x4", metavar="SPEC",
+                   help="the machine to start from: its fields that are not measured are kept, "
+                        "and the numpy backend paces copies to its links (p100x4)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    p.add_argument("--out", required=True, metavar="JSON", help="Machine JSON file to write")
+    p.add_argument("--table", metavar="CSV",
+                   help="every measurement as CSV (default: beside --out, .csv)")
+
+    p = add("validate", cmd_validate, "simulate and execute the same MemGraphs: the makespan's "
+            "error and each component's (busy and idle time per resource, mean duration per "
+            "vertex kind), and both timelines")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
+    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+    p.add_argument("--machine", required=True, metavar="SPEC",
+                   help="a calibrated Machine JSON file (offloadlab calibrate) or a preset")
+    p.add_argument("--planner", action="append", metavar="SPEC",
+                   help="planner (repeatable; default: levelwise and buildmemgraph)")
+    p.add_argument("--runs", type=_positive_int, default=3,
+                   help="executor runs per planner; the median is compared (3)")
+    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy", help="(numpy)")
+    p.add_argument("--policy", choices=POLICIES, default="dynamic", help="(dynamic)")
+    p.add_argument("--no-rate-limit", action="store_true",
+                   help="numpy backend: copies as fast as memcpy")
+    p.add_argument("--json", action="store_true", help="print one JSON list, a row per planner")
+    p.add_argument("--plot", metavar="PNG", help="draw simulated over measured timelines")
+    p.add_argument("--table", metavar="CSV", help="write the component table")
 
     p = add("reproduce", cmd_reproduce, "recreate a paper's table or figure from our cost model "
             "(beaumont-table1: Table 1; beaumont-bandwidth: Figure 4)")

@@ -56,7 +56,8 @@ class Model:
         durations = []
         for v in self.vertices:
             touched = v.bytes + sum(sizes[u] for u in v.inputs) if v.kind == "compute" else 0
-            durations.append(machine.duration(v.kind, v.device, v.bytes, v.flops, touched, v.time))
+            durations.append(machine.duration(v.kind, v.device, v.bytes, v.flops, touched, v.time,
+                                              v.op))
         if noise > 0:
             z = np.random.default_rng(seed).standard_normal(len(durations))
             factors = np.exp(noise * z - noise ** 2 / 2).tolist()

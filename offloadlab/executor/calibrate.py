@@ -1,0 +1,212 @@
+"""Calibration: measure a backend's rates through the executor itself and write them as a
+Machine, so that the simulator predicts what the executor measures (DESIGN.md, Executor).
+
+Every measurement runs a small MemGraph built here, with one location per tensor (nothing is
+overwritten, so there are no memory edges), and reads the durations off the measured trace:
+
+- kernels by op and size on one GPU with one stream: ``matmul`` gives ``gpu_flops``, every other
+  op its bytes touched per second (``op_bandwidth``), a one-element ``add`` the kernel time that
+  with the dispatch gap of a chain of them gives ``kernel_latency``;
+- a matmul on the CPU gives ``cpu_flops``;
+- loads (host->GPU) and offloads (GPU->host) of several sizes, each direction alone, give the
+  bandwidth and latency by a least-squares line through ``seconds = latency + bytes / rate``;
+  both directions at once give the ``duplex`` factor; GPU->GPU transfers (two GPUs or more)
+  give ``gpu_gpu_bandwidth`` and its latency.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..core.machine import MiB, Machine
+from ..core.memgraph import Loc, MemGraph, MemVertex
+from . import execute
+
+KERNEL_OPS = ("matmul", "add", "mix", "softmax", "relu", "layernorm", "adam_update")
+DUPLEX_REPEATS = 4
+
+
+@dataclass
+class Calibration:
+    """The calibrated machine and the table of what was measured (one row per measurement:
+    ``what, op, size, bytes, flops, seconds``)."""
+
+    machine: Machine
+    table: pd.DataFrame
+
+
+class _Builder:
+    """A MemGraph of independent (or chained) vertices, each tensor at its own location."""
+
+    def __init__(self) -> None:
+        self.mg = MemGraph({"planner": "calibrate"})
+        self.top: dict[str, int] = {}
+
+    def add(self, id: str, kind: str, device: str, shape: tuple[int, ...], inputs=(),
+            op: str | None = None, flops: float = 0.0, at: str | None = None) -> str:
+        nbytes = max(4 * math.prod(shape), 4)
+        loc = None
+        if at is not None:
+            offset = self.top.get(at, 0)
+            self.top[at] = offset + -(-nbytes // 256) * 256
+            loc = Loc(at, offset, nbytes)
+        self.mg.add_vertex(MemVertex(id, kind, device, nbytes, loc=loc, task=id if kind in (
+            "input", "compute", "transfer") else None, of=inputs[0] if kind in (
+            "load", "offload") else None, op=op, flops=flops, inputs=tuple(inputs),
+            order=len(self.mg), shape=shape))
+        self.mg.add_edges(inputs, id)
+        return id
+
+    def capacity(self) -> int:
+        return max(self.top.values(), default=0)
+
+
+def _kernels(sizes: Iterable[int], reps: int) -> tuple[MemGraph, dict[str, tuple[str, int]]]:
+    """``reps`` independent kernels of each op and size (n x n tensors) on gpu0."""
+    b = _Builder()
+    label: dict[str, tuple[str, int]] = {}
+    for n in sizes:
+        shape = (n, n)
+        x = b.add(f"x{n}", "input", "gpu0", shape, at="gpu0")
+        y = b.add(f"y{n}", "input", "gpu0", shape, at="gpu0")
+        for op in KERNEL_OPS:
+            args = (x, y) if op in ("matmul", "add", "mix", "adam_update") else (x,)
+            flops = 2.0 * n ** 3 if op == "matmul" else float(n * n)
+            for r in range(reps):
+                label[b.add(f"{op}{n}#{r}", "compute", "gpu0", shape, args, op, flops,
+                            at="gpu0")] = (op, n)
+    return b.mg, label
+
+
+def _chain(length: int) -> MemGraph:
+    """A chain of one-element adds: kernel time plus the loop's dispatch gap."""
+    b = _Builder()
+    prev = b.add("c0", "input", "gpu0", (1,), at="gpu0")
+    for k in range(1, length + 1):
+        prev = b.add(f"c{k}", "compute", "gpu0", (1,), (prev,), "add", 1.0, at="gpu0")
+    return b.mg
+
+
+def _cpu_matmul(n: int, reps: int) -> MemGraph:
+    b = _Builder()
+    x = b.add("x", "input", "host", (n, n))
+    for r in range(reps):
+        b.add(f"mm#{r}", "compute", "cpu", (n, n), (x, x), "matmul", 2.0 * n ** 3)
+    return b.mg
+
+
+def _copies(sizes: Iterable[int], reps: int, h2d: bool, d2h: bool, gpus: int = 1) -> MemGraph:
+    """Loads and/or offloads (and with ``gpus`` > 1, gpu0->gpu1 transfers) of each size."""
+    b = _Builder()
+    for nbytes in sizes:
+        shape = (nbytes // 4,)
+        for r in range(reps):
+            if h2d:
+                w = b.add(f"w{nbytes}#{r}", "input", "host", shape)
+                b.add(f"load{nbytes}#{r}", "load", "gpu0", shape, (w,), at="gpu0")
+            if d2h or gpus > 1:
+                a = b.add(f"a{nbytes}#{r}", "input", "gpu0", shape, at="gpu0")
+            if d2h:
+                b.add(f"offload{nbytes}#{r}", "offload", "gpu0", shape, (a,))
+            if gpus > 1:
+                b.add(f"send{nbytes}#{r}", "transfer", "gpu0->gpu1", shape, (a,), at="gpu1")
+    return b.mg
+
+
+def _line(rows: pd.DataFrame) -> tuple[float, float]:
+    """Least-squares ``seconds = latency + bytes / rate``: (rate, latency >= 0)."""
+    slope, intercept = np.polyfit(rows["bytes"].astype(float), rows["seconds"], 1)
+    return float(1.0 / slope), max(float(intercept), 0.0)
+
+
+def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
+              progress: Callable[[str], None] | None = None) -> Calibration:
+    """Measure ``backend`` and return ``base`` with its measured fields replaced.
+
+    With the numpy backend copies are paced to ``base``'s link bandwidths (the emulated
+    PCIe); kernels run at the CPU's speed.  ``quick`` measures fewer sizes and repeats.
+    """
+    say = progress or (lambda _: None)
+    reps = 3 if quick else 7
+    sizes = (64, 256, 512) if quick else (64, 256, 512, 1024)
+    copy_sizes = [s * MiB for s in ((1, 4, 16) if quick else (1, 4, 16, 64))]
+    probe = replace(base, gpus=max(base.gpus, 1), gpu_memory=2**62, streams=1)
+    rows: list[dict] = []
+
+    def run(mg: MemGraph, what: str, machine: Machine = probe):
+        say(what)
+        return execute(mg, machine, backend=backend, policy="fixed").trace.set_index("vertex")
+
+    mg, label = _kernels(sizes, reps)
+    trace = run(mg, "kernels by op and size")
+    for vertex, (op, n) in label.items():
+        v = mg[vertex]
+        touched = v.bytes * (1 + len(v.inputs))
+        rows.append(dict(what="kernel", op=op, size=n, bytes=touched, flops=v.flops,
+                         seconds=trace.at[vertex, "end"] - trace.at[vertex, "start"]))
+    chain = run(_chain(200 if quick else 1000), "dispatch gap of a chain of tiny kernels")
+    chain = chain.sort_values("start")
+    kernel_time = float((chain["end"] - chain["start"]).median())
+    gap = float((chain["start"].iloc[1:].to_numpy() - chain["end"].iloc[:-1].to_numpy()).mean())
+    rows.append(dict(what="tiny kernel", op="add", size=1, bytes=12, flops=1.0,
+                     seconds=kernel_time))
+    rows.append(dict(what="dispatch gap", op="add", size=1, bytes=0, flops=0.0, seconds=gap))
+    n = sizes[-1]
+    cpu = run(_cpu_matmul(n, reps), "matmul on the CPU")
+    for vertex in cpu.index:
+        rows.append(dict(what="cpu kernel", op="matmul", size=n, bytes=3 * 4 * n * n,
+                         flops=2.0 * n ** 3, seconds=cpu.at[vertex, "end"] - cpu.at[vertex, "start"]))
+
+    def copies(trace: pd.DataFrame, what: str) -> None:
+        for vertex, row in trace.iterrows():
+            rows.append(dict(what=what, op=row["kind"], size=int(row["bytes"]),
+                             bytes=int(row["bytes"]), flops=0.0, seconds=row["end"] - row["start"]))
+
+    copies(run(_copies(copy_sizes, reps, True, False), "host->GPU copies"), "h2d alone")
+    copies(run(_copies(copy_sizes, reps, False, True), "GPU->host copies"), "d2h alone")
+    both = run(_copies([copy_sizes[-1]], DUPLEX_REPEATS, True, True), "both directions at once")
+    copies(both, "both at once")
+    if base.gpus > 1:
+        copies(run(_copies(copy_sizes, reps, False, False, gpus=2), "GPU->GPU copies"), "gpu->gpu")
+    table = pd.DataFrame(rows)
+    return Calibration(_fit(base, table, backend), table)
+
+
+def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
+    """The machine the measurements describe."""
+    kernels = table[table["what"] == "kernel"]
+    largest = kernels[kernels["size"] == kernels["size"].max()]
+    matmul = largest[largest["op"] == "matmul"]
+    op_bandwidth = tuple(sorted(
+        (op, float(rows["bytes"].sum() / rows["seconds"].sum()))
+        for op, rows in largest.groupby("op") if op != "matmul"))
+    tiny = float(table.loc[table["what"] == "tiny kernel", "seconds"].iloc[0])
+    gap = float(table.loc[table["what"] == "dispatch gap", "seconds"].iloc[0])
+    cpu = table[table["what"] == "cpu kernel"]
+    h2d, h2d_latency = _line(table[table["what"] == "h2d alone"])
+    d2h, d2h_latency = _line(table[table["what"] == "d2h alone"])
+    both = table[table["what"] == "both at once"]
+    alone = {"load": h2d, "offload": d2h}
+    shares = [float(rows["bytes"].sum() / rows["seconds"].sum()) / alone[kind]
+              for kind, rows in both.groupby("op")]
+    fields: dict = dict(
+        name=f"{base.name}-calibrated-{backend}",
+        source=f"offloadlab calibrate, {backend} backend on {socket.gethostname()}, "
+               f"copies paced to {base.name}'s links" if backend == "numpy" else
+               f"offloadlab calibrate, {backend} backend on {socket.gethostname()}",
+        gpu_flops=float(matmul["flops"].sum() / matmul["seconds"].sum()),
+        gpu_mem_bandwidth=dict(op_bandwidth).get("add", base.gpu_mem_bandwidth),
+        kernel_latency=max(tiny + gap, 0.0), op_bandwidth=op_bandwidth,
+        cpu_flops=float(cpu["flops"].sum() / cpu["seconds"].sum()),
+        h2d_bandwidth=h2d, d2h_bandwidth=d2h, link_latency=(h2d_latency + d2h_latency) / 2,
+        duplex=float(min(max(min(shares), 0.05), 1.0)))
+    transfers = table[table["what"] == "gpu->gpu"]
+    if len(transfers):
+        fields["gpu_gpu_bandwidth"], fields["gpu_gpu_latency"] = _line(transfers)
+    return replace(base, **fields)

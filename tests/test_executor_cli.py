@@ -1,0 +1,152 @@
+"""``offloadlab run``, ``calibrate`` and ``validate``: outputs, exit codes and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli import _program, fails, run
+
+from offloadlab.core.machine import Machine, machine_from_spec
+from offloadlab.core.memgraph import MemGraph
+
+WORKLOAD = "matmul-chain:layers=3,batch=64,hidden=256"
+MACHINE = "disco-example:gpu_memory=400KB,h2d_bandwidth=1e9,d2h_bandwidth=1e9,host_bus_bandwidth=0"
+
+
+def test_run_json_checks_the_outputs(capsys, tmp_path):
+    code, out, err = run(capsys, "run", "--workload", WORKLOAD, "--machine", MACHINE, "--check",
+                         "--json", "--policy", "random", "--seed", "3", "--poison",
+                         "--gantt", tmp_path / "g.png", "--chrome", tmp_path / "t.json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["correct"] is True
+    assert summary["backend"] == "numpy" and summary["policy"] == "random"
+    assert summary["vertices"] > 0 and summary["makespan"] > 0
+    assert (tmp_path / "g.png").stat().st_size > 0
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert all(e["args"]["source"] == "measured" for e in events if e["ph"] == "X")
+
+
+def test_run_a_memgraph_file_with_its_stored_machine(capsys, tmp_path):
+    path = tmp_path / "mg.json"
+    assert run(capsys, "plan", "--workload", WORKLOAD, "--machine", MACHINE, "--out", path)[0] == 0
+    code, out, err = run(capsys, "run", path, "--check")
+    assert code == 0, err
+    assert "outputs: equal to the reference" in out and "measured makespan" in out
+
+
+def test_run_check_fails_with_exit_1_naming_the_output(capsys, monkeypatch):
+    """An executor whose ``add`` kernel is broken (the reference's is not)."""
+    from offloadlab.executor import kernels, loop
+
+    def zeros(xp, out, args, scratch):
+        out.fill(0)
+
+    monkeypatch.setattr(loop, "kernel", lambda op, vertex: kernels.Kernel(zeros) if op == "add"
+                        else kernels.kernel(op, vertex))
+    code, out, err = run(capsys, "run", "--workload", "tp-matmul:n=64", "--machine",
+                         "p100x4:gpus=3", "--check")
+    assert code == 1
+    assert "check failed: output '8' differs from the reference in 4096 of 4096" in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "--workload", WORKLOAD], "--machine is required"),
+    (["run", "absent.json"], "cannot read MemGraph JSON file"),
+    (["run", "--workload", WORKLOAD, "--machine", "nope.json"], "cannot read machine file"),
+    (["run", "--workload", WORKLOAD, "--machine", MACHINE, "--backend", "cupy"], "cupy"),
+])
+def test_run_user_errors(capsys, argv, message):
+    assert message in fails(capsys, *argv)
+
+
+def test_run_rejects_bad_options(capsys):
+    for bad in (["--watchdog", "nan"], ["--watchdog", "0"], ["--policy", "bogus"],
+                ["--streams", "0"]):
+        code, out, err = run(capsys, "run", "--workload", WORKLOAD, "--machine", MACHINE, *bad)
+        assert code == 2 and "usage: offloadlab" in err
+
+
+def test_calibrate_writes_a_machine_others_read(capsys, tmp_path):
+    out = tmp_path / "m.json"
+    code, text, err = run(capsys, "calibrate", "--quick", "--machine",
+                          "p100x4:gpus=2,h2d_bandwidth=2e9,d2h_bandwidth=2e9,duplex=0.5",
+                          "--out", out)
+    assert code == 0, err
+    m = machine_from_spec(str(out))
+    assert m.name == "p100x4-calibrated-numpy" and m.gpus == 2
+    # copies are paced to the base machine's links: calibration finds them again
+    assert 1.6e9 < m.h2d_bandwidth <= 2.05e9 and 1.6e9 < m.d2h_bandwidth <= 2.05e9
+    assert 0.3 < m.duplex < 0.7
+    assert {op for op, _ in m.op_bandwidth} >= {"add", "mix", "softmax"}
+    assert (tmp_path / "m.csv").read_text().startswith("what,op,size,bytes,flops,seconds")
+    overridden = machine_from_spec(f"{out}:gpu_memory=1MiB")
+    assert overridden.gpu_memory == 2**20 and overridden.gpu_flops == m.gpu_flops
+    assert Machine.from_dict(json.loads(out.read_text())) == m
+
+
+def test_calibrate_to_a_missing_directory_measures_nothing(capsys, tmp_path):
+    err = fails(capsys, "calibrate", "--quick", "--out", tmp_path / "absent" / "m.json")
+    assert "does not exist" in err
+
+
+@pytest.mark.parametrize("text,message", [("{", "not a JSON Machine"),
+                                          ('{"gpus": "two"}', "'gpus' must be a finite number"),
+                                          ('{"gpus": 2, "bogus": 1}', "unknown field(s): bogus"),
+                                          ('{"gpu_flops": NaN}', "'gpu_flops' must be a finite"),
+                                          ("[1, 2]", "expected a JSON object"),
+                                          ('{"op_bandwidth": [["add", -1]]}', "op_bandwidth")])
+def test_malformed_machine_files(capsys, tmp_path, text, message):
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    err = fails(capsys, "run", "--workload", WORKLOAD, "--machine", path)
+    assert message in err and str(path) in err or message in err
+
+
+def test_validate_reports_components_and_plots(capsys, tmp_path):
+    code, out, err = run(capsys, "validate", "--workload", WORKLOAD, "--machine", MACHINE,
+                         "--runs", "2", "--json", "--plot", tmp_path / "v.png",
+                         "--table", tmp_path / "v.csv")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["planner"] for r in rows] == ["levelwise", "buildmemgraph"]
+    for r in rows:
+        assert r["correct"] and len(r["measured_makespans"]) == 2
+        assert r["error"] == pytest.approx((r["sim_makespan"] - r["measured_makespan"])
+                                           / r["measured_makespan"])
+        names = {c["component"] for c in r["components"]}
+        assert {"makespan", "busy gpu0", "idle gpu0", "mean compute", "mean load"} <= names
+    assert (tmp_path / "v.png").stat().st_size > 0
+    assert "planner,component,simulated,measured,error" in (tmp_path / "v.csv").read_text()
+
+
+def test_memgraph_files_keep_shapes_for_the_executor(capsys, tmp_path):
+    path = tmp_path / "mg.json"
+    run(capsys, "plan", "--workload", WORKLOAD, "--machine", MACHINE, "--out", path)
+    mg = MemGraph.from_json(path)
+    assert mg["X2.0"].shape == (64, 128) and mg["X2.0"].dtype == "float32"
+
+
+def test_run_as_a_program_is_interruptible_without_traceback():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_cli import REPO
+    import os
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "offloadlab.lab.cli", "run", "--workload",
+                             "matmul-chain:layers=50,batch=64,hidden=256", "--machine",
+                             "disco-example:gpu_memory=1MiB,h2d_bandwidth=1e6,"
+                             "host_bus_bandwidth=0"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    begun = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert time.perf_counter() - begun < 2
+    assert proc.returncode == 130, err
+    assert err.strip() == "offloadlab: interrupted"
+    assert _program is not None
