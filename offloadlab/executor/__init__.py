@@ -83,8 +83,13 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
     if not watchdog > 0:
         raise SpecError(f"watchdog must be > 0 seconds, got {watchdog}")
     outputs = set(taskgraph_of(memgraph).outputs())
-    loop = EventLoop(memgraph, machine, make_backend(backend, machine, rate_limit), policy,
-                     seed, streams, poison, outputs, host_memory, watchdog)
+    device = make_backend(backend, machine, rate_limit)
+    try:
+        loop = EventLoop(memgraph, machine, device, policy, seed, streams, poison, outputs,
+                         host_memory, watchdog)
+    except BaseException:         # set-up failed: no lane has started; release what is held
+        device.close()
+        raise
     loop.run()
     executed = [i for i, v in enumerate(loop.vertices) if v.kind != "input"]
     vertices = loop.vertices

@@ -28,6 +28,7 @@ class Backend(Protocol):
 
     name: str
     xp: Any                     # the array module kernels run with on the GPUs
+    aligned: bool               # GPU tensors must start at a multiple of their item size
     stop: threading.Event       # set when the run stops; long jobs check it and raise Cancelled
 
     def arena(self, gpu: str, nbytes: int) -> Array:
@@ -39,6 +40,9 @@ class Backend(Protocol):
     def stream(self, resource: str, slot: int) -> Any:
         """The stream slot ``slot`` of ``resource`` runs on (a compute stream, a link
         direction's copy engine, the CPU)."""
+
+    def fill(self, buffer: Array, byte: int) -> None:
+        """Set every byte of an arena or workspace, on its own device (before the run)."""
 
     def upload(self, dst: Array, value: np.ndarray) -> None:
         """Write a host array into a GPU tensor before the run (synchronous)."""

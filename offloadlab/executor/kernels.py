@@ -83,16 +83,20 @@ def _accumulate(xp, out: Array, x: Array) -> None:
     n, m = out.size, x.size
     if n == 0 or m == 0:
         return
+    # each output slice is bound once: CuPy copies an input that overlaps ``out`` unless it
+    # is the very same object
     if m >= n:
         for j in range(0, m, n):
             part = x[j:j + n]
-            xp.add(out[:part.size], part, out=out[:part.size])
+            head = out[:part.size]
+            xp.add(head, part, out=head)
     else:
         reps = n // m
         tiled = out[:reps * m].reshape(reps, m)
         xp.add(tiled, x, out=tiled)
         if n > reps * m:
-            xp.add(out[reps * m:], x[:n - reps * m], out=out[reps * m:])
+            tail = out[reps * m:]
+            xp.add(tail, x[:n - reps * m], out=tail)
 
 
 def _same(op: str, out: Array, args: Sequence[Array], count: int | None = None) -> None:

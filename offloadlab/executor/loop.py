@@ -129,7 +129,14 @@ class EventLoop:
                     raise ExecutionError(f"vertex {v.id!r}: location [{v.loc.offset}, "
                                          f"{v.loc.end}) on {v.loc.device} lies outside its "
                                          f"{machine.gpu_memory}-byte memory")
-                if math.prod(s) * np.dtype(v.dtype).itemsize > v.loc.size:
+                itemsize = np.dtype(v.dtype).itemsize
+                if backend.aligned and v.loc.offset % itemsize:
+                    raise ExecutionError(
+                        f"vertex {v.id!r}: its {v.dtype} tensor at offset {v.loc.offset} on "
+                        f"{v.loc.device} is not {itemsize}-byte aligned, which the "
+                        f"{backend.name} backend needs (a GPU kernel faults on a misaligned "
+                        f"address); plan tensors whose sizes are whole elements")
+                if math.prod(s) * itemsize > v.loc.size:
                     raise ExecutionError(f"vertex {v.id!r}: a {v.dtype} tensor of shape {s} "
                                          f"does not fit its {v.loc.size}-byte location")
                 extent[v.loc.device] = max(extent.get(v.loc.device, 0), v.loc.end)
@@ -143,8 +150,9 @@ class EventLoop:
         size = static + dynamic if host_memory is None else host_memory
         self.host = _alloc("the host block", size, lambda: backend.host_block(size))
         if self.poison:
-            for arena in (*self.arenas.values(), self.host):
-                arena.fill(POISON)
+            for arena in self.arenas.values():
+                backend.fill(arena, POISON)
+            self.host.fill(POISON)
         self.host_alloc = HostAllocator(size)
         self.host_offset: dict[int, int] = {}
         self.tensor: list[object | None] = [None] * len(vertices)

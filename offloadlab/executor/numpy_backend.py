@@ -65,6 +65,7 @@ class NumpyBackend:
 
     name = "numpy"
     xp = np
+    aligned = False             # NumPy handles unaligned views (more slowly)
 
     def __init__(self, machine: Machine, rate_limit: bool = True):
         self.machine = machine
@@ -81,6 +82,9 @@ class NumpyBackend:
 
     def host_block(self, nbytes: int) -> np.ndarray:
         return _touched(nbytes)
+
+    def fill(self, buffer: Array, byte: int) -> None:
+        buffer.fill(byte)
 
     def upload(self, dst: Array, value: np.ndarray) -> None:
         np.copyto(dst, value)
