@@ -10,7 +10,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 
 def test_the_studies_are_there():
-    assert {p.stem for p in NOTEBOOKS} >= {"compare_planners", "dynamic_vs_fixed"}
+    assert {p.stem for p in NOTEBOOKS} >= {"compare_planners", "dynamic_vs_fixed",
+                                           "simulated_vs_measured"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
