@@ -289,3 +289,20 @@ def test_matmul_without_shapes_is_a_clear_error():
     with pytest.raises(KernelError, match="2-D shapes"):
         _run("matmul", np.empty(16, np.float32), np.empty(16, np.float32),
              np.empty(16, np.float32))
+
+
+def test_a_host_tensor_read_twice_by_one_vertex_lives_until_its_last_reader():
+    """``b`` reads the offloaded ``a`` twice; ``c`` reads it after: the host copy must not be
+    freed (and poisoned) when ``b`` completes."""
+    from offloadlab.core import TaskGraph
+    g = TaskGraph(name="twice")
+    g.add_input("i", 4096, home="gpu0")
+    g.add_compute("a", "mix", ["i"], "gpu0", 4096)
+    g.add_compute("b", "mix", ["a", "a"], "cpu", 4096)
+    g.add_compute("c", "mix", ["a"], "cpu", 4096)
+    m = Machine(gpus=1, gpu_memory=2**20)
+    mg = plan(g, m, "buildmemgraph")
+    assert [u for u in mg["b"].inputs] == [mg["c"].inputs[0]] * 2
+    for policy in POLICIES:
+        result = execute(mg, m, policy=policy, poison=True, rate_limit=False)
+        assert check_outputs(result.outputs, reference_outputs(g)) is None

@@ -57,6 +57,7 @@ class Resource:
     queue: ReadyQueue
     lanes: list[Lane]
     free: list[int] = field(default_factory=list)   # a heap of free slots
+    streams: list = field(default_factory=list)     # the backend's stream of each slot
     dirty: bool = False
 
 
@@ -75,10 +76,13 @@ class EventLoop:
         self.succ = [[index[w] for w in memgraph.succ[v.id]] for v in self.vertices]
         self.waiting = [len(memgraph.pred[v.id]) for v in self.vertices]
         self.inputs = [[index[u] for u in v.inputs] for v in self.vertices]
+        self.distinct_inputs = [list(dict.fromkeys(us)) for us in self.inputs]
         self.readers = [sum(1 for k in memgraph.succ[v.id].values() if k == "data")
                         for v in self.vertices]
         self.shape = [tensor_shape(v.shape, v.dtype, v.bytes) for v in self.vertices]
         self.capture = [v.kind in ("compute", "transfer", "input") and (v.task or v.id) in outputs
+                        for v in self.vertices]
+        self.to_host = [v.kind in ("offload", "compute") and v.out_device == HOST
                         for v in self.vertices]
         self.start = [math.nan] * n
         self.end = [math.nan] * n
@@ -114,8 +118,8 @@ class EventLoop:
             self.resources[name] = Resource(name, queues.new(sequence), lanes, list(range(slots)))
         self.engine = [self.resources[h[0]] if h else None for h in held]
         self.bus = [self.resources[h[1]] if len(h) > 1 else None for h in held]
-        self.streams = {(name, s): self.backend.stream(name, s)
-                        for name, r in self.resources.items() for s in range(len(r.lanes))}
+        for name, r in self.resources.items():
+            r.streams = [self.backend.stream(name, s) for s in range(len(r.lanes))]
         self._dirty: list[Resource] = []
 
     def _allocate(self, machine: Machine, host_memory: int | None) -> None:
@@ -144,8 +148,7 @@ class EventLoop:
                                    lambda: backend.arena(gpu, size))  # noqa: B023
                        for gpu, size in sorted(extent.items())}
         host_inputs = [i for i, v in enumerate(vertices) if v.kind == "input" and v.loc is None]
-        dynamic = sum(v.bytes for v in vertices if v.kind == "offload"
-                      or v.kind == "compute" and v.out_device == HOST)
+        dynamic = sum(v.bytes for v, to_host in zip(vertices, self.to_host) if to_host)
         static = sum(vertices[i].bytes for i in host_inputs)
         size = static + dynamic if host_memory is None else host_memory
         self.host = _alloc("the host block", size, lambda: backend.host_block(size))
@@ -178,20 +181,25 @@ class EventLoop:
         need: dict[str, int] = {}
         self.kernel: list = [None] * len(self.vertices)
         self.aliased = [False] * len(self.vertices)
+        sized: dict[tuple, int] = {}     # (op, output and input shapes and dtypes) -> bytes
         for i, v in enumerate(self.vertices):
             if v.kind != "compute":
                 continue
             k = kernel(v.op, v.id)
-            out = _stand_in(self.shape[i], v.dtype)
-            args = [_stand_in(self.shape[u], self.vertices[u].dtype) for u in self.inputs[i]]
-            try:
-                nbytes = k.scratch(out, args)
-            except (ValueError, TypeError, IndexError) as exc:
-                raise KernelError(f"vertex {v.id!r} ({v.op}): {exc}") from None
+            signature = (v.op, self.shape[i], v.dtype,
+                         *((self.shape[u], self.vertices[u].dtype) for u in self.inputs[i]))
+            nbytes = sized.get(signature, -1)
+            if nbytes < 0:
+                out = _stand_in(self.shape[i], v.dtype)
+                args = [_stand_in(self.shape[u], self.vertices[u].dtype) for u in self.inputs[i]]
+                try:
+                    nbytes = sized[signature] = k.scratch(out, args)
+                except (ValueError, TypeError, IndexError) as exc:
+                    raise KernelError(f"vertex {v.id!r} ({v.op}): {exc}") from None
             self.aliased[i] = v.loc is not None and any(
                 _overlap(v, self.vertices[u]) for u in self.inputs[i])
             if self.aliased[i]:
-                nbytes += out.nbytes
+                nbytes += math.prod(self.shape[i]) * np.dtype(v.dtype).itemsize
             self.kernel[i] = k
             name = self.engine[i].name  # type: ignore[union-attr]
             need[name] = max(need.get(name, 0), nbytes)
@@ -265,7 +273,7 @@ class EventLoop:
         if bus is not None:
             heappush(bus.free, 0)
             self._mark(bus)
-        for u in self.inputs[i]:
+        for u in self.distinct_inputs[i]:      # readers counts one data edge per input
             if u in self.host_offset and self.vertices[u].kind != "input":
                 self.readers[u] -= 1
                 if not self.readers[u]:
@@ -330,16 +338,18 @@ class EventLoop:
         engine = self.engine[i]
         assert engine is not None
         slot = self.slot[i]
-        stream = self.streams[engine.name, slot]
+        stream = engine.streams[slot]
         backend, xp = self.backend, self.backend.xp
-        if v.kind == "offload" or v.kind == "compute" and v.out_device == HOST:
+        to_host = self.to_host[i]
+        if to_host:
             self.tensor[i] = self._host_tensor(i)
-        out = self.tensor[i]
-        args = [self.tensor[u] for u in self.inputs[i]]
+        tensor = self.tensor
+        out = tensor[i]
+        args = [tensor[u] for u in self.inputs[i]]
         poison = self.poison and v.loc is not None and not self.aliased[i]
         if v.kind == "compute":
             k, scratch = self.kernel[i], self.scratch.get((engine.name, slot))
-            on = np if v.out_device == HOST else xp
+            on = np if to_host else xp
             aliased = self.aliased[i]
 
             def work() -> None:

@@ -17,6 +17,7 @@ are copying each runs at the machine's ``duplex`` factor.  Times are wall-clock
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from contextlib import nullcontext
@@ -31,6 +32,9 @@ from .device import Array, Cancelled
 
 CHUNK_SECONDS = 0.5e-3    # a paced copy moves about this much time's worth of bytes at once
 MIN_CHUNK = 64 * 1024
+SLEEP_SLACK = 150e-6      # how late time.sleep may wake (timer slack, a VM's wake-up): a paced
+                          # copy's last wait sleeps that much less, then yields until its deadline
+_yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))   # sleep(0) also oversleeps
 
 
 def _touched(nbytes: int) -> np.ndarray:
@@ -149,7 +153,9 @@ class NumpyBackend:
         """Copy chunk by chunk, sleeping so that the bytes moved never run ahead of the rate
         (the deadline is absolute, so a late wake-up is made up by the next chunk)."""
         assert engine.rate is not None
-        chunk = max(MIN_CHUNK, int(engine.rate * CHUNK_SECONDS))
+        chunks = max(1, -(-d.size // max(MIN_CHUNK, int(engine.rate * CHUNK_SECONDS))))
+        chunk = max(1, -(-d.size // chunks))    # equal: the last one's wait makes up a late
+                                                # wake-up after the one before
         deadline = time.perf_counter()
         stop = self.stop
         for i in range(0, d.size, chunk):
@@ -160,8 +166,14 @@ class NumpyBackend:
             rate = engine.rate * (engine.duplex if partner is not None and partner.busy else 1.0)
             deadline += min(chunk, d.size - i) / rate
             delay = deadline - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
+            if i + chunk < d.size:              # a late wake-up is made up by the next chunk
+                if delay > 0:
+                    time.sleep(delay)
+                continue
+            if delay > SLEEP_SLACK:             # the last chunk: end on time, never early
+                time.sleep(delay - SLEEP_SLACK)
+            while time.perf_counter() < deadline:
+                _yield()
 
     def close(self) -> None:
         self.engines.clear()
