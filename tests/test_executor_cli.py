@@ -61,6 +61,18 @@ def test_run_user_errors(capsys, argv, message):
     assert message in fails(capsys, *argv)
 
 
+@pytest.mark.parametrize("argv", [
+    ["run", "--workload", WORKLOAD, "--machine", MACHINE, "--gantt", "{missing}/g.png"],
+    ["run", "--workload", WORKLOAD, "--machine", MACHINE, "--chrome", "{missing}/t.json"],
+    ["validate", "--workload", WORKLOAD, "--machine", MACHINE, "--plot", "{missing}/v.png"],
+    ["validate", "--workload", WORKLOAD, "--machine", MACHINE, "--table", "{missing}/v.csv"],
+])
+def test_outputs_in_a_missing_directory_fail_before_running(capsys, tmp_path, argv):
+    argv = [a.format(missing=tmp_path / "absent") for a in argv]
+    assert "does not exist" in fails(capsys, *argv)
+    assert not (tmp_path / "absent").exists()
+
+
 def test_run_rejects_bad_options(capsys):
     for bad in (["--watchdog", "nan"], ["--watchdog", "0"], ["--policy", "bogus"],
                 ["--streams", "0"]):
@@ -77,10 +89,11 @@ def test_calibrate_writes_a_machine_others_read(capsys, tmp_path):
     m = machine_from_spec(str(out))
     assert m.name == "p100x4-calibrated-numpy" and m.gpus == 2
     # copies are paced to the base machine's links: calibration finds them again
-    assert 1.6e9 < m.h2d_bandwidth <= 2.05e9 and 1.6e9 < m.d2h_bandwidth <= 2.05e9
+    # (a least-squares line through loaded, noisy copies: within 25%)
+    assert 1.5e9 < m.h2d_bandwidth < 2.5e9 and 1.5e9 < m.d2h_bandwidth < 2.5e9
     assert 0.3 < m.duplex < 0.7
-    assert {op for op, _ in m.op_bandwidth} >= {"add", "mix", "softmax"}
-    assert (tmp_path / "m.csv").read_text().startswith("what,op,size,bytes,flops,seconds")
+    assert {op for op, _, _ in m.op_rates} >= {"add", "mix", "softmax"}
+    assert (tmp_path / "m.csv").read_text().startswith("what,op,size,bytes,read,flops,seconds")
     overridden = machine_from_spec(f"{out}:gpu_memory=1MiB")
     assert overridden.gpu_memory == 2**20 and overridden.gpu_flops == m.gpu_flops
     assert Machine.from_dict(json.loads(out.read_text())) == m
@@ -96,7 +109,7 @@ def test_calibrate_to_a_missing_directory_measures_nothing(capsys, tmp_path):
                                           ('{"gpus": 2, "bogus": 1}', "unknown field(s): bogus"),
                                           ('{"gpu_flops": NaN}', "'gpu_flops' must be a finite"),
                                           ("[1, 2]", "expected a JSON object"),
-                                          ('{"op_bandwidth": [["add", -1]]}', "op_bandwidth")])
+                                          ('{"op_rates": [["add", -1, 1]]}', "op_rates")])
 def test_malformed_machine_files(capsys, tmp_path, text, message):
     path = tmp_path / "m.json"
     path.write_text(text)

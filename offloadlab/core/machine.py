@@ -27,9 +27,9 @@ class Machine:
     Bandwidths are bytes/s, rates flop/s, latencies seconds.  ``duplex`` is the factor by which
     each direction of a GPU's host link slows while the other direction is busy (1.0 = ideal
     full duplex).  ``host_bus_bandwidth`` > 0 adds one bus per direction shared by all GPUs'
-    host transfers (0 = none).  ``op_bandwidth`` holds measured ``(op, bytes/s)`` pairs
-    (``offloadlab calibrate``): a GPU kernel of such an op takes ``kernel_latency + touched /
-    rate``, the bytes it touches at the rate its kernel was measured at.
+    host transfers (0 = none).  ``op_rates`` holds measured ``(op, written, read)`` rates in
+    bytes/s (``offloadlab calibrate``): a GPU kernel of such an op takes ``kernel_latency +
+    out_bytes / written + in_bytes / read``, at the rates its kernel was measured at.
     """
 
     name: str = "custom"
@@ -49,7 +49,7 @@ class Machine:
     gpu_gpu_latency: float = 10e-6
     cpu_cores: int = 16
     cpu_flops: float = 0.5e12
-    op_bandwidth: tuple[tuple[str, float], ...] = ()
+    op_rates: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self):
         for f in fields(self):
@@ -61,11 +61,11 @@ class Machine:
                                     f"{'>= 0' if zero_ok else '> 0'}, got {value!r}")
         if not 0 < self.duplex <= 1:
             raise SpecError(f"machine {self.name!r}: duplex must be in (0, 1], got {self.duplex}")
-        for entry in self.op_bandwidth:
-            if len(entry) != 2 or not isinstance(entry[0], str) \
-                    or not 0 < float(entry[1]) < float("inf"):
-                raise SpecError(f"machine {self.name!r}: op_bandwidth entries must be [op, "
-                                f"positive finite bytes/s], got {entry!r}")
+        for entry in self.op_rates:
+            if len(entry) != 3 or not isinstance(entry[0], str) \
+                    or not all(0 < float(rate) < float("inf") for rate in entry[1:]):
+                raise SpecError(f"machine {self.name!r}: op_rates entries must be [op, bytes/s "
+                                f"written, bytes/s read], positive and finite; got {entry!r}")
 
     # -- topology ---------------------------------------------------------------------
     def gpu_names(self) -> list[str]:
@@ -99,8 +99,8 @@ class Machine:
                  touched: int = 0, time: float | None = None, op: str | None = None) -> float:
         """Seconds a vertex takes alone on its resources.
 
-        A profiled ``time`` wins.  Otherwise GPU kernels of an op in ``op_bandwidth`` take
-        ``latency + touched / op_bandwidth[op]``, and others follow a roofline:
+        A profiled ``time`` wins.  Otherwise GPU kernels of an op in ``op_rates`` take
+        ``latency + nbytes / written + (touched - nbytes) / read``, and others follow a roofline:
         ``latency + max(flops / rate, touched / mem_bw)`` with ``touched`` the bytes read and
         written; copies take ``latency + bytes / bandwidth``.
         """
@@ -109,10 +109,10 @@ class Machine:
         if kind == "compute":
             if device == CPU:
                 return flops / self.cpu_flops
-            if self.op_bandwidth and op is not None:
-                rate = dict(self.op_bandwidth).get(op)
-                if rate is not None:
-                    return self.kernel_latency + touched / rate
+            if self.op_rates and op is not None:
+                for name, written, read in self.op_rates:
+                    if name == op:
+                        return self.kernel_latency + nbytes / written + (touched - nbytes) / read
             return self.kernel_latency + max(flops / self.gpu_flops,
                                              touched / self.gpu_mem_bandwidth)
         if kind == "transfer":
@@ -137,13 +137,13 @@ class Machine:
         if unknown:
             raise SpecError(f"machine description has unknown field(s): {', '.join(unknown)}")
         data = dict(data)
-        if "op_bandwidth" in data:
+        if "op_rates" in data:
             try:
-                data["op_bandwidth"] = tuple((str(op), float(rate))
-                                             for op, rate in data["op_bandwidth"])
+                data["op_rates"] = tuple((str(op), float(written), float(read))
+                                         for op, written, read in data["op_rates"])
             except (TypeError, ValueError):
-                raise SpecError(f"machine description: op_bandwidth must be a list of [op, "
-                                f"bytes/s] pairs, got {data['op_bandwidth']!r}") from None
+                raise SpecError(f"machine description: op_rates must be a list of [op, bytes/s "
+                                f"written, bytes/s read], got {data['op_rates']!r}") from None
         return cls(**data)
 
     def to_json(self) -> str:
@@ -232,6 +232,6 @@ def machine_from_spec(spec: str | Machine) -> Machine:
     else:
         base = PRESETS[name]
     defaults = {f.name: getattr(base, f.name) for f in fields(Machine)
-                if f.name not in ("name", "source", "op_bandwidth")}
+                if f.name not in ("name", "source", "op_rates")}
     merged = apply_options(defaults, options, f"machine {name!r}")
     return replace(base, **merged)

@@ -5,8 +5,9 @@ Every measurement runs a small MemGraph built here, with one location per tensor
 overwritten, so there are no memory edges), and reads the durations off the measured trace:
 
 - kernels by op and size on one GPU with one stream: ``matmul`` gives ``gpu_flops``, every other
-  op its bytes touched per second (``op_bandwidth``), a one-element ``add`` the kernel time that
-  with the dispatch gap of a chain of them gives ``kernel_latency``;
+  op the bytes per second it writes and reads (``op_rates``, from the two largest sizes), a
+  one-element ``add`` the kernel time that with the dispatch gap of a chain of them gives
+  ``kernel_latency``;
 - a matmul on the CPU gives ``cpu_flops``;
 - loads (host->GPU) and offloads (GPU->host) of several sizes, each direction alone, give the
   bandwidth and latency by a least-squares line through ``seconds = latency + bytes / rate``;
@@ -68,19 +69,28 @@ class _Builder:
 
 
 def _kernels(sizes: Iterable[int], reps: int) -> tuple[MemGraph, dict[str, tuple[str, int]]]:
-    """``reps`` independent kernels of each op and size (n x n tensors) on gpu0."""
+    """``reps`` independent kernels of each op and size on gpu0: n x n tensors, and for the
+    ops that take inputs of any length, inputs of other lengths than the output's (one, four
+    times as long, three of a quarter), so that the bytes written and read can be told apart."""
     b = _Builder()
     label: dict[str, tuple[str, int]] = {}
     for n in sizes:
-        shape = (n, n)
-        x = b.add(f"x{n}", "input", "gpu0", shape, at="gpu0")
-        y = b.add(f"y{n}", "input", "gpu0", shape, at="gpu0")
-        for op in KERNEL_OPS:
-            args = (x, y) if op in ("matmul", "add", "mix", "adam_update") else (x,)
-            flops = 2.0 * n ** 3 if op == "matmul" else float(n * n)
-            for r in range(reps):
-                label[b.add(f"{op}{n}#{r}", "compute", "gpu0", shape, args, op, flops,
-                            at="gpu0")] = (op, n)
+        e = n * n
+        x, y = (b.add(f"{name}{n}", "input", "gpu0", (n, n), at="gpu0") for name in "xy")
+        flat = {k: b.add(f"f{k}x{n}", "input", "gpu0", (int(k * e),), at="gpu0")
+                for k in (0.25, 1, 4)}
+        variants: dict[str, list[tuple[str, ...]]] = {
+            "matmul": [(x, y)], "adam_update": [(x, y)],
+            **{op: [(x,)] for op in ("softmax", "relu", "layernorm")},
+            **{op: [(flat[1], flat[1]), (flat[1],), (flat[4],), (flat[0.25],) * 3]
+               for op in ("add", "mix")}}
+        for op, inputs in variants.items():
+            shape = (n, n) if op not in ("add", "mix") else (e,)
+            flops = 2.0 * n ** 3 if op == "matmul" else float(e)
+            for j, args in enumerate(inputs):
+                for r in range(reps):
+                    label[b.add(f"{op}{n}.{j}#{r}", "compute", "gpu0", shape, args, op, flops,
+                                at="gpu0")] = (op, n)
     return b.mg, label
 
 
@@ -133,8 +143,8 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     PCIe); kernels run at the CPU's speed.  ``quick`` measures fewer sizes and repeats.
     """
     say = progress or (lambda _: None)
-    reps = 3 if quick else 7
-    sizes = (64, 256, 512) if quick else (64, 256, 512, 1024)
+    reps = 3 if quick else 5
+    sizes = (64, 256, 512) if quick else (128, 512, 1024, 2048)
     copy_sizes = [s * MiB for s in ((1, 4, 16) if quick else (1, 4, 16, 64))]
     probe = replace(base, gpus=max(base.gpus, 1), gpu_memory=2**62, streams=1)
     rows: list[dict] = []
@@ -147,9 +157,9 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     trace = run(mg, "kernels by op and size")
     for vertex, (op, n) in label.items():
         v = mg[vertex]
-        touched = v.bytes * (1 + len(v.inputs))
-        rows.append(dict(what="kernel", op=op, size=n, bytes=touched, flops=v.flops,
-                         seconds=trace.at[vertex, "end"] - trace.at[vertex, "start"]))
+        read = sum(mg[u].bytes for u in v.inputs)
+        rows.append(dict(what="kernel", op=op, size=n, bytes=v.bytes + read, read=read,
+                         flops=v.flops, seconds=trace.at[vertex, "end"] - trace.at[vertex, "start"]))
     chain = run(_chain(200 if quick else 1000), "dispatch gap of a chain of tiny kernels")
     chain = chain.sort_values("start")
     kernel_time = float((chain["end"] - chain["start"]).median())
@@ -175,18 +185,35 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     if base.gpus > 1:
         copies(run(_copies(copy_sizes, reps, False, False, gpus=2), "GPU->GPU copies"), "gpu->gpu")
     table = pd.DataFrame(rows)
+    table["read"] = table["read"].fillna(0).astype("int64")   # bytes read: kernels only
     return Calibration(_fit(base, table, backend), table)
+
+
+def _rates(rows: pd.DataFrame, tiny: float) -> tuple[float, float]:
+    """Bytes/s written and read: least squares of ``seconds - tiny = written_bytes / w +
+    read_bytes / r``; one rate for both where the kernels cannot tell them apart (every input
+    the output's size) or the fit is not positive."""
+    written = (rows["bytes"] - rows["read"]).to_numpy(float)
+    read = rows["read"].to_numpy(float)
+    seconds = np.maximum(rows["seconds"].to_numpy(float) - tiny, 1e-9)
+    design = np.column_stack([written, read])
+    if np.linalg.matrix_rank(design / design.max()) == 2:
+        inverse = np.linalg.lstsq(design, seconds, rcond=None)[0]
+        if (inverse > 0).all():
+            return float(1 / inverse[0]), float(1 / inverse[1])
+    rate = float((written + read).sum() / seconds.sum())
+    return rate, rate
 
 
 def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
     """The machine the measurements describe."""
     kernels = table[table["what"] == "kernel"]
-    largest = kernels[kernels["size"] == kernels["size"].max()]
-    matmul = largest[largest["op"] == "matmul"]
-    op_bandwidth = tuple(sorted(
-        (op, float(rows["bytes"].sum() / rows["seconds"].sum()))
-        for op, rows in largest.groupby("op") if op != "matmul"))
+    large = kernels[kernels["size"] >= sorted(kernels["size"].unique())[-2:][0]]
+    matmul = large[large["size"] == large["size"].max()]
+    matmul = matmul[matmul["op"] == "matmul"]
     tiny = float(table.loc[table["what"] == "tiny kernel", "seconds"].iloc[0])
+    op_rates = tuple(sorted((op, *_rates(rows, tiny)) for op, rows in large.groupby("op")
+                            if op != "matmul"))
     gap = float(table.loc[table["what"] == "dispatch gap", "seconds"].iloc[0])
     cpu = table[table["what"] == "cpu kernel"]
     h2d, h2d_latency = _line(table[table["what"] == "h2d alone"])
@@ -201,8 +228,9 @@ def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
                f"copies paced to {base.name}'s links" if backend == "numpy" else
                f"offloadlab calibrate, {backend} backend on {socket.gethostname()}",
         gpu_flops=float(matmul["flops"].sum() / matmul["seconds"].sum()),
-        gpu_mem_bandwidth=dict(op_bandwidth).get("add", base.gpu_mem_bandwidth),
-        kernel_latency=max(tiny + gap, 0.0), op_bandwidth=op_bandwidth,
+        gpu_mem_bandwidth=float(large.loc[large["op"] == "add", "bytes"].sum()
+                                / large.loc[large["op"] == "add", "seconds"].sum()),
+        kernel_latency=max(tiny + gap, 0.0), op_rates=op_rates,
         cpu_flops=float(cpu["flops"].sum() / cpu["seconds"].sum()),
         h2d_bandwidth=h2d, d2h_bandwidth=d2h, link_latency=(h2d_latency + d2h_latency) / 2,
         duplex=float(min(max(min(shares), 0.05), 1.0)))

@@ -89,6 +89,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _check_writable(*paths: str | Path | None) -> None:
+    """Fail before any work if an output's directory does not exist."""
+    for path in paths:
+        if path is not None and not Path(path).parent.is_dir():
+            raise SpecError(f"cannot write {path}: directory {str(Path(path).parent)!r} "
+                            f"does not exist")
+
+
 def _write_plots_and_traces(runs: Mapping[str, "pd.DataFrame"], gantt_path: Path | None,
                             chrome_paths: dict[str, Path], title: str) -> list[Path]:
     """Write a Gantt chart of all ``runs`` (label -> Trace) and one Chrome trace per label."""
@@ -246,6 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.memgraph and args.planner:
         raise SpecError("--planner applies to --workload or --taskgraph, not to a MemGraph file")
     args.planner = args.planner or "buildmemgraph"
+    _check_writable(args.gantt, args.chrome)
     mg, graph, machine = _source(args)
     result = execute(mg, machine, backend=args.backend, policy=args.policy, seed=args.seed,
                      streams=args.streams, poison=args.poison, rate_limit=not args.no_rate_limit,
@@ -296,9 +305,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     base = machine_from_spec(args.machine)
     out = Path(args.out)
     table_path = Path(args.table) if args.table else out.with_suffix(".csv")
-    for path in (out, table_path):           # fail before measuring, not after
-        if not path.parent.is_dir():
-            raise SpecError(f"cannot write {path}: directory {str(path.parent)!r} does not exist")
+    _check_writable(out, table_path)
     say = (lambda what: print(f"measuring {what} ...", file=sys.stderr)) \
         if sys.stderr.isatty() else None
     result = calibrate(base, args.backend, quick=args.quick, progress=say)
@@ -310,8 +317,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"{m.name}: {m.source}")
     print(f"  matmul {m.gpu_flops / 1e9:.4g} GFLOP/s, add {m.gpu_mem_bandwidth / 1e9:.4g} GB/s "
           f"touched, kernel latency + dispatch {m.kernel_latency * 1e6:.3g} us")
-    print("  other ops (GB/s touched): " + ", ".join(f"{op} {rate / 1e9:.3g}"
-                                                    for op, rate in m.op_bandwidth))
+    print("  other ops (GB/s written/read): " + ", ".join(
+        f"{op} {written / 1e9:.3g}/{read / 1e9:.3g}" for op, written, read in m.op_rates))
     print(f"  host->GPU {m.h2d_bandwidth / 1e9:.4g} GB/s, GPU->host {m.d2h_bandwidth / 1e9:.4g} "
           f"GB/s, latency {m.link_latency * 1e6:.3g} us, duplex factor {m.duplex:.3g}")
     if m.gpus > 1:
@@ -329,6 +336,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ..core.workloads import build_workload
     from .validate import validate
 
+    _check_writable(args.plot, args.table)
     graph = build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
     machine = machine_from_spec(args.machine)
     planners = args.planner or list(DEMO_PLANNERS)
