@@ -73,6 +73,15 @@ def test_outputs_in_a_missing_directory_fail_before_running(capsys, tmp_path, ar
     assert not (tmp_path / "absent").exists()
 
 
+def test_run_rejects_files_that_are_not_utf8_and_nan_machines(capsys, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_bytes(b"\xff\xfe{bad")
+    assert "not UTF-8 text" in fails(capsys, "run", path)
+    assert "not UTF-8 text" in fails(capsys, "run", "--taskgraph", path, "--machine", "v100")
+    assert "h2d_bandwidth must be > 0, got nan" in fails(
+        capsys, "run", "--workload", WORKLOAD, "--machine", "disco-example:h2d_bandwidth=nan")
+
+
 def test_run_rejects_bad_options(capsys):
     for bad in (["--watchdog", "nan"], ["--watchdog", "0"], ["--policy", "bogus"],
                 ["--streams", "0"]):

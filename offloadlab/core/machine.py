@@ -56,7 +56,7 @@ class Machine:
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 zero_ok = f.name.endswith("latency") or f.name == "host_bus_bandwidth"
-                if value < 0 or (value == 0 and not zero_ok):
+                if not value >= 0 or (value == 0 and not zero_ok):     # NaN too
                     raise SpecError(f"machine {self.name!r}: {f.name} must be "
                                     f"{'>= 0' if zero_ok else '> 0'}, got {value!r}")
         if not 0 < self.duplex <= 1:

@@ -267,9 +267,11 @@ def _read(text_or_path: str | Path, what: str) -> tuple[dict, str]:
         path = Path(text_or_path)
         where = f"{what} file {str(path)!r}"
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise GraphError(f"cannot read {where}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise GraphError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         return json.loads(text), where
     except json.JSONDecodeError as exc:
