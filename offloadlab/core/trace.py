@@ -17,7 +17,7 @@ from .devices import HOST, is_gpu, split_transfer
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .memgraph import MemGraph
+    from .memgraph import MemGraph, MemVertex
 
 TRACE_COLUMNS = ["vertex", "kind", "device", "resource", "stream", "start", "end", "bytes",
                  "flops", "source", "run"]
@@ -50,6 +50,27 @@ def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence]) -> "pd.DataFram
         raise ValueError(f"trace rows: source must be one of {SOURCES}, "
                          f"got {sorted(map(str, bad))}")
     return frame[TRACE_COLUMNS].astype(_DTYPES).reset_index(drop=True)
+
+
+def run_trace(vertices: Sequence["MemVertex"], resource: Sequence[str | None],
+              stream: Sequence[int], start: Sequence[float], end: Sequence[float], source: str,
+              run: int) -> "pd.DataFrame":
+    """The trace of one run of a MemGraph, from per-vertex lists (``vertices`` in planner order;
+    a vertex whose ``resource`` is None, an input, gets no row)."""
+    rows = [i for i, name in enumerate(resource) if name is not None]
+    return make_trace({
+        "vertex": [vertices[i].id for i in rows],
+        "kind": [vertices[i].kind for i in rows],
+        "device": [vertices[i].device for i in rows],
+        "resource": [resource[i] for i in rows],
+        "stream": [stream[i] for i in rows],
+        "start": [start[i] for i in rows],
+        "end": [end[i] for i in rows],
+        "bytes": [vertices[i].bytes for i in rows],
+        "flops": [vertices[i].flops for i in rows],
+        "source": [source] * len(rows),
+        "run": [run] * len(rows),
+    })
 
 
 # -- Chrome trace-event JSON ----------------------------------------------------------------
@@ -150,6 +171,16 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
 
 def _overlaps(a, b) -> bool:
     return b is not None and a.device == b.device and a.offset < b.end and b.offset < a.end
+
+
+def memory_and_peaks(trace: "pd.DataFrame", memgraph: "MemGraph",
+                     gpus: Sequence[str]) -> "tuple[pd.DataFrame, dict[str, int]]":
+    """:func:`memory_over_time` and :func:`peak_memory`, with a peak for each of ``gpus``
+    (every GPU of the machine, 0 where unused)."""
+    memory = memory_over_time(trace, memgraph)
+    peaks = {gpu: 0 for gpu in gpus}
+    peaks.update(peak_memory(trace, memgraph, memory))
+    return memory, peaks
 
 
 def peak_memory(trace: "pd.DataFrame", memgraph: "MemGraph",

@@ -19,7 +19,7 @@ from ..core.dispatch import check_policy
 from ..core.errors import SpecError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.trace import busy_time, make_trace, memory_over_time, peak_memory
+from ..core.trace import busy_time, memory_and_peaks, run_trace
 from .device import Backend
 from .kernels import KERNELS, KernelError
 from .loop import EventLoop, ExecutionError, StallError
@@ -91,24 +91,9 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
         device.close()
         raise
     loop.run()
-    executed = [i for i, v in enumerate(loop.vertices) if v.kind != "input"]
-    vertices = loop.vertices
-    trace = make_trace({
-        "vertex": [vertices[i].id for i in executed],
-        "kind": [vertices[i].kind for i in executed],
-        "device": [vertices[i].device for i in executed],
-        "resource": [loop.engine[i].name for i in executed],   # type: ignore[union-attr]
-        "stream": [loop.slot[i] for i in executed],
-        "start": [loop.start[i] for i in executed],
-        "end": [loop.end[i] for i in executed],
-        "bytes": [vertices[i].bytes for i in executed],
-        "flops": [vertices[i].flops for i in executed],
-        "source": ["measured"] * len(executed),
-        "run": [run] * len(executed),
-    })
-    memory = memory_over_time(trace, memgraph)
-    peaks = {gpu: 0 for gpu in machine.gpu_names()}
-    peaks.update(peak_memory(trace, memgraph, memory))
+    trace = run_trace(loop.vertices, [e.name if e is not None else None for e in loop.engine],
+                      loop.slot, loop.start, loop.end, "measured", run)
+    memory, peaks = memory_and_peaks(trace, memgraph, machine.gpu_names())
     return ExecResult(trace=trace, makespan=float(max(trace["end"], default=0.0)),
                       busy=busy_time(trace), memory=memory, peak_memory=peaks,
                       outputs=loop.outputs, backend=backend, policy=policy)

@@ -465,6 +465,17 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 # -- parser -------------------------------------------------------------------------------
+def _executor_options(p: argparse.ArgumentParser) -> None:
+    """The options of the commands that execute MemGraphs."""
+    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+                   help="numpy: threads on the CPU (any machine); cupy: an NVIDIA GPU (numpy)")
+    p.add_argument("--policy", choices=POLICIES, default="dynamic",
+                   help="dispatch policy (dynamic)")
+    p.add_argument("--no-rate-limit", action="store_true",
+                   help="numpy backend: copy as fast as memcpy instead of at the machine's "
+                        "link bandwidths")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="offloadlab", epilog=SPECS, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -518,10 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="preset or Machine JSON file (default for a MEMGRAPH: its stored one)")
     p.add_argument("--planner", metavar="SPEC", help="planner for --workload/--taskgraph "
                    "(buildmemgraph)")
-    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
-                   help="numpy: threads on the CPU (any machine); cupy: an NVIDIA GPU (numpy)")
-    p.add_argument("--policy", choices=POLICIES, default="dynamic",
-                   help="dispatch policy (dynamic)")
+    _executor_options(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy (0)")
     p.add_argument("--streams", type=_positive_int, metavar="K",
                    help="compute streams per GPU (default: the machine's)")
@@ -530,9 +538,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "naming the first wrong output")
     p.add_argument("--poison", action="store_true",
                    help="fill each location with NaN bytes before it is written (finds races)")
-    p.add_argument("--no-rate-limit", action="store_true",
-                   help="numpy backend: copy as fast as memcpy instead of at the machine's "
-                        "link bandwidths")
     p.add_argument("--watchdog", type=_positive_float, default=60.0, metavar="S",
                    help="stop if no vertex completes for S seconds (60)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -563,10 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="planner (repeatable; default: levelwise and buildmemgraph)")
     p.add_argument("--runs", type=_positive_int, default=3,
                    help="executor runs per planner; the median is compared (3)")
-    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy", help="(numpy)")
-    p.add_argument("--policy", choices=POLICIES, default="dynamic", help="(dynamic)")
-    p.add_argument("--no-rate-limit", action="store_true",
-                   help="numpy backend: copies as fast as memcpy")
+    _executor_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON list, a row per planner")
     p.add_argument("--plot", metavar="PNG", help="draw simulated over measured timelines")
     p.add_argument("--table", metavar="CSV", help="write the component table")

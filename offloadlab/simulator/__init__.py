@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..core.dispatch import POLICIES, PolicyError, check_policy
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.trace import make_trace, memory_over_time, peak_memory
+from ..core.trace import memory_and_peaks, run_trace
 from ..core.util import no_gc
-from ..core.dispatch import POLICIES, PolicyError, check_policy
 from .model import DeadlockError, Model
 
 __all__ = ["simulate", "SimResult", "POLICIES", "DeadlockError", "PolicyError"]
@@ -65,10 +65,10 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     with no_gc():
         model = Model(memgraph, machine, policy, noise, seed, streams)
         model.run()
-        trace = _trace(model, run)
-    memory = memory_over_time(trace, memgraph)
-    peaks = {gpu: 0 for gpu in machine.gpu_names()}
-    peaks.update(peak_memory(trace, memgraph, memory))
+        trace = run_trace(model.vertices, [e.name if e is not None else None
+                                           for e in model.engine],
+                          model.stream, model.start, model.end, "sim", run)
+    memory, peaks = memory_and_peaks(trace, memgraph, machine.gpu_names())
     over = {gpu: peaks[gpu] for gpu in machine.gpu_names() if peaks[gpu] > machine.gpu_memory}
     if over:
         raise RuntimeError(f"simulated memory exceeds the machine's {machine.gpu_memory} bytes per "
@@ -76,21 +76,3 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     return SimResult(trace=trace, makespan=float(max(trace["end"], default=0.0)),
                      busy={name: r.busy for name, r in model.resources.items()},
                      memory=memory, peak_memory=peaks)
-
-
-def _trace(model: Model, run: int) -> pd.DataFrame:
-    rows = [i for i, engine in enumerate(model.engine) if engine is not None]
-    vertices = model.vertices
-    return make_trace({
-        "vertex": [vertices[i].id for i in rows],
-        "kind": [vertices[i].kind for i in rows],
-        "device": [vertices[i].device for i in rows],
-        "resource": [model.engine[i].name for i in rows],
-        "stream": [model.stream[i] for i in rows],
-        "start": [model.start[i] for i in rows],
-        "end": [model.end[i] for i in rows],
-        "bytes": [vertices[i].bytes for i in rows],
-        "flops": [vertices[i].flops for i in rows],
-        "source": ["sim"] * len(rows),
-        "run": [run] * len(rows),
-    })
