@@ -71,19 +71,22 @@ class _Builder:
 def _kernels(sizes: Iterable[int], reps: int) -> tuple[MemGraph, dict[str, tuple[str, int]]]:
     """``reps`` independent kernels of each op and size on gpu0: n x n tensors, and for the
     ops that take inputs of any length, inputs of other lengths than the output's (one, four
-    times as long, three of a quarter), so that the bytes written and read can be told apart."""
+    times as long, three of a quarter), so that the bytes written and read can be told apart.
+    A kernel's inputs are distinct tensors (one read twice would come from the cache)."""
     b = _Builder()
     label: dict[str, tuple[str, int]] = {}
     for n in sizes:
         e = n * n
         x, y = (b.add(f"{name}{n}", "input", "gpu0", (n, n), at="gpu0") for name in "xy")
-        flat = {k: b.add(f"f{k}x{n}", "input", "gpu0", (int(k * e),), at="gpu0")
-                for k in (0.25, 1, 4)}
+
+        def flat(k: float, count: int = 1) -> tuple[str, ...]:
+            return tuple(b.add(f"f{k}x{n}#{i}", "input", "gpu0", (int(k * e),), at="gpu0")
+                         for i in range(count))
+        two, four, quarters = flat(1, 2), flat(4), flat(0.25, 3)
         variants: dict[str, list[tuple[str, ...]]] = {
             "matmul": [(x, y)], "adam_update": [(x, y)],
             **{op: [(x,)] for op in ("softmax", "relu", "layernorm")},
-            **{op: [(flat[1], flat[1]), (flat[1],), (flat[4],), (flat[0.25],) * 3]
-               for op in ("add", "mix")}}
+            **{op: [two, two[:1], four, quarters] for op in ("add", "mix")}}
         for op, inputs in variants.items():
             shape = (n, n) if op not in ("add", "mix") else (e,)
             flops = 2.0 * n ** 3 if op == "matmul" else float(e)
