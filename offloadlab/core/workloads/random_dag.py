@@ -21,8 +21,9 @@ def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int
     ``max_inputs`` tensors among the last ``window`` vertices, which keeps the graph local
     the way layered networks are.  A tensor needed on another GPU comes through a transfer
     vertex (drawn with probability ``transfer_fraction`` when a cross-GPU read is possible).
-    Sizes are log-uniform in ``[min_bytes, max_bytes]``; flops are ``flops_per_byte`` per
-    byte touched.
+    Sizes are log-uniform in ``[min_bytes, max_bytes]``, rounded down to whole float32
+    elements (so that every planned offset is aligned for the executor's kernels); flops are
+    ``flops_per_byte`` per byte touched.
     """
     if vertices <= 0 or gpus <= 0 or max_inputs <= 0 or window <= 0:
         raise SpecError("random: vertices, gpus, max_inputs and window must be positive")
@@ -34,7 +35,8 @@ def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int
     ids: list[str] = []
 
     def size() -> int:
-        return int(math.exp(rng.uniform(lo, hi)))
+        nbytes = int(math.exp(rng.uniform(lo, hi)))
+        return nbytes - nbytes % 4 or nbytes      # whole float32 elements (aligned views)
 
     while len(ids) < vertices:
         n = len(ids)
