@@ -31,7 +31,7 @@ from ..core.dispatch import Queues, ReadyQueue
 from ..core.errors import OffloadlabError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
-from .device import Backend, Cancelled, Done, Lane
+from .device import Array, Backend, Cancelled, Done, Lane
 from .hostblock import HostAllocator
 from .kernels import KernelError, initial_value, kernel, tensor_shape, view
 
@@ -72,7 +72,6 @@ class EventLoop:
         self.vertices: list[MemVertex] = sorted(memgraph, key=lambda v: v.order)
         n = len(self.vertices)
         index = {v.id: i for i, v in enumerate(self.vertices)}
-        self.index = index
         self.succ = [[index[w] for w in memgraph.succ[v.id]] for v in self.vertices]
         self.waiting = [len(memgraph.pred[v.id]) for v in self.vertices]
         self.inputs = [[index[u] for u in v.inputs] for v in self.vertices]
@@ -158,7 +157,7 @@ class EventLoop:
             self.host.fill(POISON)
         self.host_alloc = HostAllocator(size)
         self.host_offset: dict[int, int] = {}
-        self.tensor: list[object | None] = [None] * len(vertices)
+        self.tensor: list[Array] = [None] * len(vertices)   # None until placed
         for i, v in enumerate(vertices):
             if v.loc is not None:
                 self.tensor[i] = view(self.arenas[v.loc.device], v.loc.offset, shape[i], v.dtype)
@@ -203,7 +202,7 @@ class EventLoop:
             self.kernel[i] = k
             name = self.engine[i].name  # type: ignore[union-attr]
             need[name] = max(need.get(name, 0), nbytes)
-        self.scratch: dict[tuple[str, int], object] = {}
+        self.scratch: dict[tuple[str, int], Array] = {}
         for name, nbytes in need.items():
             for s in range(len(self.resources[name].lanes)):
                 what = f"the workspace of {name} stream {s}"
@@ -348,7 +347,7 @@ class EventLoop:
         args = [tensor[u] for u in self.inputs[i]]
         poison = self.poison and v.loc is not None and not self.aliased[i]
         if v.kind == "compute":
-            k, scratch = self.kernel[i], self.scratch.get((engine.name, slot))
+            k, scratch = self.kernel[i], self.scratch[engine.name, slot]
             on = np if to_host else xp
             aliased = self.aliased[i]
 

@@ -22,7 +22,7 @@ import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -68,7 +68,7 @@ class NumpyBackend:
     """Arenas, host block and copy engines on the CPU."""
 
     name = "numpy"
-    xp = np
+    xp: Any = np
     aligned = False             # NumPy handles unaligned views (more slowly)
 
     def __init__(self, machine: Machine, rate_limit: bool = True):
