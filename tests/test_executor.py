@@ -306,3 +306,12 @@ def test_a_host_tensor_read_twice_by_one_vertex_lives_until_its_last_reader():
     for policy in POLICIES:
         result = execute(mg, m, policy=policy, poison=True, rate_limit=False)
         assert check_outputs(result.outputs, reference_outputs(g)) is None
+
+
+def test_a_run_larger_than_the_ram_available_is_refused_before_allocating(monkeypatch):
+    from offloadlab.executor import loop
+    graph, m, mg = _small()
+    monkeypatch.setattr(loop, "ram_available", lambda: 1000)
+    with pytest.raises(ExecutionError, match="needs about .* bytes of RAM .* but 1000 are"):
+        execute(mg, m)
+    assert not _lanes_alive()

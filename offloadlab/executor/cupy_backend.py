@@ -57,6 +57,7 @@ class CupyBackend:
 
     name = "cupy"
     aligned = True              # a kernel faults on a misaligned address
+    arenas_in_ram = False
 
     def __init__(self, machine: Machine, forbid_alloc: bool = False):
         try:

@@ -29,6 +29,7 @@ class Backend(Protocol):
     name: str
     xp: Any                     # the array module kernels run with on the GPUs
     aligned: bool               # GPU tensors must start at a multiple of their item size
+    arenas_in_ram: bool         # the arenas take host RAM (the numpy backend)
     stop: threading.Event       # set when the run stops; long jobs check it and raise Cancelled
 
     def arena(self, gpu: str, nbytes: int) -> Array:
@@ -61,6 +62,18 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release every buffer and stream."""
+
+
+def ram_available() -> int | None:
+    """Bytes of RAM the kernel says are available now (Linux ``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 Job = tuple[int, Any, Callable[[], None], Callable[[], None] | None]

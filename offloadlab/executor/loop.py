@@ -31,7 +31,7 @@ from ..core.dispatch import Queues, ReadyQueue
 from ..core.errors import OffloadlabError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
-from .device import Array, Backend, Cancelled, Done, Lane
+from .device import Array, Backend, Cancelled, Done, Lane, ram_available
 from .hostblock import HostAllocator
 from .kernels import KernelError, initial_value, kernel, tensor_shape, view
 
@@ -143,13 +143,15 @@ class EventLoop:
                     raise ExecutionError(f"vertex {v.id!r}: a {v.dtype} tensor of shape {s} "
                                          f"does not fit its {v.loc.size}-byte location")
                 extent[v.loc.device] = max(extent.get(v.loc.device, 0), v.loc.end)
-        self.arenas = {gpu: _alloc(f"the arena of {gpu}", size,
-                                   lambda: backend.arena(gpu, size))  # noqa: B023
-                       for gpu, size in sorted(extent.items())}
         host_inputs = [i for i, v in enumerate(vertices) if v.kind == "input" and v.loc is None]
         dynamic = sum(v.bytes for v, to_host in zip(vertices, self.to_host) if to_host)
         static = sum(vertices[i].bytes for i in host_inputs)
         size = static + dynamic if host_memory is None else host_memory
+        _check_ram(size + sum(v.bytes for v in vertices if v.kind == "input")
+                   + (sum(extent.values()) if backend.arenas_in_ram else 0), extent, size)
+        self.arenas = {gpu: _alloc(f"the arena of {gpu}", size,
+                                   lambda: backend.arena(gpu, size))  # noqa: B023
+                       for gpu, size in sorted(extent.items())}
         self.host = _alloc("the host block", size, lambda: backend.host_block(size))
         if self.poison:
             for arena in self.arenas.values():
@@ -412,6 +414,17 @@ class EventLoop:
         return (f"execution stalled ({why}; a cycle, or a 'fixed' order that contradicts the "
                 f"edges), {len(self.vertices) - self.finished} of {len(self.vertices)} vertices "
                 f"unfinished: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else ""))
+
+
+def _check_ram(need: int, extent: dict[str, int], host: int) -> None:
+    """Refuse a run whose buffers (and the inputs' values, made on the host) would not fit in
+    the RAM available, before the OOM killer ends the process half-way through set-up."""
+    available = ram_available()
+    if available is not None and need > 0.9 * available:
+        arenas = ", ".join(f"{gpu} {size}" for gpu, size in extent.items())
+        raise ExecutionError(f"the run needs about {need} bytes of RAM (arenas: {arenas or 'none'}; "
+                             f"host block {host}; input values) but {available} are available; "
+                             f"plan with less GPU memory or a smaller workload")
 
 
 def _alloc(what: str, nbytes: int, make: Callable[[], T]) -> T:

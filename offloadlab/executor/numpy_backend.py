@@ -70,6 +70,7 @@ class NumpyBackend:
     name = "numpy"
     xp: Any = np
     aligned = False             # NumPy handles unaligned views (more slowly)
+    arenas_in_ram = True
 
     def __init__(self, machine: Machine, rate_limit: bool = True):
         self.machine = machine
