@@ -315,3 +315,10 @@ def test_a_run_larger_than_the_ram_available_is_refused_before_allocating(monkey
     with pytest.raises(ExecutionError, match="needs about .* bytes of RAM .* but 1000 are"):
         execute(mg, m)
     assert not _lanes_alive()
+
+
+def test_progress_is_reported_up_to_every_vertex():
+    graph, m, mg = _small()
+    seen: list[int] = []
+    execute(mg, m, rate_limit=False, progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == len(mg)

@@ -11,6 +11,7 @@ in use over time and the graph's outputs.  :func:`check_outputs` compares them w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -63,7 +64,8 @@ def make_backend(name: str, machine: Machine, rate_limit: bool = True) -> Backen
 def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
             policy: str = "dynamic", seed: int = 0, streams: int | None = None,
             poison: bool = False, rate_limit: bool = True, host_memory: int | None = None,
-            watchdog: float = 60.0, run: int = 0) -> ExecResult:
+            watchdog: float = 60.0, run: int = 0,
+            progress: Callable[[int], None] | None = None) -> ExecResult:
     """Run ``memgraph`` on ``machine`` with real data.
 
     ``policy`` is ``dynamic``, ``fixed`` or ``random`` (seeded by ``seed``); ``streams``
@@ -71,7 +73,8 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
     written and host ranges when freed; ``rate_limit`` paces the numpy backend's copies to the
     machine's bandwidths; ``host_memory`` caps the host block (default: the host inputs plus
     every offload, which never runs out); ``watchdog`` is how long the run may go without a
-    completion before it stops naming the vertices it waits for.
+    completion before it stops naming the vertices it waits for; ``progress`` is called with
+    the number of vertices done, at most four times a second and once at the end.
 
     Raises ExecutionError (naming the vertex) if a kernel fails or memory does not suffice,
     StallError if no vertex can make progress, KernelError for an op without a kernel.
@@ -86,7 +89,7 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
     device = make_backend(backend, machine, rate_limit)
     try:
         loop = EventLoop(memgraph, machine, device, policy, seed, streams, poison, outputs,
-                         host_memory, watchdog)
+                         host_memory, watchdog, progress)
     except BaseException:         # set-up failed: no lane has started; release what is held
         device.close()
         raise

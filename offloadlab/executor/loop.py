@@ -66,9 +66,11 @@ class EventLoop:
 
     def __init__(self, memgraph: MemGraph, machine: Machine, backend: Backend, policy: str,
                  seed: int, streams: int, poison: bool, outputs: set[str],
-                 host_memory: int | None, watchdog: float):
+                 host_memory: int | None, watchdog: float,
+                 progress: Callable[[int], None] | None = None):
         machine.check_devices({d for v in memgraph for d in v.device.split("->")})
         self.backend, self.poison, self.watchdog = backend, poison, watchdog
+        self.progress = progress
         self.vertices: list[MemVertex] = sorted(memgraph, key=lambda v: v.order)
         n = len(self.vertices)
         index = {v.id: i for i, v in enumerate(self.vertices)}
@@ -240,6 +242,7 @@ class EventLoop:
         self._dispatch()
         n = len(self.vertices)
         done = self.done
+        report = self._last
         while self.finished < n:
             if not self.running:
                 raise StallError(self._stuck("no vertex is running and none can start"))
@@ -256,6 +259,11 @@ class EventLoop:
                 except queue.Empty:
                     break
             self._dispatch()
+            if self.progress is not None and self._last >= report:
+                self.progress(self.finished)      # at most four times a second
+                report = self._last + 0.25
+        if self.progress is not None:
+            self.progress(n)
 
     def _complete(self, item: Done) -> None:
         i, start, end, exc = item

@@ -256,9 +256,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.planner = args.planner or "buildmemgraph"
     _check_writable(args.gantt, args.chrome)
     mg, graph, machine = _source(args)
-    result = execute(mg, machine, backend=args.backend, policy=args.policy, seed=args.seed,
-                     streams=args.streams, poison=args.poison, rate_limit=not args.no_rate_limit,
-                     watchdog=args.watchdog)
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=len(mg), unit="vertex", desc="running", leave=False)
+    try:
+        result = execute(mg, machine, backend=args.backend, policy=args.policy, seed=args.seed,
+                         streams=args.streams, poison=args.poison,
+                         rate_limit=not args.no_rate_limit, watchdog=args.watchdog,
+                         progress=None if bar is None else
+                         (lambda done: bar.update(done - bar.n)))
+    finally:
+        if bar is not None:
+            bar.close()
     wrong = None
     if args.check:
         wrong = check_outputs(result.outputs, reference_outputs(graph or taskgraph_of(mg)),
