@@ -151,9 +151,9 @@ class EventLoop:
         size = static + dynamic if host_memory is None else host_memory
         _check_ram(size + sum(v.bytes for v in vertices if v.kind == "input")
                    + (sum(extent.values()) if backend.arenas_in_ram else 0), extent, size)
-        self.arenas = {gpu: _alloc(f"the arena of {gpu}", size,
-                                   lambda: backend.arena(gpu, size))  # noqa: B023
-                       for gpu, size in sorted(extent.items())}
+        self.arenas = {gpu: _alloc(f"the arena of {gpu}", end,
+                                   lambda: backend.arena(gpu, end))  # noqa: B023
+                       for gpu, end in sorted(extent.items())}
         self.host = _alloc("the host block", size, lambda: backend.host_block(size))
         if self.poison:
             for arena in self.arenas.values():
@@ -209,10 +209,11 @@ class EventLoop:
         self.scratch: dict[tuple[str, int], Array] = {}
         for name, nbytes in need.items():
             for s in range(len(self.resources[name].lanes)):
-                what = f"the workspace of {name} stream {s}"
-                self.scratch[name, s] = _alloc(what, nbytes, (
-                    lambda: np.empty(nbytes, np.uint8)) if name == "cpu" else (
-                    lambda: self.backend.arena(f"{name}:scratch{s}", nbytes)))
+                where = f"{name}:scratch{s}"     # the CPU's in RAM, a GPU's on the GPU
+                make = (lambda: np.empty(nbytes, np.uint8)) if name == "cpu" \
+                    else (lambda: self.backend.arena(where, nbytes))
+                self.scratch[name, s] = _alloc(f"the workspace of {name} stream {s}", nbytes,
+                                               make)
 
     def _host_tensor(self, i: int):
         v = self.vertices[i]
@@ -282,12 +283,13 @@ class EventLoop:
         if bus is not None:
             heappush(bus.free, 0)
             self._mark(bus)
+        to_host = self.to_host        # the tensors the host block holds only for a while
         for u in self.distinct_inputs[i]:      # readers counts one data edge per input
-            if u in self.host_offset and self.vertices[u].kind != "input":
+            if to_host[u]:
                 self.readers[u] -= 1
                 if not self.readers[u]:
                     self._free_host(u)
-        if i in self.host_offset and not self.readers[i] and self.vertices[i].kind != "input":
+        if to_host[i] and not self.readers[i]:
             self._free_host(i)
         self._finish(i, end)
 

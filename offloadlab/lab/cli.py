@@ -151,18 +151,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it as JSON."""
-    from ..core.machine import machine_from_spec
+def _taskgraph(args: argparse.Namespace):
+    """The TaskGraph of ``--workload`` or ``--taskgraph``."""
     from ..core.taskgraph import TaskGraph
-    from ..core.verify import verify
     from ..core.workloads import build_workload
+    return build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
+
+
+def _planned(args: argparse.Namespace):
+    """The TaskGraph of ``--workload``/``--taskgraph``, planned with ``--planner`` on
+    ``--machine`` and verified: (MemGraph, TaskGraph, Machine)."""
+    from ..core.machine import machine_from_spec
+    from ..core.verify import verify
     from ..planner import plan
 
-    graph = build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
+    graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
     mg = plan(graph, machine, args.planner)
     verify(mg, graph, machine)
+    return mg, graph, machine
+
+
+def _memgraph_file(path: str, machine_spec: str | None):
+    """A MemGraph file and the machine it runs on (``machine_spec``, else the one stored in
+    the file), verified against it."""
+    from ..core.machine import machine_from_spec
+    from ..core.memgraph import MemGraph
+    from ..core.verify import verify
+
+    mg = MemGraph.from_json(path)
+    machine = machine_from_spec(machine_spec) if machine_spec else _stored_machine(mg, path)
+    verify(mg, machine=machine)
+    return mg, machine
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it as JSON."""
+    mg, _, machine = _planned(args)
     with atomic_output(args.out) as tmp:
         mg.to_json(tmp)
     moved = mg.moved_bytes()
@@ -184,14 +209,9 @@ def _stored_machine(mg, path: str):
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Verify and simulate a MemGraph file; print a summary (or one JSON object), write plots
     and traces."""
-    from ..core.machine import machine_from_spec
-    from ..core.memgraph import MemGraph
-    from ..core.verify import verify
     from ..simulator import simulate
 
-    mg = MemGraph.from_json(args.memgraph)
-    machine = machine_from_spec(args.machine) if args.machine else _stored_machine(mg, args.memgraph)
-    verify(mg, machine=machine)
+    mg, machine = _memgraph_file(args.memgraph, args.machine)
     result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
                       streams=args.streams)
     label = f"{args.memgraph} ({args.policy})"
@@ -220,30 +240,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _source(args: argparse.Namespace, machine_required: bool = True):
-    """The MemGraph, TaskGraph and Machine a command runs: a workload or TaskGraph file
-    planned with ``--planner`` on ``--machine``, or a MemGraph file (with its stored machine
-    unless ``--machine`` is given); the MemGraph is verified."""
-    from ..core.machine import machine_from_spec
-    from ..core.memgraph import MemGraph
-    from ..core.taskgraph import TaskGraph
-    from ..core.verify import verify
-    from ..core.workloads import build_workload
-    from ..planner import plan
-
+def _source(args: argparse.Namespace):
+    """The MemGraph, TaskGraph (None for a MemGraph file) and Machine ``run`` executes."""
     if args.memgraph:
-        mg = MemGraph.from_json(args.memgraph)
-        machine = machine_from_spec(args.machine) if args.machine \
-            else _stored_machine(mg, args.memgraph)
-        verify(mg, machine=machine)
+        mg, machine = _memgraph_file(args.memgraph, args.machine)
         return mg, None, machine
     if not args.machine:
         raise SpecError("--machine is required with --workload or --taskgraph")
-    graph = build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
-    machine = machine_from_spec(args.machine)
-    mg = plan(graph, machine, args.planner)
-    verify(mg, graph, machine)
-    return mg, graph, machine
+    return _planned(args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -342,12 +346,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Simulate and execute the same MemGraphs; report the makespan's error and each
     component's, and draw both timelines."""
     from ..core.machine import machine_from_spec
-    from ..core.taskgraph import TaskGraph
-    from ..core.workloads import build_workload
     from .validate import validate
 
     _check_writable(args.plot, args.table)
-    graph = build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
+    graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
     planners = args.planner or list(DEMO_PLANNERS)
     say = (lambda spec: print(f"{spec}: simulating and running {args.runs} time(s) ...",
