@@ -33,6 +33,14 @@ def check_layout(memory: GpuMemory) -> None:
     assert all(a.end == b.start and a.start < a.end for a, b in zip(segs, segs[1:]))
     # find_free's fail threshold: no free run holds _no_fit bytes
     assert all(end - start < memory._no_fit for start, end in free_runs(memory))
+    # the index of free runs agrees with the segments
+    runs = free_runs(memory)
+    assert memory._run_starts == [a for a, _ in runs]
+    assert memory._runs == {a: (b, memory.segments[memory._index(a)].freed_at) for a, b in runs}
+    assert sorted(memory._class_runs) == memory._classes
+    assert sorted(x for same in memory._class_runs.values() for x in same) == \
+        sorted((memory._runs[a][1], a) for a, _ in runs)
+    assert all(same == sorted(same) for same in memory._class_runs.values())
 
 
 @st.composite

@@ -123,31 +123,46 @@ def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
 def _rule3_no_races(mg: MemGraph, position: dict[str, int]) -> None:
     """Whenever x and y write overlapping bytes, x is an ancestor of y and so is every reader
     of x (or it is y).  Checking each byte's consecutive writers in topological order
-    suffices: the relation is transitive."""
+    suffices: the relation is transitive.
+
+    One pass over the writers in planner order with an interval map per GPU.  Planners
+    order an overwrite with a memory edge from each reader (or from the writer), so almost
+    every ancestor is a predecessor of y or of one of y's predecessors; only the rest are
+    searched for, backwards from y and no further back than the oldest of them."""
     maps: dict[str, LastWriter] = {}
+    order = {v.id: v.order for v in mg.vertices.values()}
     writers = sorted((v for v in mg.vertices.values() if v.loc is not None),
-                     key=lambda v: position[v.id])
+                     key=lambda v: (v.order, position[v.id]))
+    pred, succ = mg.pred, mg.succ
     for y in writers:
         loc = y.loc
+        near: set[str] | None = None             # y's predecessors and theirs
         for x in maps.setdefault(loc.device, LastWriter()).overwrite(loc.offset, loc.end, y.id):
-            readers = [r for r, kind in mg.succ[x].items() if kind == "data" and r != y.id]
-            missing = _not_ancestors(mg, position, [x, *readers], y.id)
+            targets = [x, *(r for r, kind in succ[x].items() if kind == "data" and r != y.id)]
+            direct = pred[y.id]
+            far = [t for t in targets if t not in direct]
+            if far and near is None:
+                near = set(direct)
+                for p in direct:
+                    near.update(pred[p])
+            far = [t for t in far if t not in near] if far and near is not None else far
+            missing = _not_ancestors(mg, order, far, y.id) if far else []
             if missing:
                 raise VerificationError(
                     f"rule 3: race on {loc.device}: {y.id!r} overwrites {x!r}'s "
                     f"bytes but {', '.join(map(repr, missing))} may still run after it")
 
 
-def _not_ancestors(mg: MemGraph, position: dict[str, int], targets: list[str], y: str) -> list[str]:
-    """Those of ``targets`` that are not ancestors of ``y`` (backward search pruned by
-    topological position)."""
-    lo = min(position[t] for t in targets)
-    left = {t for t in targets if position[t] < position[y]}
+def _not_ancestors(mg: MemGraph, order: dict[str, int], targets: list[str], y: str) -> list[str]:
+    """Those of ``targets`` that are not ancestors of ``y``: a backward search from ``y``
+    pruned by the planner's order, which increases along every edge (checked before)."""
+    lo = min(order[t] for t in targets)
+    left = {t for t in targets if order[t] < order[y]}
     missing = [t for t in targets if t not in left]
     stack, seen = [y], {y}
     while stack and left:
         for p in mg.pred[stack.pop()]:
-            if p not in seen and position[p] >= lo:
+            if p not in seen and order[p] >= lo:
                 seen.add(p)
                 left.discard(p)
                 stack.append(p)

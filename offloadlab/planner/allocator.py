@@ -5,6 +5,10 @@ keeps the *guard* of the bytes it covers: the MemGraph vertices that must finish
 writer may overwrite them (the readers of the last occupant, or the offload that copied it
 out).  Allocating over free segments hands their guards to the caller, which turns them into
 memory-dependency edges.
+
+Free *runs* (maximal stretches of free segments) are indexed by size class, as in a
+two-level segregated-fit allocator, so that :meth:`GpuMemory.find_free` looks at a handful of
+candidate runs instead of every segment.
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ class Segment:
 _start = attrgetter("start")
 
 
+def size_class(n: int) -> int:
+    """A monotone size class: eight classes per power of two (two-level segregated fit)."""
+    b = n.bit_length()
+    return n if b <= 4 else (b << 3) | ((n >> (b - 4)) & 7)
+
+
 class GpuMemory:
     """The simulated address space ``[0, capacity)`` of one GPU."""
 
@@ -39,35 +49,52 @@ class GpuMemory:
         self.capacity = capacity
         self.segments: list[Segment] = [Segment(0, capacity)]
         self._no_fit = capacity + 1   # no free run holds this many bytes
+        self._runs: dict[int, tuple[int, int]] = {}   # free run start -> (end, first freed_at)
+        self._run_starts: list[int] = []         # the free runs' starts, ascending
+        self._class_runs: dict[int, list[tuple[int, int]]] = {}  # (first freed_at, start)
+        self._classes: list[int] = []            # size classes holding a free run, ascending
+        self._add_run(0, capacity)
 
     # -- simMalloc's search ---------------------------------------------------------------
     def find_free(self, size: int) -> int | None:
         """Offset of the free run that fits ``size`` and whose bytes were freed longest ago
-        (TURNIP: "the available slot whose last use was furthest in the past"); ties go to the
-        lowest offset.  ``None`` if no free run is large enough."""
+        (TURNIP: "the available slot whose last use was furthest in the past"): the window
+        ``[start, start + size)`` at the start of each run is judged by the latest freeing
+        among its bytes, ties going to the lowest offset.  ``None`` if no run is large enough.
+
+        Runs of a size class are sorted by their first segment's freeing, a lower bound of
+        their window's, so each class is read only while it can still beat the best."""
         if size >= self._no_fit:
             return None
-        best, best_key = None, None
-        start = end = newest = -1                   # the window at the start of this free run
-        for s in self.segments:
-            if s.owner is not None:
-                start = -1
-                continue
-            if start < 0:
-                start, end, newest = s.start, s.start + size, -1
-            if end < 0:
-                continue                            # this run's window is already judged
+        lowest = size_class(size)
+        runs, class_runs, classes = self._runs, self._class_runs, self._classes
+        best, best_key = -1, math.inf
+        for c in classes[bisect.bisect_left(classes, lowest):]:
+            for first, start in class_runs[c]:
+                if first > best_key:
+                    break
+                if c == lowest and runs[start][0] - start < size:
+                    continue
+                key = self._newest(start, start + size)
+                if key < best_key or (key == best_key and start < best):
+                    best, best_key = start, key
+        if best < 0:
+            self._no_fit = size
+            return None
+        return best
+
+    def _newest(self, start: int, end: int) -> int:
+        """The latest freeing among the free bytes ``[start, end)``."""
+        segs = self.segments
+        i = self._index(start)
+        newest = -1
+        while True:
+            s = segs[i]
             if s.freed_at > newest:
                 newest = s.freed_at
             if s.end >= end:
-                if newest < 0:
-                    return start                    # never used: nothing can beat it
-                if best_key is None or newest < best_key:
-                    best, best_key = start, newest
-                end = -1
-        if best is None:
-            self._no_fit = size
-        return best
+                return newest
+            i += 1
 
     def find_victims(self, size: int, cost: Callable[[Owner], tuple[float, int] | None]
                      ) -> tuple[int, list[Owner]] | None:
@@ -129,6 +156,10 @@ class GpuMemory:
         """Occupy ``[offset, offset + size)``, which must be free; return the free segments it
         covered (their guards become memory edges; :meth:`restore` puts them back)."""
         segs, end = self.segments, offset + size
+        run = self._run_starts[bisect.bisect_right(self._run_starts, offset) - 1]
+        run_end = self._runs[run][0]
+        assert run <= offset and end <= run_end, "place: the bytes are not free"
+        self._drop_run(run)
         i = self._index(offset)
         if segs[i].start < offset:
             self._split(i, offset)
@@ -140,34 +171,62 @@ class GpuMemory:
             self._split(j, end)
         covered = segs[i:j + 1]
         segs[i:j + 1] = [Segment(offset, end, owner)]
+        if run < offset:
+            self._add_run(run, offset)
+        if end < run_end:
+            self._add_run(end, run_end)
         return covered
 
     def release(self, owner: Owner, offset: int, guard: tuple[str, ...], now: int) -> None:
         """Free ``owner``'s segment; new writers there must wait for ``guard``."""
-        i = self._index(offset)
-        s = self.segments[i]
+        s = self.segments[self._index(offset)]
         assert s.owner == owner
         s.owner, s.guard, s.freed_at = None, guard, now
-        self._freed(i, i)
+        self._freed(s.start, s.end)
 
     def restore(self, owner: Owner, offset: int, covered: list[Segment]) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
         i = self._index(offset)
         assert self.segments[i].owner == owner
         self.segments[i:i + 1] = covered
-        self._freed(i, i + len(covered) - 1)
+        self._freed(covered[0].start, covered[-1].end)
 
-    def _freed(self, i: int, j: int) -> None:
-        """Segments ``i..j`` became free: only the free run containing them grew, so if it is
-        the largest run, ``find_free``'s fail threshold becomes its size plus one."""
-        segs = self.segments
-        while i > 0 and segs[i - 1].owner is None:
-            i -= 1
-        while j + 1 < len(segs) and segs[j + 1].owner is None:
-            j += 1
-        run = segs[j].end - segs[i].start
-        if run >= self._no_fit:
-            self._no_fit = run + 1
+    # -- the index of free runs -------------------------------------------------------------
+    def _freed(self, start: int, end: int) -> None:
+        """``[start, end)`` became free: merge it with the free runs on either side."""
+        starts, runs = self._run_starts, self._runs
+        k = bisect.bisect_left(starts, start) - 1
+        left = starts[k] if k >= 0 and runs[starts[k]][0] == start else start
+        right = runs[end][0] if end in runs else end
+        if left < start:
+            self._drop_run(left)
+        if right > end:
+            self._drop_run(end)
+        self._add_run(left, right)
+
+    def _add_run(self, start: int, end: int) -> None:
+        first = self.segments[self._index(start)].freed_at
+        self._runs[start] = (end, first)
+        bisect.insort(self._run_starts, start)
+        c = size_class(end - start)
+        same = self._class_runs.get(c)
+        if same is None:
+            same = self._class_runs[c] = []
+            bisect.insort(self._classes, c)
+        bisect.insort(same, (first, start))
+        if end - start >= self._no_fit:
+            self._no_fit = end - start + 1
+
+    def _drop_run(self, start: int) -> None:
+        end, first = self._runs.pop(start)
+        starts = self._run_starts
+        del starts[bisect.bisect_left(starts, start)]
+        c = size_class(end - start)
+        same = self._class_runs[c]
+        del same[bisect.bisect_left(same, (first, start))]
+        if not same:
+            del self._class_runs[c]
+            del self._classes[bisect.bisect_left(self._classes, c)]
 
     def _index(self, offset: int) -> int:
         """Index of the segment containing ``offset`` (binary search on starts)."""

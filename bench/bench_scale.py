@@ -1,0 +1,113 @@
+"""How each stage of the pipeline scales with the number of vertices (issue 16's table).
+
+    python bench/bench_scale.py                                   # the README's table
+    python bench/bench_scale.py --vertices 10000,100000 --factors 1.5 --workloads host
+
+For every workload, machine, memory factor and size, one fresh process builds the workload,
+plans it with ``buildmemgraph``, verifies the MemGraph, writes and reads it as node-link JSON,
+simulates it (``dynamic``) and reports each stage's seconds, microseconds per vertex and the
+process's peak resident memory.  GPU memory is ``factor`` times the tightest feasible capacity
+(:func:`min_capacity`) on the machine's GPUs.  Workloads: ``host`` is the benchmark DAG
+(``random`` with ``host_fraction=1``, every input in host RAM); ``default`` is the ``random``
+workload with its default options (half the inputs live on GPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+WORKLOADS = {"host": "host_fraction=1", "default": ""}
+STAGES = ("build", "plan", "verify", "write", "read", "simulate")
+
+
+def one(workload: str, machine: str, factor: float, vertices: int) -> dict:
+    """Run every stage once in this process; a row of seconds per stage."""
+    from offloadlab.core.machine import machine_from_spec
+    from offloadlab.core.memgraph import MemGraph
+    from offloadlab.core.verify import verify
+    from offloadlab.core.workloads import build_workload
+    from offloadlab.planner import plan
+    from offloadlab.planner.buildmemgraph import min_capacity
+    from offloadlab.simulator import simulate
+
+    base = machine_from_spec(machine)
+    extra = WORKLOADS[workload]
+    spec = f"random:vertices={vertices},gpus={base.gpus}" + (f",{extra}" if extra else "")
+    row: dict = dict(workload=workload, machine=machine, factor=factor, vertices=vertices)
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        row[stage] = now - clock
+        clock = now
+
+    graph = build_workload(spec)
+    lap("build")
+    m = machine_from_spec(f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}")
+    clock = time.perf_counter()
+    mg = plan(graph, m, "buildmemgraph")
+    lap("plan")
+    verify(mg, graph, m)
+    lap("verify")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "mg.json")
+        mg.to_json(path)
+        lap("write")
+        mg = MemGraph.from_json(path)
+        lap("read")
+    result = simulate(mg, m)
+    lap("simulate")
+    row.update(memgraph=len(mg), offloads=mg.count("offload"), makespan=result.makespan,
+               peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vertices", default="10000,100000,1000000")
+    p.add_argument("--factors", default="1.1,1.5,10,100")
+    p.add_argument("--workloads", default="host,default")
+    p.add_argument("--machines", default="p100x4,a100x8")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per process (900)")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        w, m, f, n = args.one.split("|")
+        print(json.dumps(one(w, m, float(f), int(n))))
+        return
+    print(f"{'workload':8} {'machine':7} {'factor':>6} {'vertices':>9} {'memgraph':>9} "
+          + " ".join(f"{s:>14}" for s in STAGES) + f" {'peak RSS':>9}")
+    print(" " * 43 + " ".join(f"{'s (us/vertex)':>14}" for _ in STAGES))
+    for w in args.workloads.split(","):
+        for m in args.machines.split(","):
+            for f in args.factors.split(","):
+                for n in args.vertices.split(","):
+                    cmd = [sys.executable, __file__, "--one", f"{w}|{m}|{f}|{n}"]
+                    try:
+                        out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                             timeout=args.timeout).stdout
+                    except subprocess.TimeoutExpired:
+                        print(f"{w:8} {m:7} {f:>6} {n:>9} timed out after {args.timeout:.0f} s")
+                        continue
+                    except subprocess.CalledProcessError as exc:
+                        print(f"{w:8} {m:7} {f:>6} {n:>9} failed: "
+                              f"{exc.stderr.strip().splitlines()[-1]}")
+                        continue
+                    row = json.loads(out)
+                    cells = " ".join(f"{row[s]:6.2f} ({row[s] / row['vertices'] * 1e6:5.1f})"
+                                     for s in STAGES)
+                    print(f"{w:8} {m:7} {f:>6} {n:>9} {row['memgraph']:>9} {cells} "
+                          f"{row['peak_rss_mib']:>5.0f} MiB", flush=True)
+
+
+if __name__ == "__main__":
+    main()
