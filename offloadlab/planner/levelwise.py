@@ -3,7 +3,10 @@
 Vertices are grouped into levels (longest path from the inputs).  A level's host-resident
 weights are all loaded before any of its kernels runs, and the next level's loads start only
 after the whole level has completed.  Memory is assigned by BuildMemGraph's allocator without
-allocation ahead, in level order; the barriers are added as memory edges.
+allocation ahead, in level order; the barriers are added as memory edges, in linear size: on
+each GPU a level's loads form a chain (in planner order, the order its link runs them in), the
+chain's head waits for every vertex of the previous level and every vertex of the level waits
+for each chain's tail.
 """
 
 from __future__ import annotations
@@ -41,21 +44,24 @@ def levelwise(graph: TaskGraph, machine: Machine, *, victim: str = "belady") -> 
             for u in graph[t].inputs:
                 if graph[u].device == HOST:
                     first_level.setdefault(u, k)
-    order: list[str] = []
-    for k, vertices in enumerate(by_level):      # a level's weights, then its vertices
-        order.extend(u for u, first in first_level.items() if first == k)
-        order.extend(vertices)
+    weights: list[list[str]] = [[] for _ in by_level]
+    for u, k in first_level.items():
+        weights[k].append(u)
+    order = [t for k, vertices in enumerate(by_level) for t in (*weights[k], *vertices)]
     builder = BuildMemGraph(graph, machine, order, victim, ahead=False)
     mg = builder.run()
+    chains: list[dict[str, list[str]]] = [{} for _ in by_level]   # level -> GPU -> its loads
     for i, (t, dev) in enumerate(builder.items):
-        if t not in first_level:
-            continue
-        k = first_level[t]
-        load = builder.item_writer[i]
-        for w in by_level[k]:
-            mg.add_edge(load, w, "memory")
-        for w in by_level[k - 1] if k else ():
-            mg.add_edge(w, load, "memory")
+        if t in first_level:
+            chains[first_level[t]].setdefault(dev, []).append(builder.item_writer[i])
+    for k, per_gpu in enumerate(chains):
+        for loads in per_gpu.values():
+            for w in by_level[k - 1] if k else ():
+                mg.add_edge(w, loads[0], "memory")
+            for a, b in zip(loads, loads[1:]):
+                mg.add_edge(a, b, "memory")
+            for w in by_level[k]:
+                mg.add_edge(loads[-1], w, "memory")
     mg.graph.update(planner="levelwise", taskgraph=graph.name, options=dict(victim=victim),
                     machine=machine.to_dict())
     return mg
