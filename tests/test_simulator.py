@@ -318,3 +318,27 @@ def test_empty_and_input_only_graphs():
     # Occupancy is half-open, [start, end): in a run of length 0 nothing is ever in use.
     assert result.peak_memory == {"gpu0": 0, "gpu1": 0, "host": 0}
     assert math.isclose(sum(result.busy.values()), 0.0)
+
+
+def test_unread_load_overwritten_through_a_path_is_not_resident_to_the_end():
+    """A load nobody reads, whose bytes a later kernel overwrites with the ordering going
+    through a third vertex (no direct memory edge): the verifier accepts it, and its bytes
+    count only until the overwrite starts (they were counted to the end of the run, and the
+    peak then exceeded the GPU)."""
+    from offloadlab.core.verify import verify
+
+    mg = MemGraph()
+    add(mg, "h", "input", "host", 100)
+    add(mg, "a", "input", "gpu0", 10, loc=("gpu0", 100, 10))
+    add(mg, "L", "load", "gpu0", 100, inputs=["h"], loc=("gpu0", 0, 100))
+    add(mg, "X", "compute", "gpu0", 10, inputs=["a"], flops=1, loc=("gpu0", 110, 10), after=["L"])
+    add(mg, "C", "compute", "gpu0", 100, inputs=["X"], flops=1, loc=("gpu0", 0, 100))
+    for i, v in enumerate(mg):
+        v.order = i
+    mg["L"].of = "h"
+    m = machine(gpus=1, gpu_memory=150)
+    verify(mg, machine=m)
+    result = simulate(mg, m)
+    assert result.peak_memory["gpu0"] == 120        # a, X and C at the end; L gone
+    used = result.memory[result.memory["device"] == "gpu0"]
+    assert used["bytes"].max() <= 150

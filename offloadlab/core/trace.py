@@ -124,8 +124,8 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
 
     A vertex with a location occupies ``loc.size`` bytes on ``loc.device`` from its start until
     the end of the last of its data successors (its readers, an offload among them); one with
-    none stays until a memory successor overwriting its bytes starts (a copy dropped unread), or
-    to the end of the run (a graph output).  An offload's output occupies ``bytes``
+    none stays until the first vertex to start after it writing any of its bytes starts (a copy
+    dropped unread), or to the end of the run (a graph output).  An offload's output occupies ``bytes``
     on ``"host"`` from the offload's start to the end of the run.  Inputs start at time 0.
     Vertices missing from the trace (other than inputs) occupy nothing, and missing readers
     are ignored.  One row per device and time where its use changes, giving the use from then
@@ -139,6 +139,7 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
     start = dict(zip(trace["vertex"], trace["start"].tolist()))
     end = dict(zip(trace["vertex"], trace["end"].tolist()))
     run_end = max(end.values(), default=0.0)
+    overwritten = _overwritten(memgraph, start)
     times: list[float] = []
     devices: list[str] = []
     deltas: list[int] = []
@@ -150,9 +151,7 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
             readers = [end[w] for w, kind in memgraph.succ[v.id].items()
                        if kind == "data" and w in end]
             if not readers:       # unread: live until a later writer reuses its bytes
-                readers = [min((start[w] for w, kind in memgraph.succ[v.id].items()
-                                if kind == "memory" and w in start
-                                and _overlaps(v.loc, memgraph[w].loc)), default=run_end)]
+                readers = [overwritten.get(v.id, run_end)]
             times += (begin, max(readers))
             devices += (v.loc.device, v.loc.device)
             deltas += (v.loc.size, -v.loc.size)
@@ -169,8 +168,22 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
                .reset_index(drop=True)
 
 
-def _overlaps(a, b) -> bool:
-    return b is not None and a.device == b.device and a.offset < b.end and b.offset < a.end
+def _overwritten(memgraph: "MemGraph", start: dict[str, float]) -> dict[str, float]:
+    """When each located vertex's bytes are first written again: one sweep over the writers
+    in order of their start (ties in planner order) with an interval map per GPU."""
+    from .intervals import LastWriter
+
+    writers = sorted((start.get(v.id, 0.0 if v.kind == "input" else None), v.order, v.id)
+                     for v in memgraph if v.loc is not None
+                     and (v.id in start or v.kind == "input"))
+    maps: dict[str, LastWriter] = {}
+    overwritten: dict[str, float] = {}
+    for time, _, vid in writers:
+        loc = memgraph[vid].loc
+        for previous in maps.setdefault(loc.device, LastWriter()).overwrite(loc.offset, loc.end,
+                                                                            vid):
+            overwritten.setdefault(previous, time)
+    return overwritten
 
 
 def memory_and_peaks(trace: "pd.DataFrame", memgraph: "MemGraph",
