@@ -18,7 +18,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 Owner = Any   # what the caller names an occupant by (BuildMemGraph: a Slot); hashable
 
@@ -51,7 +51,6 @@ class GpuMemory:
         self._no_fit = capacity + 1   # no free run holds this many bytes
         self._runs: dict[int, tuple[int, int]] = {}   # free run start -> (end, first freed_at)
         self._run_starts: list[int] = []         # the free runs' starts, ascending
-        self._run_start: dict[int, int] = {}     # free run end -> its start
         self._class_runs: dict[int, list[tuple[int, int]]] = {}  # (first freed_at, start)
         self._classes: list[int] = []            # size classes holding a free run, ascending
         self._add_run(0, capacity)
@@ -97,119 +96,57 @@ class GpuMemory:
                 return newest
             i += 1
 
-    def find_victims(self, size: int, ranked: Iterable[tuple[float, Owner, int, int]],
-                     cost: Callable[[Owner], tuple[float, int]]
+    def find_victims(self, size: int, cost: Callable[[Owner], tuple[float, int] | None]
                      ) -> tuple[int, list[Owner]] | None:
         """simMallocOffld's search: a window of ``size`` bytes whose occupants may all be
-        evicted and whose worst occupant is least bad, where ``cost(owner) = (badness, bytes
-        to offload)``; ties go to the window that offloads fewer bytes, then to the lowest
-        offset.  Windows start at segment starts.  Returns its offset and its occupants.
+        evicted (``cost`` is not None) and whose worst occupant is least bad, where
+        ``cost(owner) = (badness, bytes to offload)``; ties go to the window that offloads
+        fewer bytes, then to the lowest offset.  Returns its offset and its occupants.
 
-        ``ranked`` yields ``(badness, owner, start, end)`` for every evictable occupant by
-        increasing badness.  Occupants are made available in that order, merging free runs,
-        until some run fits ``size``: its badness is the least worst badness any window can
-        have.  Only the runs that fit once every occupant that bad is available are then
-        searched, with one sliding pass each."""
-        runs, free_start = self._runs, self._run_start
-        end_of: dict[int, int] = {}      # available run (free or evictable) start -> end
-        start_of: dict[int, int] = {}    # and end -> start
-        fitting: list[int] = []
-        threshold = -math.inf if self._fits_free(size) else None
-        for badness, _, a, b in ranked:
-            if threshold is not None and badness > threshold:
-                break
-            if a in start_of:                        # the run ending at a
-                a = start_of.pop(a)
-            else:
-                a = free_start.get(a, a)
-            if b in end_of:                          # the run starting at b
-                b = end_of.pop(b)
-                del start_of[b]
-            elif b in runs:
-                b = runs[b][0]
-            end_of.pop(a, None)
-            end_of[a], start_of[b] = b, a
-            if b - a >= size:
-                fitting.append(a)
-                if threshold is None:
-                    threshold = badness
-        if threshold is None:
-            return None
-        candidates = {a: end_of[a] for a in fitting if a in end_of}
-        if threshold == -math.inf:                   # free runs that fit on their own
-            for c in self._classes[bisect.bisect_left(self._classes, size_class(size)):]:
-                for _, a in self._class_runs[c]:
-                    b = runs[a][0]
-                    if b - a >= size and not any(x <= a < y for x, y in candidates.items()):
-                        candidates[a] = b
-        best: tuple[float, int, int] | None = None
-        for a, b in candidates.items():
-            found = self._best_window(a, b, size, cost)
-            if found is not None and (best is None or found < best):
-                best = found
-        assert best is not None
-        offset = best[2]
-        return offset, self._occupants(offset, size)
-
-    def _fits_free(self, size: int) -> bool:
-        """Whether some free run holds ``size`` bytes."""
-        if size >= self._no_fit:
-            return False
-        for c in self._classes[bisect.bisect_left(self._classes, size_class(size)):]:
-            if any(self._runs[a][0] - a >= size for _, a in self._class_runs[c]):
-                return True
-        return False
-
-    def _best_window(self, a: int, b: int, size: int,
-                     cost: Callable[[Owner], tuple[float, int]]) -> tuple[float, int, int] | None:
-        """The least ``(worst badness, bytes to offload, offset)`` of the windows starting at
-        segment starts inside ``[a, b)``, whose occupants are all evictable: one sliding pass
-        keeping the window's offload bytes and (in a monotonic deque) its worst badness."""
-        segs = self.segments
-        first = self._index(a)
-        n = first
-        while n < len(segs) and segs[n].start < b:
-            n += 1
-        badness: list[float] = [0.0] * (n - first)     # of each occupant, by index - first
-        moves: list[int] = [-1] * (n - first)          # its bytes to offload; -1: free
-        worst: deque[int] = deque()      # occupied indices in the window, badness decreasing
-        best: tuple[float, int, int] | None = None
-        j = first
-        moved = 0                        # the window is segments i..j-1
-        for i in range(first, n):
+        Windows start at segment starts; one sliding pass keeps the window's pinned count,
+        offload bytes and (in a monotonic deque) its worst badness."""
+        segs, n = self.segments, len(self.segments)
+        badness = [0.0] * n                # of each evictable occupant seen
+        moves = [-1] * n                   # its bytes to offload; -1: free or pinned
+        worst: deque[int] = deque()        # evictable indices in the window, badness decreasing
+        best_key: tuple[float, int, int] | None = None
+        first = last = 0                   # the best window is segments first..last-1
+        j = pinned = moved = 0             # the window is segments i..j-1
+        for i in range(n):
             start = segs[i].start
             end = start + size
-            if end > b:
+            if end > self.capacity:
                 break
             while j < n and segs[j].start < end:
                 owner = segs[j].owner
                 if owner is not None:
-                    bad, move = cost(owner)
-                    badness[j - first], moves[j - first] = bad, move
-                    moved += move
-                    while worst and badness[worst[-1] - first] <= bad:
-                        worst.pop()
-                    worst.append(j)
+                    c = cost(owner)
+                    if c is None:
+                        pinned += 1
+                    else:
+                        badness[j], moves[j] = c
+                        moved += c[1]
+                        while worst and badness[worst[-1]] <= c[0]:
+                            worst.pop()
+                        worst.append(j)
                 j += 1
-            key = (badness[worst[0] - first] if worst else -math.inf, moved, start)
-            if best is None or key < best:
-                best = key
-            if moves[i - first] >= 0:        # segment i leaves the window
-                moved -= moves[i - first]
-                if worst and worst[0] == i:
-                    worst.popleft()
-        return best
-
-    def _occupants(self, offset: int, size: int) -> list[Owner]:
-        """The occupants of the segments overlapping ``[offset, offset + size)``."""
-        segs, end = self.segments, offset + size
-        out = []
-        i = self._index(offset)
-        while i < len(segs) and segs[i].start < end:
-            if segs[i].owner is not None:
-                out.append(segs[i].owner)
-            i += 1
-        return out
+            if not pinned:
+                key = (badness[worst[0]] if worst else -math.inf, moved, start)
+                if best_key is None or key < best_key:
+                    best_key, first, last = key, i, j
+                    if key[:2] == (-math.inf, 0):
+                        break                   # nothing to lose here: no window beats it
+            owner = segs[i].owner
+            if owner is not None:               # segment i leaves the window
+                if moves[i] < 0:
+                    pinned -= 1
+                else:
+                    moved -= moves[i]
+                    if worst and worst[0] == i:
+                        worst.popleft()
+        if best_key is None:
+            return None
+        return best_key[2], [s.owner for s in segs[first:last] if s.owner is not None]
 
     def owners(self) -> list[Owner]:
         return [s.owner for s in self.segments if s.owner is not None]
@@ -257,8 +194,9 @@ class GpuMemory:
     # -- the index of free runs -------------------------------------------------------------
     def _freed(self, start: int, end: int) -> None:
         """``[start, end)`` became free: merge it with the free runs on either side."""
-        runs = self._runs
-        left = self._run_start.get(start, start)
+        starts, runs = self._run_starts, self._runs
+        k = bisect.bisect_left(starts, start) - 1
+        left = starts[k] if k >= 0 and runs[starts[k]][0] == start else start
         right = runs[end][0] if end in runs else end
         if left < start:
             self._drop_run(left)
@@ -269,7 +207,6 @@ class GpuMemory:
     def _add_run(self, start: int, end: int) -> None:
         first = self.segments[self._index(start)].freed_at
         self._runs[start] = (end, first)
-        self._run_start[end] = start
         bisect.insort(self._run_starts, start)
         c = size_class(end - start)
         same = self._class_runs.get(c)
@@ -282,7 +219,6 @@ class GpuMemory:
 
     def _drop_run(self, start: int) -> None:
         end, first = self._runs.pop(start)
-        del self._run_start[end]
         starts = self._run_starts
         del starts[bisect.bisect_left(starts, start)]
         c = size_class(end - start)

@@ -56,9 +56,6 @@ class BuildMemGraph:
         self.mg = MemGraph()
         self.memory = {d: GpuMemory(d, machine.gpu_memory) for d in machine.gpu_names()}
         self.resident: dict[Slot, Resident] = {}
-        # each GPU's residents by eviction badness: sorted (badness, slot, start, end)
-        self.ranking: dict[str, list[tuple[float, Slot, int, int]]] = {d: [] for d in self.memory}
-        self.rank_key: dict[Slot, tuple[float, Slot, int, int]] = {}
         self.host_copy: dict[str, str] = {}     # tensor -> MemGraph vertex holding it on host
         self.items: list[Slot] = []
         self.allocated: set[int] = set()
@@ -133,8 +130,6 @@ class BuildMemGraph:
             else:
                 execute(e)                   # simulate execution of the next item
                 self.exec_hzn = e + 1
-                if e + 1 < n and self.victim == "belady":
-                    self._rerank(self.item_reads[e + 1])   # their next use moved on
         return self.mg
 
     def _check_fits(self) -> None:
@@ -171,8 +166,8 @@ class BuildMemGraph:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
         nbytes, memory = self.task[slot[0]].bytes, self.memory[slot[1]]
-        ranked = (entry for entry in self.ranking[slot[1]] if entry[1] not in pinned)
-        found = memory.find_victims(nbytes, ranked, self._cost)
+        cost = self._cost
+        found = memory.find_victims(nbytes, lambda o: None if o in pinned else cost(o))
         # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
         # (execute() then brings back whatever pinned tensor this evicted).
         offset, victims = found or (0, memory.owners())
@@ -197,9 +192,6 @@ class BuildMemGraph:
         t, dev = res.slot
         memory = self.memory[dev]
         del self.resident[res.slot]
-        key = self.rank_key.pop(res.slot)
-        ranking = self.ranking[dev]
-        del ranking[bisect.bisect_left(ranking, key)]
         if not res.materialized:
             memory.restore(res.slot, res.loc.offset, res.covered)
             self.allocated.discard(res.item)
@@ -262,8 +254,6 @@ class BuildMemGraph:
                 res.readers.append(t)
                 res.last_use = i
                 source[slot[0]] = res.writer
-            if self.victim == "lru":
-                self._rerank(reads)
             inputs = tuple([source[u] for u in self.task[t].inputs])
         else:
             inputs = tuple([self._ensure_host_copy(u) for u in self.task[t].inputs])
@@ -273,7 +263,6 @@ class BuildMemGraph:
         written = resident.get(output)
         if written is not None:
             written.materialized = True
-            self._rank(written)
         else:
             self.host_copy[t] = t
         uses, host_copy = self.uses, self.host_copy
@@ -308,7 +297,6 @@ class BuildMemGraph:
         res = Resident(slot, loc, writer, covered, item, materialized, [],
                        item if item > exec_hzn else exec_hzn)
         self.resident[slot] = res
-        self._rank(res)
         if item >= 0:
             self.allocated.add(item)
             self.item_writer[item] = writer
@@ -346,39 +334,17 @@ class BuildMemGraph:
         return uses[k] if k < len(uses) else None
 
     def _cost(self, owner: Slot) -> tuple[float, int]:
-        """``(badness, bytes to offload)`` of evicting ``owner`` (badness as ranked)."""
+        """``(badness, bytes to offload)`` of evicting ``owner``; lower badness is better:
+        ``belady`` prefers the furthest next use, ``lru`` the least recent use.  Retracting an
+        allocation made ahead costs no transfer; its "use" is when its item comes."""
         res = self.resident[owner]
-        offload = 0 if not res.materialized or owner[0] in self.host_copy else res.loc.size
-        return self.rank_key[owner][0], offload
-
-    def _badness(self, res: Resident) -> float:
-        """How bad evicting ``res`` is; lower is better: ``belady`` prefers the furthest next
-        use, ``lru`` the least recent use.  Retracting an allocation made ahead costs no
-        transfer; its "use" is when its item comes."""
         if not res.materialized:
-            return res.last_use if self.victim == "lru" else -res.item
+            return (res.last_use if self.victim == "lru" else -res.item), 0
+        offload = 0 if owner[0] in self.host_copy else res.loc.size
         if self.victim == "lru":
-            return res.last_use
-        nxt = self._next_use(res.slot)
-        return -math.inf if nxt is None else -nxt
-
-    def _rank(self, res: Resident) -> None:
-        """Put ``res`` at its place in its GPU's ranking (its badness may have changed)."""
-        key = (self._badness(res), res.slot, res.loc.offset, res.loc.end)
-        old = self.rank_key.get(res.slot)
-        if old == key:
-            return
-        ranking = self.ranking[res.slot[1]]
-        if old is not None:
-            del ranking[bisect.bisect_left(ranking, old)]
-        bisect.insort(ranking, key)
-        self.rank_key[res.slot] = key
-
-    def _rerank(self, slots: Sequence[Slot]) -> None:
-        for slot in slots:
-            res = self.resident.get(slot)
-            if res is not None:
-                self._rank(res)
+            return res.last_use, offload
+        nxt = self._next_use(owner)
+        return (-math.inf if nxt is None else -nxt), offload
 
 
 def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
