@@ -261,6 +261,272 @@ def test_usage_errors_exit_2(capsys, argv):
     assert code == 2 and "usage: offloadlab" in err
 
 
+# -- bad input (issue 16): one line, exit 2, the file, vertex and field named ------------------
+def one_line_error(err: str) -> str:
+    assert err.startswith("offloadlab: error: ") and err.endswith("\n"), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def taskgraph_file(tmp_path, **b_fields) -> Path:
+    """A two-vertex TaskGraph file written by Python's json (which writes NaN, Infinity)."""
+    b = {"id": "b", "kind": "compute", "device": "gpu0", "op": "add", "bytes": 1024,
+         "inputs": ["a"], **b_fields}
+    path = tmp_path / "tg.json"
+    path.write_text(json.dumps({"directed": True, "graph": {}, "nodes": [
+        {"id": "a", "kind": "input", "device": "gpu0", "bytes": 1024}, b],
+        "edges": [{"source": "a", "target": "b"}]}))
+    return path
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("bytes", "abc", "bytes must be a positive integer, got 'abc'"),
+    ("bytes", 1.5, "bytes must be a positive integer, got 1.5"),
+    ("bytes", -3, "bytes must be a positive integer, got -3"),
+    ("bytes", True, "bytes must be a positive integer, got True"),
+    ("bytes", float("nan"), "bytes must be a positive integer, got nan"),
+    ("flops", "x", "flops must be a finite number >= 0, got 'x'"),
+    ("flops", float("nan"), "flops must be a finite number >= 0, got nan"),
+    ("flops", float("inf"), "flops must be a finite number >= 0, got inf"),
+    ("time", float("-inf"), "time must be a finite number >= 0, got -inf"),
+    ("time", float("nan"), "time must be a finite number >= 0, got nan"),
+    ("kind", "conv", "unknown kind 'conv'"),
+    ("device", "gpu_1", "compute device must be 'cpu' or a GPU ('gpu0', 'gpu1', ...), got 'gpu_1'"),
+    ("dtype", "complex64", "unknown dtype 'complex64'"),
+])
+def test_bad_field_in_taskgraph_file(capsys, tmp_path, field, value, message):
+    path = taskgraph_file(tmp_path, **{field: value})
+    err = one_line_error(plan_fails(capsys, tmp_path, "--taskgraph", str(path)))
+    assert f"TaskGraph JSON file '{path}': vertex 'b': {message}" in err
+
+
+def test_cross_gpu_read_without_transfer(capsys, tmp_path):
+    path = taskgraph_file(tmp_path, device="gpu1")
+    for planner in ("buildmemgraph", "levelwise"):                  # KeyError before issue 16
+        err = one_line_error(plan_fails(capsys, tmp_path, "--taskgraph", str(path),
+                                        "--planner", planner))
+        assert "vertex 'b' on gpu1 reads 'a', which lives on gpu0: add a transfer vertex" in err
+        assert "TaskGraph.add_transfer" in err
+
+
+def test_links_instead_of_edges(capsys, tmp_path):
+    from offloadlab.core.workloads import build_workload
+    data = build_workload("matmul-chain:layers=2").to_dict()
+    for node in data["nodes"]:
+        del node["inputs"]
+    data["links"] = data.pop("edges")
+    path = tmp_path / "links.json"
+    path.write_text(json.dumps(data))
+    out_path = tmp_path / "mg.json"
+    code, out, err = run(capsys, "plan", "--taskgraph", path, "--machine", "disco-example",
+                         "--out", out_path)
+    assert code == 0, err
+    expected = tmp_path / "expected.json"
+    assert run(capsys, "plan", "--workload", "matmul-chain:layers=2", "--machine",
+               "disco-example", "--out", expected)[0] == 0
+    assert json.loads(out_path.read_text())["edges"] == json.loads(expected.read_text())["edges"]
+    del data["links"]
+    path.write_text(json.dumps(data))
+    out_path.unlink()
+    err = one_line_error(plan_fails(capsys, tmp_path, "--taskgraph", str(path)))
+    assert "links.json" in err and "needs an 'edges' list" in err
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("gpu_memory", "abc", "gpu_memory must be a positive integer, got 'abc'"),
+    ("gpu_memory", float("nan"), "gpu_memory must be a positive integer, got nan"),
+    ("gpu_memory", -1, "gpu_memory must be a positive integer, got -1"),
+    ("h2d_bandwidth", float("nan"), "h2d_bandwidth must be a number > 0, not NaN"),
+    ("link_latency", float("inf"), "link_latency must be a finite number >= 0, got inf"),
+    ("colour", "red", "unknown field(s): colour"),
+])
+def test_bad_value_in_stored_machine(capsys, memgraph_file, tmp_path, field, value, message):
+    data = json.loads(memgraph_file.read_text())
+    data["graph"]["machine"][field] = value
+    bad = tmp_path / "bad-machine.json"
+    bad.write_text(json.dumps(data))
+    err = one_line_error(fails(capsys, "simulate", bad, "--json", "--chrome", tmp_path / "c.json"))
+    assert f"MemGraph JSON file '{bad}': graph.machine: " in err and message in err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_nan_in_memgraph_file(capsys, memgraph_file, tmp_path):
+    data = json.loads(memgraph_file.read_text())
+    data["nodes"][5]["time"] = float("nan")
+    bad = tmp_path / "nan.json"
+    bad.write_text(json.dumps(data))
+    err = one_line_error(fails(capsys, "simulate", bad, "--json"))
+    assert f"vertex {data['nodes'][5]['id']!r}: time must be a finite number >= 0, got nan" in err
+
+
+@pytest.mark.parametrize("flag, spec, message", [
+    ("--workload", "random:vertices=abc", "option vertices: cannot read 'abc'"),
+    ("--workload", "random:vertices=1.5", "option vertices: cannot read '1.5'"),
+    ("--workload", "random:vertices=-1", "must be positive"),
+    ("--workload", "random:vertices=nan", "option vertices: cannot read 'nan'"),
+    ("--workload", "random:vertices=10,vertices=20", "option 'vertices' given twice"),
+    ("--workload", "random:vertex=10", "unknown option(s) vertex"),
+    ("--machine", "p100x4:gpu_memory=nan", "option gpu_memory: cannot read 'nan'"),
+    ("--machine", "p100x4:link_latency=inf", "option link_latency: cannot read 'inf'"),
+    ("--machine", "p100x4:gpus=inf", "option gpus: cannot read 'inf'"),
+    ("--planner", "buildmemgraph:victim=foo", "unknown victim policy 'foo'"),
+    ("--planner", "buildmemgraph:ahead=perhaps", "option ahead: cannot read 'perhaps'"),
+])
+def test_bad_spec_values(capsys, tmp_path, flag, spec, message):
+    err = one_line_error(plan_fails(capsys, tmp_path, flag, spec))
+    assert message in err
+
+
+# -- outputs: checked first, written all or none ----------------------------------------------
+@pytest.mark.parametrize("option, bad, message", [
+    ("--gantt", "missing/g.png", "--gantt: cannot write 'missing/g.png': directory 'missing' "
+                                 "does not exist"),
+    ("--memory", ".", "--memory: cannot write '.': it is a directory"),
+    ("--chrome", "sub", "--chrome: cannot write 'sub': it is a directory"),
+    ("--gantt", "g.txt", "an image needs one of the suffixes"),
+    ("--chrome", "plan.json/c.json", "'plan.json' is not a directory"),
+])
+def test_outputs_are_checked_before_any_work(capsys, tmp_path, monkeypatch, option, bad, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "plan.json").write_text("{}")
+    # the MemGraph does not exist either: the output's error must come first
+    err = one_line_error(fails(capsys, "simulate", "absent.json", option, bad))
+    assert message in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "--workload", "nope", "--machine", "v100", "--out", "missing/mg.json"],
+     "--out: cannot write 'missing/mg.json'"),
+    (["plan", "--workload", "nope", "--machine", "v100", "--out", "."], "it is a directory"),
+    (["run", "--workload", "nope", "--machine", "v100", "--chrome", "missing/c.json"],
+     "--chrome: cannot write"),
+    (["validate", "--workload", "nope", "--machine", "v100", "--table", "missing/t.csv"],
+     "--table: cannot write"),
+    (["validate", "--workload", "nope", "--machine", "v100", "--plot", "p.csv"], "suffixes"),
+    (["calibrate", "--machine", "nope", "--out", "cal.csv"], "--out and --table name the same"),
+    (["calibrate", "--machine", "nope", "--out", "missing/cal.json"], "--out: cannot write"),
+    (["demo", "--out", "plan.json"], "--out: cannot write into 'plan.json'"),
+    (["reproduce", "beaumont-table1", "--only", "gpt2-38x16", "--out", "plan.json/x"],
+     "'plan.json' is not a directory"),
+])
+def test_every_command_checks_its_outputs_first(capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.json").write_text("{}")
+    err = one_line_error(fails(capsys, *argv))
+    assert message in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_a_failed_command_leaves_none_of_its_outputs(capsys, memgraph_file, tmp_path,
+                                                     monkeypatch):
+    """simulate writes the Gantt chart and the Chrome trace, then fails on the memory plot."""
+    from offloadlab.core.errors import OffloadlabError
+    from offloadlab.lab import plots
+
+    def broken(*args, **kw):
+        raise OffloadlabError("memory plot failed")
+    monkeypatch.setattr(plots, "memory_plot", broken)
+    out = tmp_path / "out"
+    out.mkdir()
+    err = one_line_error(fails(capsys, "simulate", memgraph_file, "--gantt", out / "g.png",
+                               "--chrome", out / "c.json", "--memory", out / "m.png"))
+    assert "memory plot failed" in err
+    assert list(out.iterdir()) == []
+
+
+def test_demo_that_fails_leaves_no_directory(capsys, tmp_path, monkeypatch):
+    from offloadlab.lab import plots
+
+    def broken(*args, **kw):
+        raise OSError(28, "No space left on device", str(args[1]))
+    monkeypatch.setattr(plots, "gantt", broken)
+    err = one_line_error(fails(capsys, "demo", "--layers", "2", "--out", tmp_path / "a" / "b"))
+    assert "No space left on device" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_errors_name_the_users_path_not_a_temporary_file(capsys, tmp_path, monkeypatch):
+    from offloadlab.core.memgraph import MemGraph
+
+    def full(self, path):
+        raise OSError(28, "No space left on device", str(path))
+    monkeypatch.setattr(MemGraph, "to_json", full)
+    out_path = tmp_path / "mg.json"
+    err = one_line_error(fails(capsys, "plan", "--workload", "matmul-chain:layers=2",
+                               "--machine", "disco-example", "--out", out_path))
+    assert err == f"offloadlab: error: {out_path}: No space left on device\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_strict_json_everywhere(capsys, memgraph_file, tmp_path):
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    machine = strict(memgraph_file.read_text())["graph"]["machine"]
+    assert machine["gpu_gpu_bandwidth"] is None                # disco-example: unlimited
+    code, out, err = run(capsys, "simulate", memgraph_file, "--json", "--chrome",
+                         tmp_path / "c.json")
+    assert code == 0, err
+    strict(out)
+    strict((tmp_path / "c.json").read_text())
+
+
+def test_absurd_times_do_not_make_infinite_json(capsys, tmp_path):
+    path = taskgraph_file(tmp_path, time=1e308)
+    data = json.loads(path.read_text())
+    data["nodes"].append({**data["nodes"][1], "id": "c", "inputs": ["b"]})
+    data["edges"].append({"source": "b", "target": "c"})
+    path.write_text(json.dumps(data))
+    mg = tmp_path / "mg.json"
+    assert run(capsys, "plan", "--taskgraph", path, "--machine", "p100x4", "--out", mg)[0] == 0
+    err = one_line_error(fails(capsys, "simulate", mg, "--json"))
+    assert "makespan is inf" in err
+
+
+def test_reproduce_json_has_nothing_else_on_stdout():
+    """HiGHS prints a banner from C the first time a process creates a solver."""
+    proc = _program("reproduce", "beaumont-table1", "--only", "gpt2-38x16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert rows[0]["network"] == "gpt2" and rows[0]["ilp"] > 0
+    assert "HiGHS" not in proc.stderr
+
+
+# -- interrupts, --version, --quiet -----------------------------------------------------------
+def test_ctrl_c_prints_one_line_and_exits_130(capsys, memgraph_file, tmp_path, monkeypatch):
+    from offloadlab.core import trace
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(trace, "to_chrome_trace", interrupted)
+    code, out, err = run(capsys, "simulate", memgraph_file, "--gantt", tmp_path / "g.png",
+                         "--chrome", tmp_path / "c.json")
+    assert code == 130 and err == "offloadlab: interrupted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mg.json"]
+
+
+def test_version(capsys):
+    code, out, err = run(capsys, "--version")
+    assert code == 0 and out == "offloadlab 0.1.0\n"
+
+
+def test_quiet(capsys, tmp_path, monkeypatch):
+    code, out, err = run(capsys, "demo", "--layers", "2", "--out", tmp_path / "a")
+    assert code == 0 and "planning with levelwise" in out
+    for argv in (["--quiet", "demo"], ["demo", "-q"]):
+        code, out, err = run(capsys, *argv, "--layers", "2", "--out", tmp_path / "b")
+        assert code == 0, err
+        assert "planning" not in out and "makespan" in out and err == ""
+    # progress bars show on a terminal, unless --quiet
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    run_argv = ["run", "--workload", "tp-matmul:n=64", "--machine", "p100x4:gpus=3",
+                "--no-rate-limit"]
+    code, out, err = run(capsys, *run_argv)
+    assert code == 0 and "running" in err
+    code, out, err = run(capsys, *run_argv, "--quiet")
+    assert code == 0 and err == ""
+
+
 # -- as a program ---------------------------------------------------------------------------
 def _program(*argv: str, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -1,10 +1,11 @@
 import gc
 import json
+import re
 
 import pytest
 
 from offloadlab.core import GraphError, MemGraph, SpecError, TaskGraph
-from offloadlab.core.machine import PRESETS, MiB, machine_from_spec
+from offloadlab.core.machine import PRESETS, Machine, MiB, machine_from_spec
 from offloadlab.core.spec import parse_bytes, parse_spec
 from offloadlab.core.util import no_gc
 from offloadlab.core.workloads import WORKLOADS, build_workload
@@ -33,7 +34,7 @@ def test_machine_presets_and_overrides():
         machine_from_spec("nope")
     with pytest.raises(SpecError, match="unknown option.*colour"):
         machine_from_spec("v100:colour=red")
-    with pytest.raises(SpecError, match="gpu_memory must be > 0"):
+    with pytest.raises(SpecError, match="gpu_memory must be a positive integer"):
         machine_from_spec("v100:gpu_memory=0")
 
 
@@ -176,3 +177,292 @@ def test_no_gc_restores_the_collector_and_keeps_frozen_objects_frozen():
         assert gc.get_freeze_count() == frozen > 0
     finally:
         gc.unfreeze()
+
+
+# -- bad input, at the readers (issue 16) ------------------------------------------------------
+def _graph(**b_fields):
+    """A two-vertex TaskGraph dict; ``b_fields`` override vertex 'b''s fields."""
+    a = {"id": "a", "kind": "input", "device": "gpu0", "bytes": 1024}
+    b = {"id": "b", "kind": "compute", "device": "gpu0", "op": "add", "bytes": 1024,
+         "inputs": ["a"], **b_fields}
+    return _bad([a, b], [{"source": "a", "target": "b"}])
+
+
+@pytest.mark.parametrize("field, value, must", [
+    ("bytes", "abc", "bytes must be a positive integer, got 'abc'"),
+    ("bytes", 1.5, "bytes must be a positive integer, got 1.5"),
+    ("bytes", 1024.0, "bytes must be a positive integer, got 1024.0"),
+    ("bytes", -3, "bytes must be a positive integer, got -3"),
+    ("bytes", True, "bytes must be a positive integer, got True"),
+    ("bytes", None, "bytes must be a positive integer, got missing or null"),
+    ("bytes", float("nan"), "bytes must be a positive integer, got nan"),
+    ("bytes", 2**64, "bytes must be a positive integer"),
+    ("flops", "x", "flops must be a finite number >= 0, got 'x'"),
+    ("flops", True, "flops must be a finite number >= 0, got True"),
+    ("flops", float("nan"), "flops must be a finite number >= 0, got nan"),
+    ("flops", float("inf"), "flops must be a finite number >= 0, got inf"),
+    ("flops", -1.0, "flops must be a finite number >= 0, got -1.0"),
+    ("time", float("-inf"), "time must be a finite number >= 0, got -inf"),
+    ("time", "1", "time must be a finite number >= 0, got '1'"),
+])
+def test_taskgraph_reader_checks_number_fields(field, value, must):
+    with pytest.raises(GraphError) as info:
+        TaskGraph.from_json(json.dumps(_graph(**{field: value})))
+    assert f"TaskGraph JSON: vertex 'b': {must}" in str(info.value)
+
+
+def test_taskgraph_file_errors_name_the_file(tmp_path):
+    path = tmp_path / "tg.json"
+    path.write_text(json.dumps(_graph(flops=float("nan"))))   # Python writes NaN
+    assert "NaN" in path.read_text()
+    with pytest.raises(GraphError, match=r"TaskGraph JSON file '.*tg\.json': vertex 'b': flops"):
+        TaskGraph.from_json(path)
+
+
+def test_validate_rejects_non_finite_numbers_from_the_api():
+    g = TaskGraph()
+    g.add_input("a", 1024, home="gpu0")
+    g.add_compute("b", "add", ["a"], "gpu0", 1024, flops=float("nan"))
+    with pytest.raises(GraphError, match="vertex 'b': flops must be a finite number >= 0, got nan"):
+        g.validate()
+    g["b"].flops, g["b"].time = 10, float("inf")      # an int is a number
+    with pytest.raises(GraphError, match="vertex 'b': time must be a finite number >= 0, got inf"):
+        g.validate()
+    g["b"].time = 0.5
+    g.validate()
+
+
+@pytest.mark.parametrize("b_fields, message", [
+    ({"kind": "conv"}, "vertex 'b': unknown kind 'conv'"),
+    ({"kind": 3}, "vertex 'b': kind and device must be strings"),
+    ({"device": "gpuX"}, "vertex 'b': compute device must be 'cpu' or a GPU"),
+    ({"device": "gpu01"}, "vertex 'b': compute device must be 'cpu' or a GPU"),
+    ({"device": "host"}, "vertex 'b': compute device must be 'cpu' or a GPU"),
+    ({"kind": "transfer", "device": "gpu0->gpu0"}, "transfer device must be 'gpuI->gpuJ'"),
+    ({"kind": "transfer", "device": "gpu0->"}, "transfer device must be 'gpuI->gpuJ'"),
+    ({"dtype": "complex128"}, "vertex 'b': unknown dtype 'complex128'"),
+    ({"op": ["add"]}, "vertex 'b': unknown op ['add']"),
+    ({"shape": [16, "a"]}, "vertex 'b': shape must be a list of integers >= 0"),
+    ({"shape": 16}, "vertex 'b': shape must be a list of integers >= 0"),
+    ({"shape": [1024, 1024]}, "shape [1024, 1024] of float32 needs 4194304 bytes, more than"),
+    ({"inputs": "a"}, "vertex 'b': inputs must be a list of vertex ids"),
+    ({"id": ["b"]}, "has no 'id'"),
+])
+def test_taskgraph_reader_refuses_unknown_kinds_devices_and_shapes(b_fields, message):
+    with pytest.raises(GraphError, match=re.escape(message)):
+        TaskGraph.from_dict(_graph(**b_fields))
+
+
+def test_taskgraph_reader_refuses_inconsistent_structure():
+    a = {"id": "a", "kind": "input", "device": "gpu0", "bytes": 8}
+    with pytest.raises(GraphError, match="duplicate vertex id 'a'"):
+        TaskGraph.from_dict(_bad([a, a]))
+    with pytest.raises(GraphError, match="edge 'a' -> 'zz' names unknown vertex 'zz'"):
+        TaskGraph.from_dict(_bad([a], [{"source": "a", "target": "zz"}]))
+    with pytest.raises(GraphError, match="does not list 'a' among its inputs"):
+        TaskGraph.from_dict(_graph(inputs=[]))
+    with pytest.raises(GraphError, match="lacks a 'source' or 'target'"):
+        TaskGraph.from_dict(_bad([a], [{"source": "a"}]))
+    with pytest.raises(GraphError, match="holds a 'MemGraph', not a TaskGraph"):
+        TaskGraph.from_dict({**_bad([a]), "graph": {"type": "MemGraph"}})
+    with pytest.raises(GraphError, match="not a JSON object"):
+        TaskGraph.from_dict(_bad([a, 7]))
+    with pytest.raises(GraphError, match=r"graph\.layers\[1\] is inf"):
+        TaskGraph.from_dict({**_bad([a]), "graph": {"layers": [1, float("inf")]}})
+
+
+def test_a_gpu_vertex_reading_another_gpus_tensor_needs_a_transfer(disco):
+    g = TaskGraph()
+    g.add_input("a", 1024, home="gpu0")
+    g.add_compute("b", "add", ["a"], "gpu1", 1024)
+    message = ("vertex 'b' on gpu1 reads 'a', which lives on gpu0: add a transfer vertex that "
+               "copies it from gpu0 to gpu1 (TaskGraph.add_transfer)")
+    with pytest.raises(GraphError, match=re.escape(message)):
+        g.validate()
+    for planner in ("buildmemgraph", "levelwise"):          # KeyError before issue 16
+        with pytest.raises(GraphError, match=re.escape(message)):
+            plan(g, disco, planner)
+    with pytest.raises(GraphError, match="source 'zz' is not a vertex"):
+        g.add_transfer("t", "zz", "gpu1")
+    odd = TaskGraph()
+    odd.add_input("a", 1024, home="gpuX")
+    for planner in ("buildmemgraph", "levelwise"):          # ValueError before issue 16
+        with pytest.raises(GraphError, match="input home must be 'host' or a GPU"):
+            plan(odd, disco, planner)
+    fixed = TaskGraph()
+    fixed.add_input("a", 1024, home="gpu0")
+    fixed.add_transfer("a>gpu1", "a", "gpu1")
+    fixed.add_compute("b", "add", ["a>gpu1"], "gpu1", 1024)
+    fixed.add_input("w", 1024)                               # host tensors are loaded
+    fixed.add_compute("c", "add", ["b", "w"], "gpu1", 1024)
+    fixed.add_compute("d", "add", ["b"], "cpu", 1024)        # the CPU reads GPU tensors too
+    fixed.validate()
+    plan(fixed, disco, "buildmemgraph")
+
+
+def test_node_link_links_is_a_synonym_of_edges(disco):
+    g = build_workload("matmul-chain:layers=2")
+    data = g.to_dict()
+    for node in data["nodes"]:
+        del node["inputs"]                                   # the edges are all there is
+    data["links"] = data.pop("edges")
+    assert TaskGraph.from_dict(data).tasks == g.tasks
+    data["edges"] = data["links"]                            # both, the same: fine
+    assert TaskGraph.from_dict(data).tasks == g.tasks
+    data["edges"] = data["links"][1:]
+    with pytest.raises(GraphError, match="both 'edges' and 'links', with different contents"):
+        TaskGraph.from_dict(data)
+    del data["edges"], data["links"]
+    with pytest.raises(GraphError, match="needs an 'edges' list"):
+        TaskGraph.from_dict(data)
+    mg = plan(g, disco)
+    mdata = mg.to_dict()
+    mdata["links"] = mdata.pop("edges")
+    assert sorted(MemGraph.from_dict(mdata).edges()) == sorted(mg.edges())
+    del mdata["links"]
+    with pytest.raises(GraphError, match="needs an 'edges' list"):
+        MemGraph.from_dict(mdata)
+
+
+def _memgraph_dict(disco):
+    return plan(build_workload("matmul-chain:layers=2"), disco).to_dict()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda n: n.update(bytes="abc"), "bytes must be a positive integer, got 'abc'"),
+    (lambda n: n.update(bytes=1.5), "bytes must be a positive integer, got 1.5"),
+    (lambda n: n.update(flops=float("nan")), "flops must be a finite number >= 0, got nan"),
+    (lambda n: n.update(time=float("inf")), "time must be a finite number >= 0, got inf"),
+    (lambda n: n.update(order=-1), "order must be an integer >= 0, got -1"),
+    (lambda n: n["loc"].update(offset=-8), "loc.offset must be an integer >= 0, got -8"),
+    (lambda n: n["loc"].update(size=True), "loc.size must be a positive integer, got True"),
+    (lambda n: n["loc"].update(device="gpu"), "loc.device must be a GPU"),
+    (lambda n: n.update(loc=[0, 8]), "loc must be null or an object"),
+    (lambda n: n.update(kind="evict"), "unknown kind 'evict'"),
+    (lambda n: n.update(device="tpu0"), "compute device must be 'cpu' or a GPU"),
+    (lambda n: n.update(op="conv9"), "unknown op 'conv9'"),
+    (lambda n: n.update(dtype="float8"), "unknown dtype 'float8'"),
+    (lambda n: n.update(task=5), "task must be a string, got 5"),
+    (lambda n: n.update(inputs="X1.0"), "inputs must be a list of vertex ids"),
+])
+def test_memgraph_reader_checks_every_field(disco, change, message):
+    data = _memgraph_dict(disco)
+    node = next(n for n in data["nodes"] if n["id"] == "X2.0")
+    change(node)
+    with pytest.raises(GraphError) as info:
+        MemGraph.from_json(json.dumps(data))
+    assert f"MemGraph JSON: vertex 'X2.0': {message}" in str(info.value)
+
+
+def test_memgraph_reader_refuses_bad_edges_and_moves(disco):
+    data = _memgraph_dict(disco)
+    load = next(n for n in data["nodes"] if n["kind"] == "load")
+    load["device"] = "cpu"
+    with pytest.raises(GraphError, match="an load vertex's device must be a GPU|load vertex's"):
+        MemGraph.from_dict(data)
+    data = _memgraph_dict(disco)
+    data["edges"][0]["kind"] = "control"
+    with pytest.raises(GraphError, match="has unknown kind 'control'"):
+        MemGraph.from_dict(data)
+    data["edges"][0].update(kind="data", target="nowhere")
+    with pytest.raises(GraphError, match="names unknown vertex 'nowhere'"):
+        MemGraph.from_dict(data)
+    data = _memgraph_dict(disco)
+    data["nodes"].append(dict(data["nodes"][0]))
+    with pytest.raises(GraphError, match="duplicate vertex id"):
+        MemGraph.from_dict(data)
+    data = _memgraph_dict(disco)
+    data["graph"]["type"] = "TaskGraph"
+    with pytest.raises(GraphError, match="holds a 'TaskGraph', not a MemGraph"):
+        MemGraph.from_dict(data)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("gpu_memory", "abc", "gpu_memory must be a positive integer, got 'abc'"),
+    ("gpu_memory", float("nan"), "gpu_memory must be a positive integer, got nan"),
+    ("gpu_memory", -1, "gpu_memory must be a positive integer, got -1"),
+    ("gpus", True, "gpus must be a positive integer, got True"),
+    ("h2d_bandwidth", float("nan"), "h2d_bandwidth must be a number > 0, not NaN"),
+    ("h2d_bandwidth", -5, "h2d_bandwidth must be a number > 0"),
+    ("kernel_latency", float("inf"), "kernel_latency must be a finite number >= 0, got inf"),
+    ("duplex", float("nan"), "duplex must be a finite number > 0, got nan"),
+    ("name", 7, "name must be a string, got 7"),
+    ("op_rates", [["add", float("inf"), 1.0]], "op_rates entries must be"),
+    ("op_rates", "fast", "op_rates must be a list"),
+])
+def test_machine_from_dict_checks_every_field(field, value, message):
+    data = {**PRESETS["v100"].to_dict(), field: value}
+    with pytest.raises(SpecError, match=re.escape(message)):
+        Machine.from_dict(data, "somewhere")
+
+
+def test_machine_file_with_nan_names_file_and_field(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**PRESETS["v100"].to_dict(), "gpu_flops": float("nan")}))
+    with pytest.raises(SpecError, match=r"machine file '.*m\.json': .*gpu_flops must be"):
+        Machine.from_json_file(path)
+
+
+def test_unlimited_rates_are_written_as_null_and_read_back(tmp_path):
+    m = machine_from_spec("disco-example")
+    assert m.gpu_gpu_bandwidth == float("inf")
+    text = m.to_json()
+    assert "Infinity" not in text and json.loads(text)["gpu_gpu_bandwidth"] is None
+    assert Machine.from_dict(json.loads(text)) == m
+    old = json.dumps(m.to_dict() | {"gpu_gpu_bandwidth": float("inf")})   # older files
+    assert "Infinity" in old and Machine.from_dict(json.loads(old)) == m
+    assert machine_from_spec("v100:h2d_bandwidth=inf").h2d_bandwidth == float("inf")
+    with pytest.raises(SpecError, match="gpu_memory must be a positive integer, got None"
+                       "|gpu_memory must be a positive integer, got missing or null"):
+        Machine.from_dict(m.to_dict() | {"gpu_memory": None})
+
+
+def test_everything_written_is_strict_json(disco):
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    mg = plan(build_workload("matmul-chain:layers=2"), disco)
+    assert strict(mg.to_json())["graph"]["machine"]["gpu_gpu_bandwidth"] is None
+    strict(build_workload("matmul-chain:layers=2").to_json())
+    g = build_workload("tp-matmul:n=64")
+    g.meta["ratio"] = float("nan")
+    with pytest.raises(GraphError, match=r"cannot write TaskGraph as JSON: graph\.ratio = nan"):
+        g.to_json()
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("random:vertices=abc", "option vertices: cannot read 'abc' as an integer"),
+    ("random:vertices=1.5", "option vertices: cannot read '1.5' as an integer"),
+    ("random:vertices=nan", "option vertices: cannot read 'nan' as an integer"),
+    ("random:vertices=inf", "option vertices: cannot read 'inf' as an integer"),
+    ("random:vertices=-1", "must be positive"),
+    ("random:vertices=10,vertices=20", "option 'vertices' given twice"),
+    ("random:input_fraction=nan", "option input_fraction: cannot read 'nan' as a finite number"),
+    ("random:flops_per_byte=inf", "option flops_per_byte: cannot read 'inf' as a finite number"),
+    ("random:colour=red", "unknown option(s) colour"),
+    ("training-chain:uF=nan;0.1;0.1;0.1", "uF of layer 1 must be a finite number >= 0, got nan"),
+])
+def test_workload_spec_values(spec, message):
+    with pytest.raises(SpecError, match=re.escape(message)):
+        build_workload(spec)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("p100x4:gpu_memory=nan", "option gpu_memory: cannot read 'nan'"),
+    ("p100x4:gpu_memory=1.5", "option gpu_memory: cannot read '1.5'"),
+    ("p100x4:gpus=inf", "option gpus: cannot read 'inf'"),
+    ("p100x4:kernel_latency=inf", "option kernel_latency: cannot read 'inf' as a finite number"),
+    ("p100x4:h2d_bandwidth=nan",
+     "option h2d_bandwidth: cannot read 'nan' as a finite number or inf"),
+    ("p100x4:duplex=nan", "option duplex: cannot read 'nan'"),
+    ("p100x4:gpus=2,gpus=3", "option 'gpus' given twice"),
+])
+def test_machine_spec_values(spec, message):
+    with pytest.raises(SpecError, match=re.escape(message)):
+        machine_from_spec(spec)
+
+
+def test_byte_sizes_are_whole():
+    assert parse_bytes("1.5KiB") == 1536 and parse_bytes("4e9") == 4_000_000_000
+    for text in ("1.5", "nan", "inf", "-inf", "1e400"):
+        with pytest.raises(SpecError, match="byte"):
+            parse_bytes(text)

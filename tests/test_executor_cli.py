@@ -78,7 +78,7 @@ def test_run_rejects_files_that_are_not_utf8_and_nan_machines(capsys, tmp_path):
     path.write_bytes(b"\xff\xfe{bad")
     assert "not UTF-8 text" in fails(capsys, "run", path)
     assert "not UTF-8 text" in fails(capsys, "run", "--taskgraph", path, "--machine", "v100")
-    assert "h2d_bandwidth must be > 0, got nan" in fails(
+    assert "option h2d_bandwidth: cannot read 'nan'" in fails(
         capsys, "run", "--workload", WORKLOAD, "--machine", "disco-example:h2d_bandwidth=nan")
 
 
@@ -114,9 +114,9 @@ def test_calibrate_to_a_missing_directory_measures_nothing(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("text,message", [("{", "not a JSON Machine"),
-                                          ('{"gpus": "two"}', "'gpus' must be a finite number"),
+                                          ('{"gpus": "two"}', "gpus must be a positive integer"),
                                           ('{"gpus": 2, "bogus": 1}', "unknown field(s): bogus"),
-                                          ('{"gpu_flops": NaN}', "'gpu_flops' must be a finite"),
+                                          ('{"gpu_flops": NaN}', "gpu_flops must be a number > 0, not NaN"),
                                           ("[1, 2]", "expected a JSON object"),
                                           ('{"op_rates": [["add", -1, 1]]}', "op_rates")])
 def test_malformed_machine_files(capsys, tmp_path, text, message):

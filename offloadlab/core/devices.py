@@ -10,6 +10,15 @@ def is_gpu(device: str) -> bool:
     return device.startswith("gpu") and "->" not in device
 
 
+def is_gpu_name(device: object) -> bool:
+    """Whether ``device`` is a well-formed GPU name: ``gpu`` and a decimal index without
+    leading zeros (``gpu0``, ``gpu12``; not ``gpu``, ``gpu01``, ``gpuX``)."""
+    if type(device) is not str or not device.startswith("gpu"):
+        return False
+    index = device[3:]
+    return index.isascii() and index.isdigit() and (index == "0" or index[0] != "0")
+
+
 def gpu_name(index: int) -> str:
     return f"gpu{index}"
 

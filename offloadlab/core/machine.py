@@ -8,16 +8,21 @@ Named presets reproduce the papers' servers; each carries a one-line source.  Se
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from .checks import INF, dumps, number, short
 from .devices import CPU, gpu_name, is_gpu
 from .errors import SpecError
 from .spec import apply_options, parse_spec
 
 MiB = 2**20
 GiB = 2**30
+
+UNLIMITED = frozenset({"gpu_flops", "gpu_mem_bandwidth", "h2d_bandwidth", "d2h_bandwidth",
+                       "host_bus_bandwidth", "gpu_gpu_bandwidth", "cpu_flops"})
+"""Rates that may be infinite ("unlimited": the cost model then charges no time for them);
+JSON has no infinity, so they are written as ``null``."""
 
 
 @dataclass(frozen=True)
@@ -52,20 +57,8 @@ class Machine:
     op_rates: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                zero_ok = f.name.endswith("latency") or f.name == "host_bus_bandwidth"
-                if not value >= 0 or (value == 0 and not zero_ok):     # NaN too
-                    raise SpecError(f"machine {self.name!r}: {f.name} must be "
-                                    f"{'>= 0' if zero_ok else '> 0'}, got {value!r}")
-        if not 0 < self.duplex <= 1:
-            raise SpecError(f"machine {self.name!r}: duplex must be in (0, 1], got {self.duplex}")
-        for entry in self.op_rates:
-            if len(entry) != 3 or not isinstance(entry[0], str) \
-                    or not all(0 < float(rate) < float("inf") for rate in entry[1:]):
-                raise SpecError(f"machine {self.name!r}: op_rates entries must be [op, bytes/s "
-                                f"written, bytes/s read], positive and finite; got {entry!r}")
+        _check_fields({f.name: getattr(self, f.name) for f in fields(self)},
+                      f"machine {self.name!r}")
 
     # -- topology ---------------------------------------------------------------------
     def gpu_names(self) -> list[str]:
@@ -128,26 +121,45 @@ class Machine:
 
     # -- interchange ------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as JSON values; an unlimited (infinite) rate is ``None`` (JSON ``null``),
+        which :meth:`from_dict` reads back as unlimited."""
+        data = asdict(self)
+        for key in UNLIMITED:
+            if data[key] == INF:
+                data[key] = None
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Machine":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+    def from_dict(cls, data: dict, where: str = "machine description") -> "Machine":
+        """A Machine from :meth:`to_dict`'s output, every field checked; ``None`` (``null``) is
+        an unlimited rate, an integral float an integer field.  Raises :class:`SpecError`
+        naming ``where`` and the field."""
+        if type(data) is not dict:
+            raise SpecError(f"{where}: expected a JSON object of Machine fields, got "
+                            f"{short(data)}")
+        types = {f.name: f.type for f in fields(cls)}
+        unknown = sorted(set(data) - set(types))
         if unknown:
-            raise SpecError(f"machine description has unknown field(s): {', '.join(unknown)}")
+            raise SpecError(f"{where}: unknown field(s): {', '.join(map(str, unknown))}")
         data = dict(data)
+        for key, value in data.items():
+            if value is None and key in UNLIMITED:
+                data[key] = INF
+            elif types[key] == "int" and type(value) is float and value.is_integer():
+                data[key] = int(value)
         if "op_rates" in data:
-            try:
-                data["op_rates"] = tuple((str(op), float(written), float(read))
-                                         for op, written, read in data["op_rates"])
-            except (TypeError, ValueError):
-                raise SpecError(f"machine description: op_rates must be a list of [op, bytes/s "
-                                f"written, bytes/s read], got {data['op_rates']!r}") from None
+            rates = data["op_rates"]
+            if type(rates) not in (list, tuple) \
+                    or not all(type(e) in (list, tuple) and len(e) == 3 for e in rates):
+                raise SpecError(f"{where}: op_rates must be a list of [op, bytes/s written, "
+                                f"bytes/s read], got {short(rates)}")
+            data["op_rates"] = tuple(tuple(e) for e in rates)
+        _check_fields(data, where)
         return cls(**data)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict())
+        """Strict JSON (unlimited rates as ``null``)."""
+        return dumps(self.to_dict(), f"machine {self.name!r}")
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> "Machine":
@@ -156,26 +168,40 @@ class Machine:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
-            raise SpecError(f"cannot read {where}: {exc.strerror}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SpecError(f"cannot read {where}: {exc.strerror or exc}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise SpecError(f"{where}: not a JSON Machine ({exc})") from None
-        if not isinstance(data, dict):
-            raise SpecError(f"{where}: expected a JSON object of Machine fields")
-        types = {f.name: f.type for f in fields(cls)}
-        for key, value in data.items():
-            want = types.get(key)
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if want in ("int", "float") and not (number and math.isfinite(value)
-                                                 or key.endswith("bandwidth") and value == math.inf):
-                raise SpecError(f"{where}: field {key!r} must be a finite number, got {value!r}")
-            if want == "int" and value != int(value):
-                raise SpecError(f"{where}: field {key!r} must be an integer, got {value!r}")
-            if want == "str" and not isinstance(value, str):
-                raise SpecError(f"{where}: field {key!r} must be a string, got {value!r}")
-        try:
-            return cls.from_dict({k: int(v) if types.get(k) == "int" else v for k, v in data.items()})
-        except SpecError as exc:
-            raise SpecError(f"{where}: {exc}") from None
+        return cls.from_dict(data, where)
+
+
+_FIELD_TYPES = {f.name: f.type for f in fields(Machine)}
+
+
+def _check_fields(values: dict, where: str) -> None:
+    """Check Machine field ``values`` (all or some), naming ``where`` and the field: strings,
+    positive integers, numbers >= 0 (> 0 for rates; infinite only for :data:`UNLIMITED`),
+    ``duplex`` in (0, 1], ``op_rates`` as ``(op, written, read)`` with finite positive rates."""
+    for key, value in values.items():
+        kind = _FIELD_TYPES[key]
+        if kind == "str":
+            if type(value) is not str:
+                raise SpecError(f"{where}: {key} must be a string, got {short(value)}")
+        elif kind == "int":
+            number(value, where, key, count=True, positive=True, error=SpecError)
+        elif kind == "float":
+            zero_ok = key.endswith("latency") or key == "host_bus_bandwidth"
+            number(value, where, key, positive=not zero_ok, unlimited=key in UNLIMITED,
+                   error=SpecError)
+    if "duplex" in values and not 0 < values["duplex"] <= 1:
+        raise SpecError(f"{where}: duplex must be in (0, 1], got {values['duplex']}")
+    rates = values.get("op_rates", ())
+    if type(rates) is not tuple:
+        raise SpecError(f"{where}: op_rates must be a list, got {short(rates)}")
+    for entry in rates:
+        if type(entry) is not tuple or len(entry) != 3 or type(entry[0]) is not str \
+                or not all(type(r) in (int, float) and 0 < r < INF for r in entry[1:]):
+            raise SpecError(f"{where}: op_rates entries must be [op, bytes/s written, "
+                            f"bytes/s read], positive and finite; got {short(entry)}")
 
 
 def _disco_example() -> Machine:
@@ -233,5 +259,5 @@ def machine_from_spec(spec: str | Machine) -> Machine:
         base = PRESETS[name]
     defaults = {f.name: getattr(base, f.name) for f in fields(Machine)
                 if f.name not in ("name", "source", "op_rates")}
-    merged = apply_options(defaults, options, f"machine {name!r}")
+    merged = apply_options(defaults, options, f"machine {name!r}", unlimited=UNLIMITED)
     return replace(base, **merged)

@@ -8,13 +8,18 @@ Every vertex that writes GPU memory has a :class:`Loc`.  Edges are ``data`` or `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
-from .devices import CPU, HOST, split_transfer
+from .checks import INF, MAX_COUNT, edge_ends, ids, node_link, number, short, strings, vertex_id
+from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
-from .taskgraph import TaskGraph, _read, _write
+from .ops import DTYPES, OPS
+from .taskgraph import TaskGraph, _graph_meta, _read, _write
+from .taskgraph import _device_problem as _task_device_problem
+from .util import no_gc
 
 TASK_KINDS = ("input", "compute", "transfer")
 MOVE_KINDS = ("offload", "reload", "load")
@@ -161,41 +166,37 @@ class MemGraph:
 
     def to_json(self, path: str | Path | None = None) -> str:
         """Node-link JSON text, also written to ``path`` if given."""
-        return _write(self.to_dict(), path)
+        return _write(self.to_dict(), path, "MemGraph")
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "MemGraph JSON") -> "MemGraph":
-        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) \
-                or not isinstance(data.get("edges"), list):
-            raise GraphError(f"{where}: expected node-link JSON with 'nodes' and 'edges' lists")
-        meta = dict(data.get("graph") or {})
-        meta.pop("type", None)
+        """Read node-link data (:meth:`to_dict`'s, or networkx's with ``edges`` or ``links``),
+        checking every field; a :class:`GraphError` names ``where`` (the file), the vertex and
+        the field.  The machine stored in ``graph`` is read by :meth:`Machine.from_dict`."""
+        with no_gc():
+            return cls._from_dict(data, where)
+
+    @classmethod
+    def _from_dict(cls, data: dict, where: str) -> "MemGraph":
+        nodes, edges = node_link(data, where)
+        _, meta = _graph_meta(data, where, "MemGraph")
         mg = cls(meta)
-        for n in data["nodes"]:
-            try:
-                loc = n.get("loc")
-                mg.add_vertex(MemVertex(
-                    id=str(n["id"]), kind=n["kind"], device=n["device"], bytes=int(n["bytes"]),
-                    loc=Loc(loc["device"], int(loc["offset"]), int(loc["size"])) if loc else None,
-                    task=n.get("task"), of=n.get("of"), op=n.get("op"),
-                    flops=float(n.get("flops") or 0.0), inputs=tuple(n.get("inputs") or ()),
-                    order=int(n.get("order", 0)), time=n.get("time"),
-                    shape=tuple(map(int, n["shape"])) if n.get("shape") is not None else None,
-                    dtype=str(n.get("dtype") or "float32")))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise GraphError(f"{where}: node {str(n)[:200]} lacks or mistypes field {exc}") from None
-            if mg.vertices[str(n["id"])].kind not in TASK_KINDS + MOVE_KINDS:
-                raise GraphError(f"{where}: vertex {n['id']!r} has unknown kind {n['kind']!r}")
-        for e in data["edges"]:
-            try:
-                u, v, kind = str(e["source"]), str(e["target"]), e.get("kind", "data")
-            except (KeyError, TypeError):
-                raise GraphError(f"{where}: edge {e!r} lacks 'source' or 'target'") from None
-            for end in (u, v):
-                if end not in mg.vertices:
-                    raise GraphError(f"{where}: edge {u!r} -> {v!r} names unknown vertex {end!r}")
+        vertices = mg.vertices
+        devices: dict[tuple[str, str], str | None] = {}   # (kind, device) -> problem or None
+        for n in nodes:
+            vertex = _read_vertex(n, where, devices)
+            if vertex.id in vertices:
+                raise GraphError(f"{where}: duplicate vertex id {vertex.id!r}")
+            mg.add_vertex(vertex)
+        for e in edges:
+            u, v = edge_ends(e, where)
+            kind = e.get("kind", "data")
+            if u not in vertices or v not in vertices:
+                raise GraphError(f"{where}: edge {u!r} -> {v!r} names unknown vertex "
+                                 f"{u if u not in vertices else v!r}")
             if kind not in EDGE_KINDS:
-                raise GraphError(f"{where}: edge {u!r} -> {v!r} has unknown kind {kind!r}")
+                raise GraphError(f"{where}: edge {u!r} -> {v!r} has unknown kind {short(kind)} "
+                                 f"(expected one of {', '.join(EDGE_KINDS)})")
             mg.add_edge(u, v, kind)
         return mg
 
@@ -204,3 +205,98 @@ class MemGraph:
         """Read node-link JSON from a string or a file path."""
         data, where = _read(text_or_path, "MemGraph JSON")
         return cls.from_dict(data, where)
+
+
+def _device_problem(kind: str, device: str) -> str | None:
+    """What is wrong with a MemGraph vertex of ``kind`` on ``device``, or None."""
+    if kind in MOVE_KINDS:
+        return None if is_gpu_name(device) else \
+            f"an {kind} vertex's device must be a GPU ('gpu0', 'gpu1', ...), got {device!r}"
+    if kind in TASK_KINDS:
+        return _task_device_problem(kind, device)
+    return f"unknown kind {kind!r} (expected one of {', '.join(TASK_KINDS + MOVE_KINDS)})"
+
+
+def _read_vertex(n: object, where: str, devices: dict[tuple[str, str], str | None]) -> MemVertex:
+    """One node of a MemGraph file, every field checked (the inline tests pass valid fields
+    without a call); ``devices`` caches the verdict on each ``(kind, device)``."""
+    if type(n) is not dict:
+        raise GraphError(f"{where}: node {short(n)} is not a JSON object")
+    nid: Any = n.get("id")
+    if type(nid) is not str:
+        nid = vertex_id(n, where)
+    kind: Any = n.get("kind")
+    device: Any = n.get("device")
+    if type(kind) is not str or type(device) is not str:
+        strings(n, f"{where}: vertex {nid!r}", ("kind", "device"), ("kind", "device"))
+    problem = devices.get((kind, device), "")
+    if problem == "":
+        problem = devices[kind, device] = _device_problem(kind, device)
+    if problem is not None:
+        raise GraphError(f"{where}: vertex {nid!r}: {problem}")
+    task: Any = n.get("task")
+    of: Any = n.get("of")
+    op: Any = n.get("op")
+    dtype: Any = n.get("dtype") or "float32"
+    if not ((task is None or type(task) is str) and (of is None or type(of) is str)
+            and (op is None or type(op) is str) and type(dtype) is str):
+        strings(n, f"{where}: vertex {nid!r}", ("task", "of", "op", "dtype"))
+    if kind == "compute" and op not in OPS:
+        raise GraphError(f"{where}: vertex {nid!r}: unknown op {op!r}; known ops: "
+                         f"{', '.join(OPS)}")
+    if dtype not in DTYPES:
+        raise GraphError(f"{where}: vertex {nid!r}: unknown dtype {dtype!r}; known: "
+                         f"{', '.join(DTYPES)}")
+    nbytes: Any = n.get("bytes")
+    if type(nbytes) is not int or not 0 < nbytes <= MAX_COUNT:
+        number(nbytes, f"{where}: vertex {nid!r}", "bytes", count=True, positive=True)
+    flops: Any = n.get("flops")
+    if type(flops) is not float or not 0.0 <= flops < INF:
+        flops = 0.0 if flops is None else number(flops, f"{where}: vertex {nid!r}", "flops")
+    time: Any = n.get("time")
+    if time is not None and (type(time) is not float or not 0.0 <= time < INF):
+        time = number(time, f"{where}: vertex {nid!r}", "time")
+    order: Any = n.get("order", 0)
+    if type(order) is not int or not 0 <= order <= MAX_COUNT:
+        number(order, f"{where}: vertex {nid!r}", "order", count=True)
+    inputs: Any = n.get("inputs")
+    if inputs is None:
+        inputs = ()
+    elif type(inputs) is not list:
+        ids(inputs, f"{where}: vertex {nid!r}", "inputs")
+    loc: Any = n.get("loc")
+    if loc is not None:
+        loc = _read_loc(loc, f"{where}: vertex {nid!r}")
+    shape: Any = n.get("shape")
+    if shape is not None:
+        shape = _read_shape(shape, nbytes, dtype, f"{where}: vertex {nid!r}")
+    return MemVertex(nid, kind, device, nbytes, loc, task, of, op, flops,
+                     tuple(map(str, inputs)), order, time, shape, dtype)
+
+
+def _read_loc(loc: object, where: str) -> Loc:
+    """A location ``{"device", "offset", "size"}``: offset >= 0, size > 0 (that the device is
+    the vertex's GPU is the verifier's rule)."""
+    if type(loc) is not dict:
+        raise GraphError(f"{where}: loc must be null or an object {{device, offset, size}}, got "
+                         f"{short(loc)}")
+    device, offset, size = loc.get("device"), loc.get("offset"), loc.get("size")
+    if not is_gpu_name(device):
+        raise GraphError(f"{where}: loc.device must be a GPU ('gpu0', 'gpu1', ...), got "
+                         f"{short(device)}")
+    if type(offset) is not int or not 0 <= offset <= MAX_COUNT:
+        number(offset, where, "loc.offset", count=True)
+    if type(size) is not int or not 0 < size <= MAX_COUNT:
+        number(size, where, "loc.size", count=True, positive=True)
+    return Loc(device, offset, size)  # type: ignore[arg-type]
+
+
+def _read_shape(shape: object, nbytes: int, dtype: str, where: str) -> tuple[int, ...]:
+    """A shape: integers >= 0 whose elements fit in ``nbytes``."""
+    if type(shape) is not list or not all(type(x) is int and x >= 0 for x in shape):
+        raise GraphError(f"{where}: shape must be a list of integers >= 0, got {short(shape)}")
+    need = math.prod(shape) * DTYPES[dtype]
+    if need > nbytes:
+        raise GraphError(f"{where}: shape {shape} of {dtype} needs {need} bytes, more than its "
+                         f"{nbytes} bytes")
+    return tuple(shape)

@@ -1,6 +1,13 @@
-"""The ops a compute vertex may name.  The cost model prices a vertex by its ``flops`` and the
-bytes it touches; the executor gives each op its NumPy/CuPy kernel
-(:mod:`offloadlab.executor.kernels`)."""
+"""The ops a compute vertex may name and the dtypes a tensor may have.  The cost model prices a
+vertex by its ``flops`` and the bytes it touches; the executor gives each op its NumPy/CuPy
+kernel (:mod:`offloadlab.executor.kernels`)."""
+
+DTYPES: dict[str, int] = {
+    "float16": 2, "float32": 4, "float64": 8,
+    "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+    "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
+}
+"""Tensor dtypes (NumPy names) and their bytes per element."""
 
 OPS: dict[str, str] = {
     "matmul": "hstack(inputs[:-1]) @ inputs[-1]: the left operand may come as column shards",

@@ -8,13 +8,17 @@ home, ``"host"`` or a GPU); ``compute`` vertices run an op on one GPU or on the 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
-from .devices import CPU, HOST, is_gpu, split_transfer
-from .errors import GraphError
-from .ops import OPS
+from .checks import (INF, MAX_COUNT, dumps, edge_ends, finite_tree, ids, node_link, number,
+                     short, vertex_id)
+from .devices import CPU, HOST, is_gpu_name, split_transfer
+from .errors import GraphError, OffloadlabError
+from .ops import DTYPES, OPS
+from .util import no_gc
 
 KINDS = ("input", "compute", "transfer")
 
@@ -77,7 +81,10 @@ class TaskGraph:
         return self.add(Task(id, "compute", device, bytes, tuple(inputs), op, flops, **kw))
 
     def add_transfer(self, id: str, source: str, dst: str) -> Task:
-        src = self.tasks[source]
+        """A transfer vertex ``id`` copying ``source``'s tensor to the GPU ``dst``."""
+        src = self.tasks.get(source)
+        if src is None:
+            raise GraphError(f"transfer {id!r}: source {source!r} is not a vertex of the graph")
         return self.add(Task(id, "transfer", f"{src.out_device}->{dst}", src.bytes, (source,),
                              shape=src.shape, dtype=src.dtype))
 
@@ -110,7 +117,7 @@ class TaskGraph:
         """The GPUs the graph uses, sorted by index."""
         found: set[str] = set()
         for device in {t.device for t in self.tasks.values()}:
-            found.update(d for d in split_transfer(device) if is_gpu(d))
+            found.update(d for d in split_transfer(device) if is_gpu_name(d))
         return sorted(found, key=lambda d: int(d[3:]))
 
     def topological_order(self) -> list[str]:
@@ -134,37 +141,49 @@ class TaskGraph:
 
     # -- checking ---------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`GraphError` naming the first bad vertex: unknown kind, op, input or
-        device, a non-positive size, or a cycle."""
-        for t in self.tasks.values():
-            where = f"vertex {t.id!r}"
-            if t.kind not in KINDS:
-                raise GraphError(f"{where}: unknown kind {t.kind!r} (expected one of {KINDS})")
-            if not isinstance(t.bytes, int) or isinstance(t.bytes, bool) or t.bytes <= 0:
-                raise GraphError(f"{where}: bytes must be a positive integer, got {t.bytes!r}")
-            if t.flops < 0:
-                raise GraphError(f"{where}: flops must be >= 0, got {t.flops!r}")
-            if t.time is not None and not t.time >= 0:
-                raise GraphError(f"{where}: time must be >= 0 seconds, got {t.time!r}")
-            for u in t.inputs:
-                if u not in self.tasks:
-                    raise GraphError(f"{where}: input {u!r} is not a vertex of the graph")
-            if t.kind == "input":
+        """Raise :class:`GraphError` naming the first bad vertex: unknown kind, op, dtype, input
+        or device (name format included), a size that is not a positive integer, flops or a time
+        that is not a finite number >= 0 (NaN and infinities included), a shape larger than the
+        vertex's bytes, a GPU vertex reading another GPU's tensor without a transfer vertex, or
+        a cycle."""
+        tasks = self.tasks
+        devices: dict[tuple[str, str], str | None] = {}   # (kind, device) -> problem or None
+        for t in tasks.values():
+            kind, device = t.kind, t.device
+            if type(kind) is not str or type(device) is not str:
+                raise GraphError(f"vertex {t.id!r}: kind and device must be strings, got "
+                                 f"{short(kind)} and {short(device)}")
+            problem = devices.get((kind, device), "")
+            if problem == "":
+                problem = devices[kind, device] = _device_problem(kind, device)
+            if problem is not None:
+                raise GraphError(f"vertex {t.id!r}: {problem}")
+            _check_numbers(t)
+            if type(t.dtype) is not str or t.dtype not in DTYPES:
+                raise GraphError(f"vertex {t.id!r}: unknown dtype {short(t.dtype)}; known: "
+                                 f"{', '.join(DTYPES)}")
+            if t.shape is not None:
+                _check_shape(t)
+            if kind == "input":
                 if t.inputs:
-                    raise GraphError(f"{where}: an input vertex reads nothing")
-                if t.device != HOST and not is_gpu(t.device):
-                    raise GraphError(f"{where}: input home must be 'host' or a GPU, got {t.device!r}")
-            elif t.kind == "compute":
-                if t.op not in OPS:
-                    raise GraphError(f"{where}: unknown op {t.op!r}; known ops: {', '.join(OPS)}")
-                if t.device != CPU and not is_gpu(t.device):
-                    raise GraphError(f"{where}: compute device must be 'cpu' or a GPU, got {t.device!r}")
+                    raise GraphError(f"vertex {t.id!r}: an input vertex reads nothing")
+                continue
+            if kind == "compute":
+                if type(t.op) is not str or t.op not in OPS:
+                    raise GraphError(f"vertex {t.id!r}: unknown op {short(t.op)}; known ops: "
+                                     f"{', '.join(OPS)}")
+                gpu = None if device == CPU else device
             else:
-                src, dst = split_transfer(t.device)
-                if not (is_gpu(src) and is_gpu(dst)) or src == dst:
-                    raise GraphError(f"{where}: transfer device must be 'gpuI->gpuJ', got {t.device!r}")
-                if len(t.inputs) != 1 or self.tasks[t.inputs[0]].out_device != src:
-                    raise GraphError(f"{where}: a transfer reads exactly one tensor living on {src}")
+                gpu = device.partition("->")[0]
+                if len(t.inputs) != 1:
+                    raise GraphError(f"vertex {t.id!r}: a transfer reads exactly one tensor "
+                                     f"living on {gpu}, got {len(t.inputs)}")
+            for u in t.inputs:
+                src = tasks.get(u)
+                if src is None:
+                    raise GraphError(f"vertex {t.id!r}: input {u!r} is not a vertex of the graph")
+                if gpu is not None and src.device != gpu:
+                    _check_readable(t, gpu, src)
         self._check_acyclic()
 
     def _check_acyclic(self) -> None:
@@ -214,35 +233,52 @@ class TaskGraph:
 
     def to_json(self, path: str | Path | None = None) -> str:
         """Node-link JSON text, also written to ``path`` if given."""
-        return _write(self.to_dict(), path)
+        return _write(self.to_dict(), path, "TaskGraph")
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "TaskGraph JSON") -> "TaskGraph":
-        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
-            raise GraphError(f"{where}: expected node-link JSON with a 'nodes' list")
-        meta = dict(data.get("graph") or {})
-        meta.pop("type", None)
-        g = cls(name=meta.pop("name", ""), meta=meta)
+        """Read node-link data (:meth:`to_dict`'s, or networkx's with ``edges`` or ``links``),
+        checking every field; a :class:`GraphError` names ``where`` (the file), the vertex
+        and the field.  A node without ``inputs`` reads its edges' sources in edge order."""
+        with no_gc():
+            return cls._from_dict(data, where)
+
+    @classmethod
+    def _from_dict(cls, data: dict, where: str) -> "TaskGraph":
+        nodes, edges = node_link(data, where)
+        name, meta = _graph_meta(data, where, "TaskGraph")
+        g = cls(name=name, meta=meta)
         edge_inputs: dict[str, list[str]] = {}
-        for e in data.get("edges", []):
-            try:
-                edge_inputs.setdefault(e["target"], []).append(e["source"])
-            except (KeyError, TypeError):
-                raise GraphError(f"{where}: edge {e!r} lacks 'source' or 'target'") from None
-        for n in data["nodes"]:
-            try:
-                nid = str(n["id"])
-                inputs = n.get("inputs")
-                if inputs is None:
-                    inputs = edge_inputs.get(n["id"], [])
-                shape = n.get("shape")
-                g.add(Task(nid, n["kind"], n["device"], n["bytes"], tuple(map(str, inputs)),
-                           n.get("op"), float(n.get("flops") or 0.0),
-                           tuple(shape) if shape is not None else None, n.get("dtype", "float32"),
-                           n.get("time")))
-            except (KeyError, TypeError) as exc:
-                raise GraphError(f"{where}: node {n!r} lacks or mistypes field {exc}") from None
-        g.validate()
+        for e in edges:
+            if type(e) is dict:
+                u, v = e.get("source"), e.get("target")
+                if type(u) is not str or type(v) is not str:
+                    u, v = edge_ends(e, where)
+            else:
+                u, v = edge_ends(e, where)
+            if v in edge_inputs:
+                edge_inputs[v].append(u)
+            else:
+                edge_inputs[v] = [u]
+        tasks = g.tasks
+        for n in nodes:
+            task = _read_task(n, where, edge_inputs)
+            if task.id in tasks:
+                raise GraphError(f"{where}: duplicate vertex id {task.id!r}")
+            tasks[task.id] = task
+        for v, sources in edge_inputs.items():
+            target = tasks.get(v)
+            for u in sources:
+                if target is None or u not in tasks:
+                    raise GraphError(f"{where}: edge {u!r} -> {v!r} names unknown vertex "
+                                     f"{v if target is None else u!r}")
+                if u not in target.inputs:
+                    raise GraphError(f"{where}: edge {u!r} -> {v!r}, but vertex {v!r} does "
+                                     f"not list {u!r} among its inputs {list(target.inputs)}")
+        try:
+            g.validate()
+        except GraphError as exc:
+            raise GraphError(f"{where}: {exc}") from None
         return g
 
     @classmethod
@@ -252,8 +288,125 @@ class TaskGraph:
         return cls.from_dict(data, where)
 
 
-def _write(data: dict, path: str | Path | None) -> str:
-    text = json.dumps(data)
+def _device_problem(kind: str, device: str) -> str | None:
+    """What is wrong with a vertex of ``kind`` on ``device``, or None."""
+    if kind not in KINDS:
+        return f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})"
+    if kind == "input":
+        if device == HOST or is_gpu_name(device):
+            return None
+        return f"input home must be 'host' or a GPU ('gpu0', 'gpu1', ...), got {device!r}"
+    if kind == "compute":
+        if device == CPU or is_gpu_name(device):
+            return None
+        return f"compute device must be 'cpu' or a GPU ('gpu0', 'gpu1', ...), got {device!r}"
+    src, arrow, dst = device.partition("->")
+    if arrow and is_gpu_name(src) and is_gpu_name(dst) and src != dst:
+        return None
+    return f"transfer device must be 'gpuI->gpuJ' with I != J, got {device!r}"
+
+
+def _check_numbers(t: Task) -> None:
+    """``bytes`` a positive integer, ``flops`` and ``time`` (when set) finite and >= 0 (the
+    inline tests pass valid vertices without a call)."""
+    nbytes, flops, time = t.bytes, t.flops, t.time
+    if type(nbytes) is not int or not 0 < nbytes <= MAX_COUNT:
+        number(nbytes, f"vertex {t.id!r}", "bytes", count=True, positive=True)
+    if type(flops) is not float or not 0.0 <= flops < INF:
+        number(flops, f"vertex {t.id!r}", "flops")
+    if time is not None and (type(time) is not float or not 0.0 <= time < INF):
+        number(time, f"vertex {t.id!r}", "time")
+
+
+def _check_shape(t: Task) -> None:
+    """A shape is a sequence of integers >= 0 whose elements fit in the vertex's bytes."""
+    shape: Any = t.shape
+    if type(shape) not in (tuple, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise GraphError(f"vertex {t.id!r}: shape must be a list of integers >= 0, got "
+                         f"{short(list(shape) if type(shape) is tuple else shape)}")
+    need = math.prod(shape) * DTYPES[t.dtype]
+    if need > t.bytes:
+        raise GraphError(f"vertex {t.id!r}: shape {list(shape)} of {t.dtype} needs {need} bytes, "
+                         f"more than its {t.bytes} bytes")
+
+
+def _check_readable(t: Task, gpu: str, src: Task) -> None:
+    """A vertex reading on ``gpu`` may read a tensor living there or, unless it is a transfer,
+    in host RAM (the planner loads it); a tensor on another GPU needs a transfer vertex."""
+    lives = src.out_device
+    if lives == gpu:
+        return
+    if t.kind == "transfer":
+        raise GraphError(f"vertex {t.id!r}: a transfer reads exactly one tensor living on {gpu}; "
+                         f"{src.id!r} lives on {lives}")
+    if lives != HOST:
+        raise GraphError(f"vertex {t.id!r} on {gpu} reads {src.id!r}, which lives on {lives}: "
+                         f"add a transfer vertex that copies it from {lives} to {gpu} "
+                         f"(TaskGraph.add_transfer) and read that instead")
+
+
+def _read_task(n: object, where: str, edge_inputs: dict[str, list[str]]) -> Task:
+    """One node of a TaskGraph file.  Checks what :meth:`TaskGraph.validate` cannot see
+    (a node that is no object, the id, the types of ``flops``, ``inputs`` and ``shape``, which
+    are converted); ``validate`` checks the rest, by field."""
+    if type(n) is not dict:
+        raise GraphError(f"{where}: node {short(n)} is not a JSON object")
+    nid: Any = n.get("id")
+    if type(nid) is not str:
+        nid = vertex_id(n, where)
+    flops: Any = n.get("flops")
+    if type(flops) is not float:
+        flops = 0.0 if flops is None else number(flops, f"{where}: vertex {nid!r}", "flops")
+    inputs: Any = n.get("inputs")
+    if inputs is None:
+        inputs = edge_inputs.get(nid, ())
+    elif type(inputs) is not list:
+        ids(inputs, f"{where}: vertex {nid!r}", "inputs")
+    shape: Any = n.get("shape")
+    if shape is not None:
+        if type(shape) is not list:
+            raise GraphError(f"{where}: vertex {nid!r}: shape must be a list of integers >= 0, "
+                             f"got {short(shape)}")
+        shape = tuple(shape)
+    return Task(nid, n.get("kind"), n.get("device"), n.get("bytes"),  # type: ignore[arg-type]
+                tuple(map(str, inputs)), n.get("op"), flops, shape, n.get("dtype") or "float32",
+                n.get("time"))
+
+
+def _graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
+    """The name and the other fields of node-link data's ``graph`` object, every number in
+    them finite; a ``type`` other than ``kind`` (a MemGraph given as a TaskGraph) is refused."""
+    meta = data.get("graph")
+    if meta is None:
+        meta = {}
+    if type(meta) is not dict:
+        raise GraphError(f"{where}: 'graph' must be a JSON object, got {short(meta)}")
+    meta = dict(meta)
+    found = meta.pop("type", kind)
+    if found != kind:
+        raise GraphError(f"{where}: holds a {short(found)}, not a {kind}"
+                         + (" (give it to simulate or run)" if found == "MemGraph" else
+                            " (plan it first: offloadlab plan --taskgraph)"
+                            if found == "TaskGraph" else ""))
+    name = meta.pop("name", "") if kind == "TaskGraph" else ""
+    if type(name) is not str:
+        raise GraphError(f"{where}: graph.name must be a string, got {short(name)}")
+    # a MemGraph's machine is Machine.from_dict's to check: older files wrote unlimited rates
+    # as Infinity
+    finite_tree(meta if kind == "TaskGraph" else {k: v for k, v in meta.items() if k != "machine"},
+                f"{where}: graph")
+    if kind == "TaskGraph" and "chain" in meta:
+        from .workloads.training import TrainingChain
+        try:
+            TrainingChain.from_dict(meta["chain"])
+        except OffloadlabError as exc:
+            raise GraphError(f"{where}: graph.chain: {exc}") from None
+    return name, meta
+
+
+def _write(data: dict, path: str | Path | None, what: str = "graph") -> str:
+    """Strict JSON text of ``data`` (no NaN or Infinity), also written to ``path`` if given."""
+    text = dumps(data, what)
     if path is not None:
         Path(path).write_text(text)
     return text
@@ -269,10 +422,15 @@ def _read(text_or_path: str | Path, what: str) -> tuple[dict, str]:
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise GraphError(f"cannot read {where}: {exc.strerror}") from None
+            raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
             raise GraphError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        return json.loads(text), where
+        with no_gc():                       # millions of small objects, none of them cyclic
+            return json.loads(text), where
     except json.JSONDecodeError as exc:
+        raise GraphError(f"{where}: malformed JSON ({exc})") from None
+    except RecursionError:
+        raise GraphError(f"{where}: malformed JSON (nested too deeply)") from None
+    except ValueError as exc:   # e.g. an integer of more than 4300 digits
         raise GraphError(f"{where}: malformed JSON ({exc})") from None

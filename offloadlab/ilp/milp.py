@@ -46,10 +46,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import tempfile
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 from ..core.errors import PlanError, SpecError
 from ..core.workloads.training import TrainingChain
@@ -91,8 +94,11 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
     (``math.inf`` allowed).
 
     ``solver``: ``"highs"`` (highspy), ``"cbc"`` (bundled with PuLP) or ``"auto"`` (HiGHS when
-    importable).  With ``time_limit`` seconds the solver may stop early; ``bound`` is then the
-    best proven bound: HiGHS's MIP dual bound, CBC's last "best possible" from its log
+    importable).  Nothing is written to stdout: with ``msg=True`` the solver's log goes to
+    stderr, otherwise nothing is printed (not even HiGHS's banner).
+
+    With ``time_limit`` seconds the solver may stop early; ``bound`` is then the best proven
+    bound: HiGHS's MIP dual bound, CBC's last "best possible" from its log
     (rounded down), or, when CBC prints none, the LP relaxation's value; never less than
     :func:`transfer_bound`, which a solver stopped early may not have proven yet.  CBC checks the time
     limit only between phases: on large models its root LP alone may take longer.
@@ -116,7 +122,9 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
     build_time = time.perf_counter() - start
 
     start = time.perf_counter()
-    status, dual, primal = solve(model.prob, time_limit, msg, GAP_REL * chain.sum_u / model.tau)
+    with _native_stdout(to_stderr=msg):
+        status, dual, primal = solve(model.prob, time_limit, msg,
+                                     GAP_REL * chain.sum_u / model.tau)
     solve_time = time.perf_counter() - start
 
     found = math.isfinite(primal)
@@ -276,7 +284,7 @@ def _solve_cbc(prob, time_limit: float | None, msg: bool, gap_abs: float):
 
     text = _run_cbc(prob, mip=True, time_limit=time_limit, gap_abs=gap_abs)
     if msg:
-        print(text)
+        print(text, file=sys.stderr)
     if prob.sol_status == pulp.LpSolutionInfeasible:
         return "infeasible", 0.0, math.inf
     found = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
@@ -286,6 +294,39 @@ def _solve_cbc(prob, time_limit: float | None, msg: bool, gap_abs: float):
     reported = re.findall(r"best possible ([-+.0-9eE]+)", text)
     dual = _printed_floor(reported[-1]) if reported else _lp_relaxation(prob)
     return "time_limit", min(dual, primal), primal
+
+
+@contextmanager
+def _native_stdout(to_stderr: bool) -> Iterator[None]:
+    """Send whatever is written to file descriptor 1 meanwhile to stderr (``to_stderr``) or
+    nowhere: HiGHS prints its banner from C on the first ``Highs()`` of a process, whatever
+    ``msg`` says, and nothing may reach stdout (``offloadlab reproduce --json`` prints JSON
+    there)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:                     # no file descriptor 1 (embedded interpreters)
+        yield
+        return
+    target = os.dup(2) if to_stderr else os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(target, 1)
+        yield
+    finally:
+        _flush_c_stdio()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(target)
+
+
+def _flush_c_stdio() -> None:
+    """Flush the C library's stdout buffer (where native solvers print) while fd 1 is
+    redirected."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def _printed_floor(number: str) -> float:

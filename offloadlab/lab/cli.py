@@ -2,16 +2,20 @@
 list.
 
 Every user error (an :class:`~offloadlab.core.errors.OffloadlabError`, an unwritable output,
-a bad argument) ends with ``offloadlab: error: ...`` on stderr and exit status 2.  Outputs are
-written to a temporary file beside their destination and renamed into place, so a failed
-command leaves nothing half-written.  Heavy modules (pandas, matplotlib, simpy) are imported
-only by the commands that need them, so ``offloadlab --help`` stays fast.
+a bad argument) ends with one line ``offloadlab: error: ...`` on stderr and exit status 2, and
+Ctrl-C with ``offloadlab: interrupted`` and status 130; never a traceback.  Every output path
+is checked before any work starts; outputs are written to temporary files beside their
+destinations (:class:`Outputs`) and renamed into place together once the command has
+succeeded, so a failed command leaves none of them.  JSON on stdout and in files is strict
+(no NaN or Infinity).  Heavy modules (pandas, matplotlib, simpy) are imported only by the
+commands that need them, so ``offloadlab --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 from ..core.dispatch import POLICIES
-from ..core.errors import OffloadlabError, SpecError
+from ..core.errors import GraphError, OffloadlabError, SpecError
 from .plots import lane_key
 
 if TYPE_CHECKING:
@@ -44,22 +48,84 @@ def fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-@contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` (same suffix); on success rename it to ``path``,
-    on any error remove it."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+class Outputs:
+    """A command's output files, written all or none.
+
+    :meth:`file` yields a temporary path beside the destination (same suffix) to write;
+    :meth:`commit` renames every one into place once the command has succeeded;
+    :meth:`discard` (``main`` calls it when a command ends) removes what was not committed,
+    and the directories :meth:`directory` made for them.  Errors name the user's path, never a
+    temporary one.
+    """
+
+    def __init__(self) -> None:
+        self.staged: list[tuple[Path, Path]] = []     # (temporary, destination)
+        self.made: list[Path] = []                    # directories created, outermost first
+
+    def directory(self, path: str | Path) -> Path:
+        """Create ``path`` and its missing parents (removed again on :meth:`discard`)."""
+        path = Path(path)
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _user_path_error(exc, path) from None
+        self.made.extend(reversed(missing))
+        return path
+
+    @contextmanager
+    def file(self, path: str | Path) -> Iterator[Path]:
+        """A temporary path to write ``path``'s contents to; it becomes ``path`` on commit."""
+        path = Path(path)
+        try:
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                        suffix=path.suffix)
+        except OSError as exc:
+            raise _user_path_error(exc, path) from None
+        os.close(fd)
+        tmp = Path(name)
+        self.staged.append((tmp, path))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        try:
+            yield tmp
+        except OSError as exc:
+            if exc.filename in (name, tmp):
+                raise _user_path_error(exc, path) from None
+            raise
+
+    def commit(self) -> None:
+        """Rename every staged file into place; if one cannot be, remove those already renamed
+        (and the rest) and raise naming its destination."""
+        done: list[Path] = []
+        for tmp, path in self.staged:
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                for written in done:
+                    written.unlink(missing_ok=True)
+                self.staged = [(t, p) for t, p in self.staged if p not in done]
+                self.discard()
+                raise _user_path_error(exc, path) from None
+            done.append(path)
+        self.staged, self.made = [], []
+
+    def discard(self) -> None:
+        """Remove the temporary files not committed and the directories made for them."""
+        for tmp, _ in self.staged:
+            tmp.unlink(missing_ok=True)
+        for directory in reversed(self.made):
+            try:
+                directory.rmdir()
+            except OSError:
+                break                       # not empty: something else lives there
+        self.staged, self.made = [], []
+
+
+def _user_path_error(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` (the user's) instead of a temporary file."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def _positive_int(text: str) -> int:
@@ -89,28 +155,106 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _check_writable(*paths: str | Path | None) -> None:
-    """Fail before any work if an output's directory does not exist."""
-    for path in paths:
-        if path is not None and not Path(path).parent.is_dir():
-            raise SpecError(f"cannot write {path}: directory {str(Path(path).parent)!r} "
-                            f"does not exist")
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+IMAGE_OPTIONS = ("gantt", "memory", "plot")
 
 
-def _write_plots_and_traces(runs: Mapping[str, "pd.DataFrame"], gantt_path: Path | None,
-                            chrome_paths: dict[str, Path], title: str) -> list[Path]:
-    """Write a Gantt chart of all ``runs`` (label -> Trace) and one Chrome trace per label."""
+def _check_writable(args: argparse.Namespace, *options: str) -> None:
+    """Fail before any work if an output file named by one of ``options`` (``args``
+    attributes, e.g. ``"gantt"``) cannot be written: its directory is missing, not a directory
+    or not writable, the path is a directory or another non-file, two options name the same
+    file, or a plot's suffix is not an image format."""
+    seen: dict[Path, str] = {}
+    for option in options:
+        value = getattr(args, option, None)
+        if value is None:
+            continue
+        flag = "--" + option.replace("_", "-")
+        path = Path(value)
+        what = f"{flag}: cannot write {str(path)!r}"
+        if path.is_dir():
+            raise SpecError(f"{what}: it is a directory (give a file name)")
+        if path.exists() and not path.is_file():
+            raise SpecError(f"{what}: it exists and is not a regular file")
+        _check_directory(path.parent, what)
+        if option in IMAGE_OPTIONS and path.suffix.lower() not in IMAGE_SUFFIXES:
+            raise SpecError(f"{what}: an image needs one of the suffixes "
+                            f"{', '.join(IMAGE_SUFFIXES)}")
+        key = path.resolve()
+        if key in seen:
+            raise SpecError(f"{seen[key]} and {flag} name the same file {str(path)!r}")
+        seen[key] = flag
+
+
+def _check_directory(directory: Path, what: str) -> None:
+    """``directory`` exists, is a directory and can take new files."""
+    if not directory.exists():
+        raise SpecError(f"{what}: directory {str(directory)!r} does not exist")
+    if not directory.is_dir():
+        raise SpecError(f"{what}: {str(directory)!r} is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise SpecError(f"{what}: directory {str(directory)!r} is not writable")
+
+
+def _check_out_dir(path: str | Path, flag: str = "--out") -> None:
+    """An output directory that exists or can be created: no file in its way, and its nearest
+    existing ancestor writable."""
+    path = Path(path)
+    what = f"{flag}: cannot write into {str(path)!r}"
+    if path.exists():
+        if not path.is_dir():
+            raise SpecError(f"{what}: it exists and is not a directory")
+        _check_directory(path, what)
+        return
+    ancestor = next(p for p in path.parents if p.exists())
+    if not ancestor.is_dir():
+        raise SpecError(f"{what}: {str(ancestor)!r} is not a directory")
+    _check_directory(ancestor, what)
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Whether to show progress on stderr: on a terminal, unless ``--quiet``."""
+    return not args.quiet and sys.stderr.isatty()
+
+
+def _json_text(data: object) -> str:
+    """Strict JSON for stdout: a value that is not a finite number becomes ``null``."""
+    return json.dumps(_finite_or_none(data), allow_nan=False)
+
+
+def _finite_or_none(data: object) -> object:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite_or_none(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite_or_none(v) for v in data]
+    return data
+
+
+def _check_makespan(makespan: float, what: str) -> None:
+    """A run whose makespan is not finite came from absurd times, flops or rates."""
+    if not math.isfinite(makespan):
+        raise GraphError(f"the {what} makespan is {makespan}: the vertices' times, flops or "
+                         f"bytes are too large for the machine's rates")
+
+
+def _write_plots_and_traces(outputs: Outputs, runs: Mapping[str, "pd.DataFrame"],
+                            gantt_path: Path | None, chrome_paths: dict[str, Path],
+                            title: str) -> list[Path]:
+    """Stage a Gantt chart of all ``runs`` (label -> Trace) and one Chrome trace per label."""
     written: list[Path] = []
     if gantt_path is not None:
         from .plots import gantt
-        with atomic_output(gantt_path) as tmp:
+        with outputs.file(gantt_path) as tmp:
             gantt(runs, tmp, title=title)
         written.append(gantt_path)
     if chrome_paths:
-        from ..core.trace import write_chrome_trace
+        from ..core.checks import dumps
+        from ..core.trace import to_chrome_trace
         for label, path in chrome_paths.items():
-            with atomic_output(path) as tmp:
-                write_chrome_trace(runs[label], tmp)
+            with outputs.file(path) as tmp:
+                tmp.write_text(dumps(to_chrome_trace(runs[label]), "Chrome trace"))
             written.append(path)
     return written
 
@@ -122,12 +266,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..core.workloads import build_workload
     from .compare import run_all, table
 
+    _check_out_dir(args.out)
     graph = build_workload(f"matmul-chain:layers={args.layers}")
     machine = machine_from_spec("disco-example")
     print(f"DISCO example: matmul-chain, {args.layers} layers, {len(graph)} vertices, on "
           f"{machine.name} ({machine.gpus} GPUs x {fmt_bytes(machine.gpu_memory)}; "
           f"1 time unit = 1 s)")
-    runs = run_all(graph, machine, [(p, "dynamic") for p in DEMO_PLANNERS], progress=print)
+    runs = run_all(graph, machine, [(p, "dynamic") for p in DEMO_PLANNERS],
+                   progress=None if args.quiet else print)
     shown = table(runs)
     for column in ("bytes_moved", "peak_gpu_memory"):
         shown[column] = shown[column].map(fmt_bytes)
@@ -138,13 +284,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"(DISCO Sec. 2 expects level-wise offloading to take 3n = {3 * n} time units and "
           f"overlapped offloading 2n + 1 = {2 * n + 1}, for n = {n} layers)")
     print()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"writing plots and traces to {out}/ ...")
+    out = args.outputs.directory(args.out)
+    if not args.quiet:
+        print(f"writing plots and traces to {out}/ ...")
     written = _write_plots_and_traces(
-        {r.planner: r.result.trace for r in runs}, out / "gantt.png",
+        args.outputs, {r.planner: r.result.trace for r in runs}, out / "gantt.png",
         {r.planner: out / f"{r.planner}.trace.json" for r in runs},
         title=f"DISCO example, {args.layers} layers on {machine.name} (dynamic dispatch)")
+    args.outputs.commit()
     for path in written:
         print(f"  wrote {path}")
     print("open the .trace.json files in https://ui.perfetto.dev or chrome://tracing")
@@ -187,9 +334,11 @@ def _memgraph_file(path: str, machine_spec: str | None):
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it as JSON."""
+    _check_writable(args, "out")
     mg, _, machine = _planned(args)
-    with atomic_output(args.out) as tmp:
+    with args.outputs.file(args.out) as tmp:
         mg.to_json(tmp)
+    args.outputs.commit()
     moved = mg.moved_bytes()
     print(f"wrote {args.out}: {len(mg)} vertices, {mg.count('offload')} offloads, "
           f"{mg.count('reload')} reloads, {mg.count('load')} loads, "
@@ -199,11 +348,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _stored_machine(mg, path: str):
+    """The machine a MemGraph file stores (``graph.machine``), checked field by field."""
     from ..core.machine import Machine
     data = mg.graph.get("machine")
-    if not isinstance(data, dict):
+    if data is None:
         raise SpecError(f"{path} stores no machine; pass --machine")
-    return Machine.from_dict(data)
+    return Machine.from_dict(data, f"MemGraph JSON file {path!r}: graph.machine")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -211,18 +361,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     and traces."""
     from ..simulator import simulate
 
+    _check_writable(args, "gantt", "memory", "chrome")
     mg, machine = _memgraph_file(args.memgraph, args.machine)
     result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
                       streams=args.streams)
+    _check_makespan(result.makespan, "simulated")
     label = f"{args.memgraph} ({args.policy})"
     written = _write_plots_and_traces(
-        {label: result.trace}, Path(args.gantt) if args.gantt else None,
+        args.outputs, {label: result.trace}, Path(args.gantt) if args.gantt else None,
         {label: Path(args.chrome)} if args.chrome else {}, title=label)
     if args.memory:
         from .plots import memory_plot
-        with atomic_output(args.memory) as tmp:
+        with args.outputs.file(args.memory) as tmp:
             memory_plot(result.memory, tmp, capacity=machine.gpu_memory, title=label)
         written.append(Path(args.memory))
+    args.outputs.commit()
     summary = {
         "memgraph": args.memgraph, "planner": mg.graph.get("planner"), "machine": machine.name,
         "policy": args.policy, "noise": args.noise, "seed": args.seed,
@@ -232,7 +385,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
     }
     if args.json:
-        print(json.dumps(summary))
+        print(_json_text(summary))
     else:
         _print_summary(summary, machine.gpu_memory)
         for path in written:
@@ -258,10 +411,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.memgraph and args.planner:
         raise SpecError("--planner applies to --workload or --taskgraph, not to a MemGraph file")
     args.planner = args.planner or "buildmemgraph"
-    _check_writable(args.gantt, args.chrome)
+    _check_writable(args, "gantt", "chrome")
     mg, graph, machine = _source(args)
     bar = None
-    if sys.stderr.isatty():
+    if _progress(args):
         from tqdm import tqdm
         bar = tqdm(total=len(mg), unit="vertex", desc="running", leave=False)
     try:
@@ -273,14 +426,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    _check_makespan(result.makespan, "measured")
     wrong = None
     if args.check:
         wrong = check_outputs(result.outputs, reference_outputs(graph or taskgraph_of(mg)),
                               args.backend)
     label = f"{mg.graph.get('planner')} ({args.backend}, {args.policy})"
     written = _write_plots_and_traces(
-        {label: result.trace}, Path(args.gantt) if args.gantt else None,
+        args.outputs, {label: result.trace}, Path(args.gantt) if args.gantt else None,
         {label: Path(args.chrome)} if args.chrome else {}, title=label)
+    args.outputs.commit()
     summary = {
         "source": args.memgraph or args.workload or args.taskgraph,
         "planner": mg.graph.get("planner"), "machine": machine.name, "backend": args.backend,
@@ -291,7 +446,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
     }
     if args.json:
-        print(json.dumps(summary))
+        print(_json_text(summary))
     else:
         print(f"{summary['source']}: {len(mg)} vertices (planner {summary['planner']}) on "
               f"{machine.name}, {args.backend} backend, {args.policy} dispatch, seed {args.seed}")
@@ -316,18 +471,21 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..core.machine import machine_from_spec
     from ..executor.calibrate import calibrate
 
-    base = machine_from_spec(args.machine)
     out = Path(args.out)
-    table_path = Path(args.table) if args.table else out.with_suffix(".csv")
-    _check_writable(out, table_path)
+    if args.table is None:
+        args.table = str(out.with_suffix(".csv"))
+    table_path = Path(args.table)
+    _check_writable(args, "out", "table")
+    base = machine_from_spec(args.machine)
     say = (lambda what: print(f"measuring {what} ...", file=sys.stderr)) \
-        if sys.stderr.isatty() else None
+        if _progress(args) else None
     result = calibrate(base, args.backend, quick=args.quick, progress=say)
     m = result.machine
-    with atomic_output(out) as tmp:
+    with args.outputs.file(out) as tmp:
         tmp.write_text(m.to_json())
-    with atomic_output(table_path) as tmp:
+    with args.outputs.file(table_path) as tmp:
         result.table.to_csv(tmp, index=False)
+    args.outputs.commit()
     print(f"{m.name}: {m.source}")
     print(f"  matmul {m.gpu_flops / 1e9:.4g} GFLOP/s, add {m.gpu_mem_bandwidth / 1e9:.4g} GB/s "
           f"touched, kernel latency + dispatch {m.kernel_latency * 1e6:.3g} us")
@@ -348,12 +506,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ..core.machine import machine_from_spec
     from .validate import validate
 
-    _check_writable(args.plot, args.table)
+    _check_writable(args, "plot", "table")
     graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
     planners = args.planner or list(DEMO_PLANNERS)
     say = (lambda spec: print(f"{spec}: simulating and running {args.runs} time(s) ...",
-                              file=sys.stderr)) if sys.stderr.isatty() and not args.json else None
+                              file=sys.stderr)) if _progress(args) and not args.json else None
     results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
                        policy=args.policy, rate_limit=not args.no_rate_limit, progress=say)
     written = []
@@ -366,17 +524,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
             traces[f"{r.planner}: measured ({args.backend}), makespan "
                    f"{r.table['measured'].iloc[0]:.4g} s; simulated error {100 * r.error:+.1f}%"] = \
                 r.measured
-        with atomic_output(args.plot) as tmp:
+        with args.outputs.file(args.plot) as tmp:
             gantt(traces, tmp, title=f"{graph.name} on {machine.name}: simulated vs measured "
                                       f"({args.policy} dispatch)")
         written.append(args.plot)
     if args.table:
         import pandas as pd
-        with atomic_output(args.table) as tmp:
+        with args.outputs.file(args.table) as tmp:
             pd.concat([r.table for r in results]).to_csv(tmp, index=False)
         written.append(args.table)
+    args.outputs.commit()
     if args.json:
-        print(json.dumps([{"workload": args.workload or args.taskgraph, "machine": machine.name,
+        print(_json_text([{"workload": args.workload or args.taskgraph, "machine": machine.name,
                            "backend": args.backend, "policy": args.policy, "runs": args.runs,
                            **r.row()} for r in results]))
     else:
@@ -415,18 +574,20 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     run, plot, default = REPRODUCTIONS[args.what]
     settings = [parse_setting(s) for s in args.only.split(",")] if args.only else list(default)
+    if not args.json:
+        _check_out_dir(args.out)
     table = run(settings, solver=args.solver, time_limit=args.time_limit, weights=args.weights,
-                progress=not args.json and sys.stderr.isatty())
+                progress=not args.json and _progress(args))
     if args.json:
-        print(json.dumps(table[COLUMNS + (["bandwidth"] if args.what == "beaumont-bandwidth"
+        print(_json_text(table[COLUMNS + (["bandwidth"] if args.what == "beaumont-bandwidth"
                                           else [])].to_dict(orient="records")))
         return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_output(out / f"{args.what}.csv") as tmp:
+    out = args.outputs.directory(args.out)
+    with args.outputs.file(out / f"{args.what}.csv") as tmp:
         table.to_csv(tmp, index=False)
-    with atomic_output(out / f"{args.what}.png") as tmp:
+    with args.outputs.file(out / f"{args.what}.png") as tmp:
         plot(table, tmp)
+    args.outputs.commit()
     shown = table.copy()
     for column in ("sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"):
         shown[column] = (1000 * shown[column]).round(1)
@@ -488,16 +649,48 @@ def _executor_options(p: argparse.ArgumentParser) -> None:
                         "link bandwidths")
 
 
+def version() -> str:
+    """The installed distribution's version (the package's own when not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+    try:
+        return installed("offloadlab")
+    except PackageNotFoundError:
+        from .. import __version__
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print ``offloadlab X.Y.Z`` and exit 0 (the version is looked up only
+    then, so that building the parser stays fast)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"offloadlab {version()}")
+        parser.exit()
+
+
+QUIET_HELP = "no progress output and no informational lines on stderr"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="offloadlab", epilog=SPECS, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Plan and simulate CPU-RAM offload of GPU computations.")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, epilog=SPECS,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(func=fn)
+        # also after the command; SUPPRESS keeps the global flag's value when absent here
+        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help=QUIET_HELP)
         return p
 
     p = add("demo", cmd_demo, "the DISCO example: level-wise vs. buildMemGraph planning, "
@@ -610,23 +803,52 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0, or 2 for any user error)."""
-    parser = build_parser()
+    """Run the CLI; returns the exit status: 0, 2 for any user error (one line
+    ``offloadlab: error: ...`` on stderr), 130 on Ctrl-C (``offloadlab: interrupted``), or
+    what a command returns (1 for a failed ``--check``)."""
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
-        return exc.code if isinstance(exc.code, int) else 2
-    try:
-        return args.func(args)
+        return _main(argv)
     except KeyboardInterrupt:
         print("offloadlab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:             # stdout closed early (offloadlab ... | head): stop quietly
+        _silence_stdout()
+        return 141
     except OffloadlabError as exc:
-        print(f"offloadlab: error: {exc}", file=sys.stderr)
+        _error(str(exc))
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"offloadlab: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        _error(f"{where}{exc.strerror or exc}")
     return 2
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    args.outputs = Outputs()
+    try:
+        return args.func(args)
+    finally:
+        args.outputs.discard()          # what a failed command staged; nothing after commit()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so that flushing it at exit raises no second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # no real file descriptor (captured)
+        pass
+
+
+def _error(message: str) -> None:
+    """``offloadlab: error: MESSAGE`` on stderr, on one line whatever the message holds."""
+    line = " ".join(part.strip() for part in message.splitlines()).strip() or "unknown error"
+    print(f"offloadlab: error: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

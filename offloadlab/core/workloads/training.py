@@ -13,6 +13,7 @@ import csv
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..checks import number
 from ..errors import SpecError
 from ..machine import PRESETS, Machine
 from ..taskgraph import TaskGraph
@@ -30,20 +31,24 @@ class TrainingChain:
     name: str = "training-chain"
 
     def __post_init__(self):
+        if type(self.name) is not str:
+            raise SpecError(f"training chain: name must be a string, got {self.name!r}")
+        for key in ("uF", "uB", "w", "a"):
+            if type(getattr(self, key)) is not tuple:
+                raise SpecError(f"{self.name}: {key} must be a list of per-layer values, got "
+                                f"{getattr(self, key)!r}")
         n = len(self.uF)
         if n == 0 or not len(self.uB) == len(self.w) == len(self.a) == n:
             raise SpecError(f"{self.name}: uF, uB, w and a need one value per layer "
                             f"(got {len(self.uF)}, {len(self.uB)}, {len(self.w)}, {len(self.a)})")
-        for field, values in (("uF", self.uF), ("uB", self.uB)):
+        for key, values in (("uF", self.uF), ("uB", self.uB)):
             for i, x in enumerate(values, 1):
-                if not x >= 0:
-                    raise SpecError(f"{self.name}: {field} of layer {i} must be >= 0, got {x}")
-        for field, values in (("w", self.w), ("a", self.a)):
+                number(x, self.name, f"{key} of layer {i}", error=SpecError)
+        for key, values in (("w", self.w), ("a", self.a)):
             for i, x in enumerate(values, 1):
-                if x <= 0:
-                    raise SpecError(f"{self.name}: {field} of layer {i} must be > 0 bytes, got {x}")
-        if self.a0 < 0:
-            raise SpecError(f"{self.name}: a0 must be >= 0 bytes, got {self.a0}")
+                if not (isinstance(x, int) and not isinstance(x, bool) and x > 0):
+                    raise SpecError(f"{self.name}: {key} of layer {i} must be > 0 bytes, got {x!r}")
+        number(self.a0, self.name, "a0", count=True, error=SpecError)
 
     @property
     def L(self) -> int:
@@ -75,6 +80,16 @@ class TrainingChain:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainingChain":
+        """Read :meth:`to_dict`'s output (a training TaskGraph's ``graph.meta["chain"]``)."""
+        if type(data) is not dict:
+            raise SpecError(f"a training chain is a JSON object of {', '.join(_CHAIN_FIELDS)}, "
+                            f"got {data!r:.80}")
+        unknown = sorted(set(data) - set(_CHAIN_FIELDS))
+        missing = [k for k in ("uF", "uB", "w", "a") if k not in data]
+        if unknown or missing:
+            problems = ([f"unknown field(s) {', '.join(map(str, unknown))}"] if unknown else []) \
+                + ([f"missing {', '.join(missing)}"] if missing else [])
+            raise SpecError(f"training chain: {'; '.join(problems)}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
     @classmethod
@@ -114,6 +129,9 @@ class TrainingChain:
                 g.add_compute(f"w{i}@{t}", "adam_update", [f"w{i}@{t - 1}", f"G{i}@{t}"], gpu,
                               self.w[i - 1], time=0.0)
         return g
+
+
+_CHAIN_FIELDS = ("uF", "uB", "w", "a", "a0", "name")
 
 
 def _act(i: int, t: int) -> str:

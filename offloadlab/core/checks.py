@@ -1,0 +1,168 @@
+"""Checking the fields of JSON input (TaskGraph, MemGraph and Machine files), by field.
+
+The readers test each field with an inline fast path (``type(x) is int and x > 0``) and call
+the helpers here only when it fails, so that a valid million-vertex file pays no function call
+per field; the helpers decide (an integer subclass passes, a float such as ``4096.0`` where a
+count is wanted does not) and raise :class:`GraphError` naming where (file, vertex) and which
+field.
+
+Everything offloadlab writes is strict JSON: :func:`dumps` refuses NaN and infinities, which
+Python's json module would write as the non-standard ``NaN``/``Infinity`` (and accepts on
+reading: the readers reject them field by field).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable
+
+from .errors import GraphError, OffloadlabError
+
+INF = math.inf
+MAX_COUNT = 2**63 - 1
+"""Counts (bytes, offsets, sizes, orders) must fit in 64 bits, as traces and arrays store them."""
+
+
+def requirement(count: bool = False, positive: bool = False, unlimited: bool = False) -> str:
+    """What a number field must be, in words."""
+    if count:
+        return "a positive integer" if positive else "an integer >= 0"
+    bound = "> 0" if positive else ">= 0"
+    if unlimited:
+        return f"a number {bound}, not NaN (inf: unlimited)"
+    return f"a finite number {bound}"
+
+
+def number(value: object, where: str, field: str, *, count: bool = False,
+           positive: bool = False, unlimited: bool = False,
+           error: Callable[[str], OffloadlabError] = GraphError) -> Any:
+    """``value`` as a number field must be: a JSON number (not a boolean, not a string), ``>= 0``
+    (``positive``: ``> 0``), finite (``unlimited``: ``inf`` allowed), and for a ``count`` an
+    integer (``4096``, not ``4096.0``) below 2**63.  Returns it, a ``float`` unless a count;
+    raises ``error`` (``GraphError``) as ``"{where}: {field} must be ..., got {value!r}"``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        pass
+    elif count:
+        if isinstance(value, int) and (value > 0 if positive else value >= 0) \
+                and value <= MAX_COUNT:
+            return value
+    elif (unlimited or math.isfinite(value)) and (value > 0 if positive else value >= 0):
+        return float(value)
+    got = "missing or null" if value is None else short(value)
+    raise error(f"{where}: {field} must be {requirement(count, positive, unlimited)}, got {got}")
+
+
+def short(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a whole node would bury the message)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def ids(value: object, where: str, field: str) -> tuple[str, ...]:
+    """A list of vertex ids (strings; integers are read as their decimal text)."""
+    if type(value) is not list:
+        raise GraphError(f"{where}: {field} must be a list of vertex ids, got {short(value)}")
+    out = []
+    for x in value:
+        if type(x) is not str:
+            if type(x) is not int:
+                raise GraphError(f"{where}: {field} must be a list of vertex ids, got "
+                                 f"{short(value)}")
+            x = str(x)
+        out.append(x)
+    return tuple(out)
+
+
+def strings(node: dict, where: str, keys: tuple[str, ...], required: tuple[str, ...] = ()
+            ) -> None:
+    """Raise naming the first of a node's ``keys`` that is not a string (those in ``required``
+    may not be null or missing either)."""
+    for key in keys:
+        value = node.get(key)
+        if not (type(value) is str or value is None and key not in required):
+            raise GraphError(f"{where}: {key} must be a string, got "
+                             f"{'missing or null' if value is None else short(value)}")
+
+
+def vertex_id(node: dict, where: str) -> str:
+    """A node's ``id``: a string, or an integer read as its decimal text."""
+    nid = node.get("id")
+    if type(nid) is str:
+        return nid
+    if type(nid) is int:
+        return str(nid)
+    raise GraphError(f"{where}: node {short(node)} has no 'id' (a string)")
+
+
+def node_link(data: object, where: str) -> tuple[list, list]:
+    """The ``nodes`` and ``edges`` lists of networkx node-link JSON.  ``links`` is read as a
+    synonym of ``edges`` (networkx before 3.4 wrote ``links``); a file with both must give the
+    same list in each, and one with neither is refused."""
+    if type(data) is not dict:
+        raise GraphError(f"{where}: expected a JSON object (networkx node-link data), got "
+                         f"{type(data).__name__}")
+    nodes = data.get("nodes")
+    if type(nodes) is not list:
+        raise GraphError(f"{where}: expected node-link JSON with a 'nodes' list")
+    edges, links = data.get("edges"), data.get("links")
+    if edges is None and links is None:
+        raise GraphError(f"{where}: node-link JSON needs an 'edges' list (or 'links', as "
+                         f"networkx before 3.4 wrote it); write \"edges\": [] for none")
+    if edges is not None and links is not None and edges != links:
+        raise GraphError(f"{where}: has both 'edges' and 'links', with different contents; "
+                         f"keep one")
+    edges = links if edges is None else edges
+    if type(edges) is not list:
+        raise GraphError(f"{where}: 'edges' must be a list, got {type(edges).__name__}")
+    return nodes, edges
+
+
+def edge_ends(edge: object, where: str) -> tuple[str, str]:
+    """An edge's ``(source, target)`` vertex ids."""
+    if type(edge) is dict:
+        u, v = edge.get("source"), edge.get("target")
+        if type(u) is str and type(v) is str:
+            return u, v
+        if type(u) in (str, int) and type(v) in (str, int):
+            return str(u), str(v)
+    raise GraphError(f"{where}: edge {short(edge)} lacks a 'source' or 'target' vertex id")
+
+
+def finite_tree(value: object, where: str) -> None:
+    """Refuse a NaN or infinite number anywhere in a JSON value, naming its path."""
+    stack: list[tuple[object, str]] = [(value, where)]
+    while stack:
+        x, path = stack.pop()
+        if type(x) is float and not math.isfinite(x):
+            raise GraphError(f"{path} is {x!r}: not a finite number (JSON has no NaN or "
+                             f"Infinity)")
+        if type(x) is dict:
+            stack.extend(reversed([(v, f"{path}.{k}") for k, v in x.items()]))
+        elif type(x) is list:
+            stack.extend(reversed([(v, f"{path}[{i}]") for i, v in enumerate(x)]))
+
+
+def non_finite_path(value: object, path: str = "") -> str | None:
+    """The path of the first NaN or infinite float in ``value`` (dicts, lists, tuples), or
+    None."""
+    stack: list[tuple[object, str]] = [(value, path)]
+    while stack:
+        x, p = stack.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            return f"{p} = {x!r}" if p else repr(x)
+        if isinstance(x, dict):
+            stack.extend(reversed([(v, f"{p}.{k}" if p else str(k)) for k, v in x.items()]))
+        elif isinstance(x, (list, tuple)):
+            stack.extend(reversed([(v, f"{p}[{i}]") for i, v in enumerate(x)]))
+    return None
+
+
+def dumps(data: object, what: str) -> str:
+    """Strict JSON text of ``data``: raises :class:`GraphError` naming the first NaN or infinite
+    number instead of writing ``NaN``/``Infinity``."""
+    try:
+        return json.dumps(data, allow_nan=False)
+    except ValueError:
+        raise GraphError(f"cannot write {what} as JSON: {non_finite_path(data)} is not a "
+                         f"finite number") from None

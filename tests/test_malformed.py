@@ -1,0 +1,174 @@
+"""Property test of the CLI's contract on bad input (issue 16): malformed TaskGraph and MemGraph
+files, made by mutating valid files the toolkit wrote, thrown at ``plan --taskgraph`` and
+``simulate`` in-process.  Every run must exit 0 (the mutation left the file valid) or 2 with
+exactly one line ``offloadlab: error: ...`` on stderr, never a traceback, and a failed run
+must leave no output file behind."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from offloadlab.core.workloads import build_workload
+from offloadlab.lab.cli import main
+
+SETTINGS = dict(max_examples=80, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+NAMES = ["gpu0", "gpu1", "gpu7", "gpu01", "gpu", "host", "cpu", "gpu0->gpu1", "gpu1->gpu1",
+         "input", "compute", "transfer", "offload", "reload", "load", "matmul", "add", "nope",
+         "float32", "float64", "complex64", "X1.0", "Y1.0", "X2.0", "", "data", "memory"]
+WEIRD = st.one_of(
+    st.none(), st.booleans(), st.sampled_from(NAMES), st.text(max_size=6),
+    st.integers(-2**70, 2**70), st.integers(-3, 3),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([math.nan, math.inf, -math.inf,
+                                                                     1.5, -0.0, 1e308]),
+    st.lists(st.integers(-2, 4096), max_size=3), st.dictionaries(st.sampled_from(NAMES),
+                                                                 st.integers(), max_size=2))
+NODE_FIELDS = ["id", "kind", "device", "op", "bytes", "flops", "inputs", "shape", "dtype", "time",
+               "loc", "task", "of", "order", "loc.device", "loc.offset", "loc.size"]
+MACHINE_FIELDS = ["gpus", "gpu_memory", "gpu_flops", "h2d_bandwidth", "gpu_gpu_bandwidth",
+                  "kernel_latency", "duplex", "streams", "op_rates", "name", "colour"]
+
+
+@pytest.fixture(scope="module")
+def valid_files(tmp_path_factory) -> dict[str, dict]:
+    """A TaskGraph and a MemGraph as the toolkit writes them (node-link JSON, parsed)."""
+    d = tmp_path_factory.mktemp("valid")
+    build_workload("matmul-chain:layers=3").to_json(d / "tg.json")
+    assert main(["plan", "--workload", "matmul-chain:layers=3", "--machine", "disco-example",
+                 "--out", str(d / "mg.json")]) == 0
+    return {kind: json.loads((d / f"{kind}.json").read_text()) for kind in ("tg", "mg")}
+
+
+@st.composite
+def mutation(draw, data: dict) -> None:
+    """Change ``data`` (node-link JSON, in place) in one way a broken or hand-edited file
+    might differ from a valid one."""
+    nodes, edges = data["nodes"], data.get("edges", [])
+    what = draw(st.sampled_from(["set", "set", "set", "delete", "drop node", "duplicate node",
+                                 "edge", "drop edge", "links", "graph"]))
+    if what in ("set", "delete") and nodes:
+        node = nodes[draw(st.integers(0, len(nodes) - 1))]
+        field = draw(st.sampled_from(NODE_FIELDS))
+        if field.startswith("loc.") and isinstance(node.get("loc"), dict):
+            node = node["loc"]
+            field = field[4:]
+        if what == "delete":
+            node.pop(field, None)
+        else:
+            node[field] = draw(WEIRD)
+    elif what == "drop node" and nodes:
+        del nodes[draw(st.integers(0, len(nodes) - 1))]
+    elif what == "duplicate node" and nodes:
+        node = draw(st.sampled_from(nodes))
+        nodes.append(json.loads(json.dumps(node)))
+    elif what == "edge" and edges:
+        edge = edges[draw(st.integers(0, len(edges) - 1))]
+        edge[draw(st.sampled_from(["source", "target", "kind"]))] = draw(WEIRD)
+    elif what == "drop edge" and edges:
+        del edges[draw(st.integers(0, len(edges) - 1))]
+    elif what == "links":
+        data["links"] = data.pop("edges", [])
+        if draw(st.booleans()):                     # and the nodes forget their inputs
+            for node in nodes:
+                node.pop("inputs", None)
+        if draw(st.booleans()):
+            data["edges"] = data["links"][1:]       # both, differing
+    elif what == "graph" and isinstance(data.get("graph"), dict):
+        graph = data["graph"]
+        if isinstance(graph.get("machine"), dict) and draw(st.booleans()):
+            graph["machine"][draw(st.sampled_from(MACHINE_FIELDS))] = draw(WEIRD)
+        else:
+            graph[draw(st.sampled_from(["type", "name", "machine", "layers"]))] = draw(WEIRD)
+
+
+@st.composite
+def malformed(draw, data: dict) -> bytes:
+    """The bytes of a mutated copy of ``data``: one to three mutations, then perhaps text-level
+    damage (truncation, random bytes, invalid UTF-8, NaN where a number was)."""
+    data = json.loads(json.dumps(data))
+    for _ in range(draw(st.integers(1, 3))):
+        draw(mutation(data))
+    text = json.dumps(data).encode()                # Python's json writes NaN and Infinity
+    damage = draw(st.sampled_from(["none"] * 6 + ["truncate", "insert", "utf8", "nan", "random"]))
+    at = draw(st.integers(0, len(text)))
+    if damage == "truncate":
+        text = text[:at]
+    elif damage == "insert":
+        text = text[:at] + draw(st.binary(min_size=1, max_size=4)) + text[at:]
+    elif damage == "utf8":
+        text = text[:at] + b"\xff\xfe" + text[at:]
+    elif damage == "nan":
+        text = text.replace(b": 0", b": NaN", 1).replace(b": 8388608", b": -Infinity", 1)
+    elif damage == "random":
+        text = draw(st.binary(max_size=64))
+    return text
+
+
+def check_contract(code: int, out: str, err: str, out_dir: Path) -> None:
+    """Exit 0, or 2 with one ``offloadlab: error:`` line and no output left behind."""
+    assert code in (0, 2), (code, err)
+    assert "Traceback" not in err
+    if code == 2:
+        assert err.startswith("offloadlab: error: ") and err.endswith("\n"), err
+        assert err.count("\n") == 1 and err.strip() != "offloadlab: error:", err
+        assert list(out_dir.iterdir()) == [], err
+    else:
+        assert not [p for p in out_dir.iterdir() if p.name.startswith(".")]   # no temporaries
+
+
+def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_malformed_taskgraph_files(capsys, valid_files, data):
+    text = data.draw(malformed(valid_files["tg"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        path, out_dir = Path(tmp) / "tg.json", Path(tmp) / "out"
+        path.write_bytes(text)
+        out_dir.mkdir()
+        code, out, err = run_cli(capsys, ["plan", "--taskgraph", str(path), "--machine",
+                                          "disco-example", "--out", str(out_dir / "mg.json")])
+        check_contract(code, out, err, out_dir)
+        if code == 0:
+            assert (out_dir / "mg.json").is_file()
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_malformed_memgraph_files(capsys, valid_files, data):
+    text = data.draw(malformed(valid_files["mg"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        path, out_dir = Path(tmp) / "mg.json", Path(tmp) / "out"
+        path.write_bytes(text)
+        out_dir.mkdir()
+        code, out, err = run_cli(capsys, ["simulate", str(path), "--json", "--chrome",
+                                          str(out_dir / "trace.json")])
+        check_contract(code, out, err, out_dir)
+        if code == 0:
+            summary = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+            assert summary["makespan"] >= 0
+            assert (out_dir / "trace.json").is_file()
+
+
+def test_the_unmutated_files_are_valid(capsys, valid_files, tmp_path):
+    """The starting points succeed, so the property tests exercise both outcomes."""
+    for kind, argv in (("tg", ["plan", "--taskgraph", "{}", "--machine", "disco-example",
+                               "--out", str(tmp_path / "out.json")]),
+                       ("mg", ["simulate", "{}", "--json"])):
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps(valid_files[kind]))
+        code, out, err = run_cli(capsys, [str(path) if a == "{}" else a for a in argv])
+        assert code == 0, err
