@@ -8,7 +8,6 @@ and the MemGraph it ran (:func:`memory_over_time`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -104,7 +103,8 @@ def to_chrome_trace(trace: "pd.DataFrame") -> dict:
 
 def write_chrome_trace(trace: "pd.DataFrame", path: str | Path) -> None:
     """Write :func:`to_chrome_trace` to ``path``."""
-    Path(path).write_text(json.dumps(to_chrome_trace(trace)))
+    from .checks import dumps
+    Path(path).write_text(dumps(to_chrome_trace(trace), "the Chrome trace"))
 
 
 # -- memory -------------------------------------------------------------------------------
