@@ -427,6 +427,10 @@ def test_everything_written_is_strict_json(disco):
     g.meta["ratio"] = float("nan")
     with pytest.raises(GraphError, match=r"cannot write TaskGraph as JSON: graph\.ratio = nan"):
         g.to_json()
+    mg["X1.0"].flops = float("inf")     # orjson would write null: the writer checks floats
+    with pytest.raises(GraphError, match=r"cannot write MemGraph as JSON: vertex 'X1.0': "
+                                         r"flops = inf is not a finite number"):
+        mg.to_json()
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -158,6 +158,28 @@ def non_finite_path(value: object, path: str = "") -> str | None:
     return None
 
 
+def dumps_graph(data: dict, what: str) -> bytes:
+    """Strict JSON of node-link data (:meth:`TaskGraph.to_dict`, :meth:`MemGraph.to_dict`),
+    written by orjson, several times faster than the json module on large graphs.  orjson
+    would write a NaN or infinity as ``null``, so the graph's attributes and each node's float
+    fields (``flops``, ``time``; the others are integers and strings) are checked first."""
+    import orjson
+
+    bad = non_finite_path(data.get("graph"), "graph")
+    if bad is None:
+        for node in data["nodes"]:
+            for key in ("flops", "time"):
+                x = node.get(key)
+                if type(x) is float and not math.isfinite(x):
+                    bad = f"vertex {node.get('id')!r}: {key} = {x!r}"
+                    break
+            if bad is not None:
+                break
+    if bad is not None:
+        raise GraphError(f"cannot write {what} as JSON: {bad} is not a finite number")
+    return orjson.dumps(data)
+
+
 def dumps(data: object, what: str) -> str:
     """Strict JSON text of ``data``: raises :class:`GraphError` naming the first NaN or infinite
     number instead of writing ``NaN``/``Infinity``."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+
+import orjson
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .checks import (INF, MAX_COUNT, dumps, edge_ends, finite_tree, ids, node_link, number,
-                     short, vertex_id)
+from .checks import (INF, MAX_COUNT, dumps_graph, edge_ends, finite_tree, ids, node_link,
+                     number, short, vertex_id)
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError, OffloadlabError
 from .ops import DTYPES, OPS
@@ -405,11 +407,12 @@ def _graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
 
 
 def _write(data: dict, path: str | Path | None, what: str = "graph") -> str:
-    """Strict JSON text of ``data`` (no NaN or Infinity), also written to ``path`` if given."""
-    text = dumps(data, what)
+    """Strict JSON text of node-link ``data`` (no NaN or Infinity), also written to ``path``
+    if given."""
+    raw = dumps_graph(data, what)
     if path is not None:
-        Path(path).write_text(text)
-    return text
+        Path(path).write_bytes(raw)
+    return raw.decode()
 
 
 def _read(text_or_path: str | Path, what: str) -> tuple[dict, str]:
@@ -427,7 +430,10 @@ def _read(text_or_path: str | Path, what: str) -> tuple[dict, str]:
             raise GraphError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         with no_gc():                       # millions of small objects, none of them cyclic
-            return json.loads(text), where
+            try:
+                return orjson.loads(text), where
+            except orjson.JSONDecodeError:  # NaN, Infinity, huge integers, or malformed:
+                return json.loads(text), where   # the field checks or json's message say which
     except json.JSONDecodeError as exc:
         raise GraphError(f"{where}: malformed JSON ({exc})") from None
     except RecursionError:

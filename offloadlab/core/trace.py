@@ -125,8 +125,8 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
     A vertex with a location occupies ``loc.size`` bytes on ``loc.device`` from its start until
     the end of the last of its data successors (its readers, an offload among them); one with
     none stays until the first vertex to start after it writing any of its bytes starts (a copy
-    dropped unread), or to the end of the run (a graph output).  An offload's output occupies ``bytes``
-    on ``"host"`` from the offload's start to the end of the run.  Inputs start at time 0.
+    dropped unread), or to the end of the run (a graph output).  An offload's output occupies
+    ``bytes`` on ``"host"`` from the offload's start to the end of the run.  Inputs start at time 0.
     Vertices missing from the trace (other than inputs) occupy nothing, and missing readers
     are ignored.  One row per device and time where its use changes, giving the use from then
     on; sorted by time, then device.  The trace must hold a single run.
@@ -139,26 +139,34 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
     start = dict(zip(trace["vertex"], trace["start"].tolist()))
     end = dict(zip(trace["vertex"], trace["end"].tolist()))
     run_end = max(end.values(), default=0.0)
-    overwritten = _overwritten(memgraph, start)
+    succ = memgraph.succ
     times: list[float] = []
     devices: list[str] = []
     deltas: list[int] = []
+    unread: dict[str, tuple[float, str, int]] = {}   # vertex -> (start, GPU, bytes)
     for v in memgraph:
         begin = start.get(v.id, 0.0 if v.kind == "input" else None)
         if begin is None:
             continue
-        if v.loc is not None:
-            readers = [end[w] for w, kind in memgraph.succ[v.id].items()
-                       if kind == "data" and w in end]
-            if not readers:       # unread: live until a later writer reuses its bytes
-                readers = [overwritten.get(v.id, run_end)]
-            times += (begin, max(readers))
-            devices += (v.loc.device, v.loc.device)
-            deltas += (v.loc.size, -v.loc.size)
+        loc = v.loc
+        if loc is not None:
+            last = max([end[w] for w, kind in succ[v.id].items() if kind == "data" and w in end],
+                       default=None)
+            if last is None:      # unread: live until a later writer reuses its bytes
+                unread[v.id] = (begin, loc.device, loc.size)
+            else:
+                times += (begin, last)
+                devices += (loc.device, loc.device)
+                deltas += (loc.size, -loc.size)
         if v.kind == "offload":
             times += (begin, run_end)
             devices += (HOST, HOST)
             deltas += (v.bytes, -v.bytes)
+    overwritten = _overwritten(memgraph, start, set(unread)) if unread else {}
+    for vid, (begin, device, size) in unread.items():
+        times += (begin, overwritten.get(vid, run_end))
+        devices += (device, device)
+        deltas += (size, -size)
     changes = (pd.DataFrame({"device": devices, "time": np.asarray(times, dtype=float),
                              "bytes": np.asarray(deltas, dtype=np.int64)})
                .groupby(["device", "time"], sort=True)["bytes"].sum())
@@ -168,21 +176,28 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
                .reset_index(drop=True)
 
 
-def _overwritten(memgraph: "MemGraph", start: dict[str, float]) -> dict[str, float]:
-    """When each located vertex's bytes are first written again: one sweep over the writers
-    in order of their start (ties in planner order) with an interval map per GPU."""
-    from .intervals import LastWriter
+def _overwritten(memgraph: "MemGraph", start: dict[str, float], unread: set[str]
+                 ) -> dict[str, float]:
+    """When the bytes of each ``unread`` vertex are first written again: one sweep over the
+    writers in order of their start (ties in planner order), keeping per GPU the unread
+    copies not yet overwritten (disjoint intervals, sorted by offset)."""
+    import bisect
 
-    writers = sorted((start.get(v.id, 0.0 if v.kind == "input" else None), v.order, v.id)
-                     for v in memgraph if v.loc is not None
-                     and (v.id in start or v.kind == "input"))
-    maps: dict[str, LastWriter] = {}
+    writers = sorted((start.get(v.id, 0.0), v.order, v.id) for v in memgraph
+                     if v.loc is not None and (v.id in start or v.kind == "input"))
+    pending: dict[str, list[tuple[int, int, str]]] = {}
     overwritten: dict[str, float] = {}
     for time, _, vid in writers:
         loc = memgraph[vid].loc
-        for previous in maps.setdefault(loc.device, LastWriter()).overwrite(loc.offset, loc.end,
-                                                                            vid):
-            overwritten.setdefault(previous, time)
+        alive = pending.setdefault(loc.device, [])
+        i = max(bisect.bisect_right(alive, (loc.offset,)) - 1, 0)
+        while i < len(alive) and alive[i][0] < loc.end:
+            if alive[i][1] > loc.offset:
+                overwritten[alive.pop(i)[2]] = time
+            else:
+                i += 1
+        if vid in unread:
+            bisect.insort(alive, (loc.offset, loc.end, vid))
     return overwritten
 
 
