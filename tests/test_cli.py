@@ -527,6 +527,45 @@ def test_quiet(capsys, tmp_path, monkeypatch):
     assert code == 0 and err == ""
 
 
+def test_progress_bars_on_stderr_for_every_long_phase(capsys, tmp_path):
+    """--progress shows a bar per phase on stderr (even off a terminal); stdout is unchanged
+    and --quiet wins."""
+    mg = tmp_path / "mg.json"
+    plan_argv = ["plan", "--workload", "random:vertices=9000,gpus=2,min_bytes=4096,host_fraction=1,"
+                 "max_bytes=65536", "--machine", "p100x4:gpus=2,gpu_memory=4MiB", "--out", mg]
+    code, quiet_out, err = run(capsys, *plan_argv)
+    assert code == 0 and err == ""                      # not a terminal: no bars
+    code, out, err = run(capsys, "--progress", *plan_argv)
+    assert code == 0 and out == quiet_out
+    for phase in ("building random", "planning with buildmemgraph", "verifying", "writing"):
+        assert phase in err, phase
+    assert re.search(r"planning with buildmemgraph: +\d+%", err)   # a bar that counts
+    code, out, err = run(capsys, "simulate", mg, "--progress")
+    assert code == 0 and "reading" in err and re.search(r"simulating \(dynamic\): +\d+%", err)
+    code, out, err = run(capsys, "simulate", mg, "--progress", "--quiet")
+    assert code == 0 and err == ""
+
+
+def test_planner_and_simulator_report_progress(disco):
+    from offloadlab.core.workloads import build_workload
+    from offloadlab.planner import plan
+    from offloadlab.simulator import simulate
+    from offloadlab.core.machine import machine_from_spec
+
+    graph = build_workload("random:vertices=20000,gpus=2,min_bytes=4096,max_bytes=65536,host_fraction=1")
+    machine = machine_from_spec("p100x4:gpus=2,gpu_memory=4MiB")
+    heard: list[int] = []
+    mg = plan(graph, machine, "buildmemgraph", progress=heard.append)
+    assert len(heard) >= 3 and heard == sorted(heard) and heard[-1] <= len(graph)
+    assert plan(graph, machine, "buildmemgraph").to_json() == mg.to_json()   # same plan
+    levels: list[int] = []
+    plan(graph, machine, "levelwise", progress=levels.append)
+    assert levels
+    finished: list[int] = []
+    simulate(mg, machine, progress=finished.append)
+    assert finished == list(range(4096, len(mg) + 1, 4096))
+
+
 # -- as a program ---------------------------------------------------------------------------
 def _program(*argv: str, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -110,7 +110,7 @@ def write_chrome_trace(trace: "pd.DataFrame", path: str | Path) -> None:
 # -- memory -------------------------------------------------------------------------------
 def memgraph_gpus(memgraph: "MemGraph") -> list[str]:
     """The GPUs a MemGraph uses (devices, transfer ends, locations), sorted by index."""
-    found = set()
+    found: set[str] = set()
     for v in memgraph:
         devices = split_transfer(v.device) if "->" in v.device else (v.device,)
         found.update(d for d in devices if is_gpu(d))
@@ -183,12 +183,11 @@ def _overwritten(memgraph: "MemGraph", start: dict[str, float], unread: set[str]
     copies not yet overwritten (disjoint intervals, sorted by offset)."""
     import bisect
 
-    writers = sorted((start.get(v.id, 0.0), v.order, v.id) for v in memgraph
+    writers = sorted((start.get(v.id, 0.0), v.order, v.id, v.loc) for v in memgraph
                      if v.loc is not None and (v.id in start or v.kind == "input"))
     pending: dict[str, list[tuple[int, int, str]]] = {}
     overwritten: dict[str, float] = {}
-    for time, _, vid in writers:
-        loc = memgraph[vid].loc
+    for time, _, vid, loc in writers:
         alive = pending.setdefault(loc.device, [])
         i = max(bisect.bisect_right(alive, (loc.offset,)) - 1, 0)
         while i < len(alive) and alive[i][0] < loc.end:

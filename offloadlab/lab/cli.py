@@ -213,8 +213,15 @@ def _check_out_dir(path: str | Path, flag: str = "--out") -> None:
 
 
 def _progress(args: argparse.Namespace) -> bool:
-    """Whether to show progress on stderr: on a terminal, unless ``--quiet``."""
-    return not args.quiet and sys.stderr.isatty()
+    """Whether to show progress on stderr: on a terminal or with ``--progress``, never with
+    ``--quiet``."""
+    return not args.quiet and (args.progress or sys.stderr.isatty())
+
+
+def _phases(args: argparse.Namespace):
+    """The command's progress bars (:class:`~offloadlab.lab.progress.Phases`)."""
+    from .progress import Phases
+    return Phases(_progress(args))
 
 
 def _json_text(data: object) -> str:
@@ -302,7 +309,11 @@ def _taskgraph(args: argparse.Namespace):
     """The TaskGraph of ``--workload`` or ``--taskgraph``."""
     from ..core.taskgraph import TaskGraph
     from ..core.workloads import build_workload
-    return build_workload(args.workload) if args.workload else TaskGraph.from_json(args.taskgraph)
+    if args.workload:
+        with _phases(args).phase(f"building {args.workload}"):
+            return build_workload(args.workload)
+    with _phases(args).phase(f"reading {args.taskgraph}"):
+        return TaskGraph.from_json(args.taskgraph)
 
 
 def _planned(args: argparse.Namespace):
@@ -314,21 +325,27 @@ def _planned(args: argparse.Namespace):
 
     graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
-    mg = plan(graph, machine, args.planner)
-    verify(mg, graph, machine)
+    phases = _phases(args)
+    with phases.phase(f"planning with {args.planner}", total=len(graph)) as report:
+        mg = plan(graph, machine, args.planner, progress=report)
+    with phases.phase(f"verifying {len(mg)} MemGraph vertices"):
+        verify(mg, graph, machine)
     return mg, graph, machine
 
 
-def _memgraph_file(path: str, machine_spec: str | None):
-    """A MemGraph file and the machine it runs on (``machine_spec``, else the one stored in
-    the file), verified against it."""
+def _memgraph_file(args: argparse.Namespace):
+    """The MemGraph file ``args.memgraph`` and the machine it runs on (``--machine``, else
+    the one stored in the file), verified against it."""
     from ..core.machine import machine_from_spec
     from ..core.memgraph import MemGraph
     from ..core.verify import verify
 
-    mg = MemGraph.from_json(path)
-    machine = machine_from_spec(machine_spec) if machine_spec else _stored_machine(mg, path)
-    verify(mg, machine=machine)
+    path, phases = args.memgraph, _phases(args)
+    with phases.phase(f"reading {path}"):
+        mg = MemGraph.from_json(path)
+    machine = machine_from_spec(args.machine) if args.machine else _stored_machine(mg, path)
+    with phases.phase(f"verifying {len(mg)} MemGraph vertices"):
+        verify(mg, machine=machine)
     return mg, machine
 
 
@@ -336,7 +353,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it as JSON."""
     _check_writable(args, "out")
     mg, _, machine = _planned(args)
-    with args.outputs.file(args.out) as tmp:
+    with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
         mg.to_json(tmp)
     args.outputs.commit()
     moved = mg.moved_bytes()
@@ -362,9 +379,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..simulator import simulate
 
     _check_writable(args, "gantt", "memory", "chrome")
-    mg, machine = _memgraph_file(args.memgraph, args.machine)
-    result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
-                      streams=args.streams)
+    mg, machine = _memgraph_file(args)
+    with _phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
+        result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
+                          streams=args.streams, progress=report)
     _check_makespan(result.makespan, "simulated")
     label = f"{args.memgraph} ({args.policy})"
     written = _write_plots_and_traces(
@@ -396,7 +414,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _source(args: argparse.Namespace):
     """The MemGraph, TaskGraph (None for a MemGraph file) and Machine ``run`` executes."""
     if args.memgraph:
-        mg, machine = _memgraph_file(args.memgraph, args.machine)
+        mg, machine = _memgraph_file(args)
         return mg, None, machine
     if not args.machine:
         raise SpecError("--machine is required with --workload or --taskgraph")
@@ -674,6 +692,7 @@ class _VersionAction(argparse.Action):
 
 
 QUIET_HELP = "no progress output and no informational lines on stderr"
+PROGRESS_HELP = "progress bars on stderr even when it is not a terminal (default: on a terminal)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -682,6 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Plan and simulate CPU-RAM offload of GPU computations.")
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+    parser.add_argument("--progress", action="store_true", help=PROGRESS_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
@@ -691,6 +711,8 @@ def build_parser() -> argparse.ArgumentParser:
         # also after the command; SUPPRESS keeps the global flag's value when absent here
         p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                        help=QUIET_HELP)
+        p.add_argument("--progress", action="store_true", default=argparse.SUPPRESS,
+                       help=PROGRESS_HELP)
         return p
 
     p = add("demo", cmd_demo, "the DISCO example: level-wise vs. buildMemGraph planning, "

@@ -18,7 +18,7 @@ import bisect
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..core.devices import HOST, is_gpu
 from ..core.errors import PlanError
@@ -50,7 +50,7 @@ class BuildMemGraph:
     """One run of the algorithm; :func:`buildmemgraph` is the registered entry point."""
 
     def __init__(self, graph: TaskGraph, machine: Machine, order: Sequence[str],
-                 victim: str, ahead: bool):
+                 victim: str, ahead: bool, progress: Callable[[int], None] | None = None):
         self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
         self.task = graph.tasks
         self.mg = MemGraph()
@@ -74,6 +74,7 @@ class BuildMemGraph:
         self.exec_hzn = 0
         self.alloc_hzn = 0
         self.order = order
+        self.progress = progress    # hears how many TaskGraph vertices are planned
 
     # -- V: the serial list of items -----------------------------------------------------
     def _build_items(self) -> None:
@@ -119,7 +120,8 @@ class BuildMemGraph:
         self._check_fits()
         self._place_gpu_inputs()
         n, allocated, ahead = len(self.items), self.allocated, self.ahead
-        sim_malloc_item, execute = self.sim_malloc_item, self.execute
+        sim_malloc_item, execute, progress = self.sim_malloc_item, self.execute, self.progress
+        total = len(self.g)
         while self.exec_hzn < n:
             a, e = self.alloc_hzn, self.exec_hzn
             if a < n and (a in allocated or ((ahead or a == e) and sim_malloc_item(a))):
@@ -130,6 +132,8 @@ class BuildMemGraph:
             else:
                 execute(e)                   # simulate execution of the next item
                 self.exec_hzn = e + 1
+                if progress is not None and not e & 4095:
+                    progress(e * total // n)
         return self.mg
 
     def _check_fits(self) -> None:
@@ -402,7 +406,8 @@ def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
 
 @register("buildmemgraph")
 def buildmemgraph(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
-                  ahead: bool = True, order: str | Sequence[str] = "given") -> MemGraph:
+                  ahead: bool = True, order: str | Sequence[str] = "given",
+                  progress: Callable[[int], None] | None = None) -> MemGraph:
     """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU.
 
     ``victim``: ``belady`` (evict what is used furthest in the future, as in the paper) or
@@ -414,7 +419,7 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
     machine.check_devices(graph.gpus())
     tasks = graph.tasks
     ids = [t for t in serial_order(graph, order) if tasks[t].kind != "input"]
-    mg = BuildMemGraph(graph, machine, ids, victim, ahead).run()
+    mg = BuildMemGraph(graph, machine, ids, victim, ahead, progress).run()
     mg.graph.update(planner="buildmemgraph", taskgraph=graph.name,
                     options=dict(victim=victim, ahead=ahead,
                                  order=order if isinstance(order, str) else "explicit"),

@@ -11,6 +11,8 @@ for each chain's tail.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ..core.devices import HOST
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
@@ -34,7 +36,8 @@ def levels(graph: TaskGraph) -> list[list[str]]:
 
 
 @register("levelwise")
-def levelwise(graph: TaskGraph, machine: Machine, *, victim: str = "belady") -> MemGraph:
+def levelwise(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
+              progress: Callable[[int], None] | None = None) -> MemGraph:
     """Levelwise processing: load a level's weights, run the level, repeat (DISCO Fig. 2)."""
     machine.check_devices(graph.gpus())
     by_level = levels(graph)
@@ -48,7 +51,7 @@ def levelwise(graph: TaskGraph, machine: Machine, *, victim: str = "belady") -> 
     for u, k in first_level.items():
         weights[k].append(u)
     order = [t for k, vertices in enumerate(by_level) for t in (*weights[k], *vertices)]
-    builder = BuildMemGraph(graph, machine, order, victim, ahead=False)
+    builder = BuildMemGraph(graph, machine, order, victim, ahead=False, progress=progress)
     mg = builder.run()
     chains: list[dict[str, list[str]]] = [{} for _ in by_level]   # level -> GPU -> its loads
     for i, (t, dev) in enumerate(builder.items):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 from ..core.errors import SpecError
@@ -30,9 +31,9 @@ def register(name: str) -> Callable[[Planner], Planner]:
 
 def planner_options(name: str) -> dict[str, object]:
     """The options a planner takes, with their defaults."""
-    import inspect
     params = inspect.signature(get_planner(name)).parameters
-    return {p.name: p.default for p in params.values() if p.kind is p.KEYWORD_ONLY}
+    return {p.name: p.default for p in params.values()
+            if p.kind is p.KEYWORD_ONLY and p.name != "progress"}
 
 
 def get_planner(name: str) -> Planner:
@@ -41,9 +42,12 @@ def get_planner(name: str) -> Planner:
     return PLANNERS[name]
 
 
-def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph", **options) -> MemGraph:
+def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
+         progress: Callable[[int], None] | None = None, **options) -> MemGraph:
     """Plan ``graph`` on ``machine`` with the planner ``spec`` (``NAME[:key=value,...]``);
-    keyword ``options`` override the spec's."""
+    keyword ``options`` override the spec's.  ``progress(done)``, if given, hears now and then
+    how many of the TaskGraph's vertices are planned, from planners that take a ``progress``
+    keyword (BuildMemGraph and the planners built on it)."""
     name, raw = parse_spec(spec)
     planner = get_planner(name)
     merged = apply_options(planner_options(name), raw, f"planner {name!r}")
@@ -51,6 +55,8 @@ def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph", **opti
     if unknown:
         raise SpecError(f"planner {name!r}: unknown option(s) {', '.join(unknown)}")
     merged.update(options)
+    if progress is not None and "progress" in inspect.signature(planner).parameters:
+        merged["progress"] = progress
     mg = planner(graph, machine, **merged)
     mg.stamp_tensors(graph)
     return mg

@@ -20,6 +20,7 @@ and no resource, and have no row (their tensors exist from time 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import pandas as pd
 
@@ -46,12 +47,14 @@ class SimResult:
 
 
 def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", noise: float = 0.0,
-             seed: int = 0, streams: int | None = None, run: int = 0) -> SimResult:
+             seed: int = 0, streams: int | None = None, run: int = 0,
+             progress: Callable[[int], None] | None = None) -> SimResult:
     """Simulate ``memgraph`` on ``machine``.
 
     ``noise`` > 0 multiplies each duration by ``exp(noise * z - noise**2 / 2)``, z ~ N(0, 1)
     drawn from ``numpy.random.default_rng(seed)`` in planner order (mean factor 1).
-    ``streams`` overrides ``machine.streams``; ``run`` labels the trace rows.
+    ``streams`` overrides ``machine.streams``; ``run`` labels the trace rows; ``progress(done)``
+    hears now and then how many vertices have finished.
 
     Raises PolicyError (a ValueError) for an unknown policy, DeadlockError if some vertices
     can never start, and RuntimeError if a GPU's memory in use exceeds ``machine.gpu_memory``.
@@ -63,7 +66,7 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     if streams < 1:
         raise ValueError(f"streams must be >= 1, got {streams}")
     with no_gc():
-        model = Model(memgraph, machine, policy, noise, seed, streams)
+        model = Model(memgraph, machine, policy, noise, seed, streams, progress)
         model.run()
         trace = run_trace(model.vertices, [e.name if e is not None else None
                                            for e in model.engine],

@@ -12,6 +12,7 @@ moment they are ready, without a trace row.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 import simpy
@@ -33,7 +34,7 @@ class Model:
     """One simulation run of a MemGraph on a Machine."""
 
     def __init__(self, memgraph: MemGraph, machine: Machine, policy: str, noise: float,
-                 seed: int, streams: int):
+                 seed: int, streams: int, progress: Callable[[int], None] | None = None):
         machine.check_devices({d for v in memgraph for d in v.device.split("->")})
         self.env = simpy.Environment()
         self.vertices = sorted(memgraph, key=lambda v: v.order)
@@ -46,6 +47,7 @@ class Model:
         self.end = [math.nan] * n
         self.stream = [0] * n
         self.finished = 0
+        self.progress = progress    # hears now and then how many vertices have finished
         self._dirty: list[Engine | Bus] = []
         self._pass_pending = False
         self._build_resources(machine, policy, streams, seed)
@@ -118,6 +120,8 @@ class Model:
     def finish(self, vertex: int, now: float) -> None:
         self.end[vertex] = now
         self.finished += 1
+        if self.progress is not None and not self.finished & 4095:
+            self.progress(self.finished)
         waiting = self.waiting
         for w in self.succ[vertex]:
             waiting[w] -= 1
