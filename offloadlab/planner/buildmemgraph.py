@@ -30,6 +30,7 @@ from .allocator import GpuMemory, Segment
 from .registry import register
 
 Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
+NEVER = 2**62           # the next use of a tensor not read again
 
 
 @dataclass(slots=True, eq=False)
@@ -44,6 +45,7 @@ class Resident:
     materialized: bool
     readers: list[str]
     last_use: int
+    next_use: int = -1        # cache of the first item after execution that reads it
 
 
 class BuildMemGraph:
@@ -170,8 +172,7 @@ class BuildMemGraph:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
         nbytes, memory = self.task[slot[0]].bytes, self.memory[slot[1]]
-        cost = self._cost
-        found = memory.find_victims(nbytes, lambda o: None if o in pinned else cost(o))
+        found = memory.find_victims(nbytes, self._costs(pinned))
         # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
         # (execute() then brings back whatever pinned tensor this evicted).
         offset, victims = found or (0, memory.owners())
@@ -337,18 +338,32 @@ class BuildMemGraph:
         k = bisect.bisect_right(uses, self.exec_hzn if after is None else after)
         return uses[k] if k < len(uses) else None
 
-    def _cost(self, owner: Slot) -> tuple[float, int]:
-        """``(badness, bytes to offload)`` of evicting ``owner``; lower badness is better:
-        ``belady`` prefers the furthest next use, ``lru`` the least recent use.  Retracting an
-        allocation made ahead costs no transfer; its "use" is when its item comes."""
-        res = self.resident[owner]
-        if not res.materialized:
-            return (res.last_use if self.victim == "lru" else -res.item), 0
-        offload = 0 if owner[0] in self.host_copy else res.loc.size
-        if self.victim == "lru":
-            return res.last_use, offload
-        nxt = self._next_use(owner)
-        return (-math.inf if nxt is None else -nxt), offload
+    def _costs(self, pinned: set[Slot]) -> Callable[[Slot], tuple[float, int] | None]:
+        """The cost of evicting each resident now: ``(badness, bytes to offload)``, or None
+        for the ``pinned``.  Lower badness is better: ``belady`` prefers the furthest next
+        use, ``lru`` the least recent use.  Retracting an allocation made ahead costs no
+        transfer; its "use" is when its item comes.  (The victim search calls this for every
+        resident, so it keeps what it needs in locals.)"""
+        resident, host_copy, uses, now = self.resident, self.host_copy, self.uses, self.exec_hzn
+        lru = self.victim == "lru"
+        bisect_right = bisect.bisect_right
+
+        def cost(owner: Slot) -> tuple[float, int] | None:
+            if owner in pinned:
+                return None
+            res = resident[owner]
+            if not res.materialized:
+                return (res.last_use if lru else -res.item), 0
+            offload = 0 if owner[0] in host_copy else res.loc.size
+            if lru:
+                return res.last_use, offload
+            nxt = res.next_use
+            if nxt <= now:                   # the cached next use has passed: look it up
+                used = uses.get(owner, ())
+                k = bisect_right(used, now)
+                nxt = res.next_use = used[k] if k < len(used) else NEVER
+            return (-math.inf if nxt == NEVER else -nxt), offload
+        return cost
 
 
 def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
