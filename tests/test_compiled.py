@@ -1,16 +1,93 @@
-"""The compiled planner core (README, Performance): .ci/run's second pass sets
-OFFLOADLAB_EXPECT_COMPILED=1 after a mypyc build, so that the suite provably ran compiled."""
+"""The two builds of the planner core (README, The compiled build): ``pip install .`` compiles
+``planner/allocator.py``, ``planner/buildmemgraph.py`` and ``core/memgraph.py`` with mypyc where
+it can, and installs them as pure Python otherwise (or with ``OFFLOADLAB_PURE=1``).
 
+``.ci/run`` tells each of its passes which build it must be importing through
+``OFFLOADLAB_EXPECT_COMPILED`` (``1``: compiled, ``0``: pure Python); without it (a developer's
+run) either build passes.  The other tests hold in both builds."""
+
+from __future__ import annotations
+
+import hashlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from offloadlab.core import memgraph
-from offloadlab.planner import allocator, buildmemgraph
+from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.workloads import build_workload
+from offloadlab.lab.cli import main
+from offloadlab.planner import PLANNERS, allocator, buildmemgraph, plan, planner_options
+from offloadlab.planner.buildmemgraph import min_capacity
+
+REPO = Path(__file__).resolve().parents[1]
+CORE = (allocator, buildmemgraph, memgraph)
+EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 
-@pytest.mark.skipif(os.environ.get("OFFLOADLAB_EXPECT_COMPILED") != "1",
-                    reason="only in .ci/run's pass over the mypyc build")
-def test_the_planner_core_is_compiled():
-    for module in (allocator, buildmemgraph, memgraph):
-        assert module.__file__.endswith((".so", ".pyd")), module.__file__
+def compiled(module) -> bool:
+    return module.__file__.endswith((".so", ".pyd"))
+
+
+COMPILED = compiled(buildmemgraph)
+
+
+@pytest.mark.skipif(EXPECT not in ("0", "1"), reason=".ci/run says which build to expect")
+def test_the_planner_core_is_the_expected_build():
+    files = [m.__file__ for m in CORE]
+    if EXPECT == "1":
+        assert all(f.endswith((".so", ".pyd")) for f in files), files
+    else:
+        assert all(f.endswith(".py") for f in files), files
+
+
+def test_the_planner_core_is_all_compiled_or_all_pure_python():
+    assert len({compiled(m) for m in CORE}) == 1, [m.__file__ for m in CORE]
+
+
+def test_list_describes_every_planner(capsys):
+    """mypyc drops the docstrings of compiled functions; the registry reads them from the
+    source, so ``offloadlab list`` reads the same in both builds."""
+    assert main(["list", "planners"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in PLANNERS:
+        line = next(line for line in lines if line.split()[:1] == [name])
+        assert line.split(None, 1)[1:], f"no description for {name}: {line!r}"
+    assert any(line.split()[:2] == ["buildmemgraph", "TURNIP's"] for line in lines), lines
+    assert planner_options("buildmemgraph") == {"victim": "belady", "ahead": True,
+                                                "order": "given"}
+
+
+PLANS = ("buildmemgraph", "buildmemgraph:victim=lru", "buildmemgraph:ahead=false", "levelwise")
+SCRIPT = """
+import hashlib, sys
+from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.workloads import build_workload
+from offloadlab.planner import buildmemgraph, plan
+from offloadlab.planner.buildmemgraph import min_capacity
+assert buildmemgraph.__file__.endswith(".py"), buildmemgraph.__file__
+graph = build_workload(sys.argv[1])
+machine = machine_from_spec(sys.argv[2].format(memory=int(min_capacity(graph) * 1.3)))
+for spec in sys.argv[3:]:
+    print(hashlib.sha256(plan(graph, machine, spec).to_json().encode()).hexdigest())
+"""
+
+
+@pytest.mark.skipif(not COMPILED, reason="compares the compiled build with the pure-Python one")
+@pytest.mark.skipif(not (REPO / "offloadlab" / "planner" / "buildmemgraph.py").is_file() or
+                    any((REPO / "offloadlab").rglob("*.so")),
+                    reason="needs the pure-Python sources beside the tests")
+def test_compiled_plans_are_byte_identical_to_pure_python_ones():
+    workload = "random:vertices=2000,gpus=2,seed=5,host_fraction=0.5"
+    spec = "a100x8:gpus=2,gpu_memory={memory}"
+    graph = build_workload(workload)
+    machine = machine_from_spec(spec.format(memory=int(min_capacity(graph) * 1.3)))
+    ours = [hashlib.sha256(plan(graph, machine, p).to_json().encode()).hexdigest() for p in PLANS]
+    # run from the checkout, whose sources come first on sys.path: the pure-Python build
+    pure = subprocess.run([sys.executable, "-c", SCRIPT, workload, spec, *PLANS], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert pure.returncode == 0, pure.stderr
+    assert pure.stdout.split() == ours

@@ -77,7 +77,7 @@ class GpuMemory:
                     continue
                 key = self._newest(start, start + size)
                 if key < best_key or (key == best_key and start < best):
-                    best, best_key = start, key
+                    best, best_key = start, float(key)     # mypyc: best_key is a float
         if best < 0:
             self._no_fit = size
             return None
