@@ -6,9 +6,10 @@ writer may overwrite them (the readers of the last occupant, or the offload that
 out).  Allocating over free segments hands their guards to the caller, which turns them into
 memory-dependency edges.
 
-Free *runs* (maximal stretches of free segments) are indexed by size class, as in a
-two-level segregated-fit allocator, so that :meth:`GpuMemory.find_free` looks at a handful of
-candidate runs instead of every segment.
+With many segments, free *runs* (maximal stretches of free segments) are indexed by size
+class, as in a two-level segregated-fit allocator, so that :meth:`GpuMemory.find_free` looks at
+a handful of candidate runs instead of every segment; with few, a scan is cheaper than keeping
+the index, and the allocator scans.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ def size_class(n: int) -> int:
     return n if b <= 4 else (b << 3) | ((n >> (b - 4)) & 7)
 
 
+INDEX_AT = 64
+"""Segments from which :meth:`GpuMemory.find_free` indexes the free runs (it drops the index
+below a quarter of that)."""
+
+
 class GpuMemory:
     """The simulated address space ``[0, capacity)`` of one GPU."""
 
@@ -49,11 +55,12 @@ class GpuMemory:
         self.capacity = capacity
         self.segments: list[Segment] = [Segment(0, capacity)]
         self._no_fit = capacity + 1   # no free run holds this many bytes
+        self._indexed = False         # whether the free runs below are kept
         self._runs: dict[int, tuple[int, int]] = {}   # free run start -> (end, first freed_at)
         self._run_starts: list[int] = []         # the free runs' starts, ascending
+        self._run_start: dict[int, int] = {}     # free run end -> its start
         self._class_runs: dict[int, list[tuple[int, int]]] = {}  # (first freed_at, start)
         self._classes: list[int] = []            # size classes holding a free run, ascending
-        self._add_run(0, capacity)
 
     # -- simMalloc's search ---------------------------------------------------------------
     def find_free(self, size: int) -> int | None:
@@ -66,6 +73,10 @@ class GpuMemory:
         their window's, so each class is read only while it can still beat the best."""
         if size >= self._no_fit:
             return None
+        if self._indexed != (len(self.segments) >= (INDEX_AT // 4 if self._indexed else INDEX_AT)):
+            self._index_runs(not self._indexed)
+        if not self._indexed:
+            return self._scan_free(size)
         lowest = size_class(size)
         runs, class_runs, classes = self._runs, self._class_runs, self._classes
         best, best_key = -1, math.inf
@@ -81,6 +92,30 @@ class GpuMemory:
         if best < 0:
             self._no_fit = size
             return None
+        return best
+
+    def _scan_free(self, size: int) -> int | None:
+        """:meth:`find_free` by one pass over the segments."""
+        best, best_key = None, None
+        start = end = newest = -1                   # the window at the start of this free run
+        for s in self.segments:
+            if s.owner is not None:
+                start = -1
+                continue
+            if start < 0:
+                start, end, newest = s.start, s.start + size, -1
+            if end < 0:
+                continue                            # this run's window is already judged
+            if s.freed_at > newest:
+                newest = s.freed_at
+            if s.end >= end:
+                if newest < 0:
+                    return start                    # never used: nothing can beat it
+                if best_key is None or newest < best_key:
+                    best, best_key = start, newest
+                end = -1
+        if best is None:
+            self._no_fit = size
         return best
 
     def _newest(self, start: int, end: int) -> int:
@@ -156,10 +191,13 @@ class GpuMemory:
         """Occupy ``[offset, offset + size)``, which must be free; return the free segments it
         covered (their guards become memory edges; :meth:`restore` puts them back)."""
         segs, end = self.segments, offset + size
-        run = self._run_starts[bisect.bisect_right(self._run_starts, offset) - 1]
-        run_end = self._runs[run][0]
-        assert run <= offset and end <= run_end, "place: the bytes are not free"
-        self._drop_run(run)
+        indexed = self._indexed
+        if indexed:
+            run = offset if offset in self._runs else \
+                self._run_starts[bisect.bisect_right(self._run_starts, offset) - 1]
+            run_end, first = self._runs[run]
+            assert run <= offset and end <= run_end, "place: the bytes are not free"
+            self._drop_run(run)
         i = self._index(offset)
         if segs[i].start < offset:
             self._split(i, offset)
@@ -171,42 +209,76 @@ class GpuMemory:
             self._split(j, end)
         covered = segs[i:j + 1]
         segs[i:j + 1] = [Segment(offset, end, owner)]
-        if run < offset:
-            self._add_run(run, offset)
-        if end < run_end:
-            self._add_run(end, run_end)
+        if indexed:
+            if run < offset:
+                self._add_run(run, offset, first)
+            if end < run_end:
+                self._add_run(end, run_end, segs[i + 1].freed_at)
         return covered
 
     def release(self, owner: Owner, offset: int, guard: tuple[str, ...], now: int) -> None:
         """Free ``owner``'s segment; new writers there must wait for ``guard``."""
-        s = self.segments[self._index(offset)]
+        i = self._index(offset)
+        s = self.segments[i]
         assert s.owner == owner
         s.owner, s.guard, s.freed_at = None, guard, now
-        self._freed(s.start, s.end)
+        self._freed(i, i, now)
 
     def restore(self, owner: Owner, offset: int, covered: list[Segment]) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
         i = self._index(offset)
         assert self.segments[i].owner == owner
         self.segments[i:i + 1] = covered
-        self._freed(covered[0].start, covered[-1].end)
+        self._freed(i, i + len(covered) - 1, covered[0].freed_at)
 
     # -- the index of free runs -------------------------------------------------------------
-    def _freed(self, start: int, end: int) -> None:
-        """``[start, end)`` became free: merge it with the free runs on either side."""
-        starts, runs = self._run_starts, self._runs
-        k = bisect.bisect_left(starts, start) - 1
-        left = starts[k] if k >= 0 and runs[starts[k]][0] == start else start
+    def _freed(self, i: int, j: int, first: int) -> None:
+        """Segments ``i..j``, the first freed at ``first``, became free: only the free run
+        containing them grew, so if it is the largest, ``find_free``'s fail threshold becomes
+        its size plus one; with the index, merge them with the free runs on either side."""
+        segs = self.segments
+        start, end = segs[i].start, segs[j].end
+        if not self._indexed:
+            while i > 0 and segs[i - 1].owner is None:
+                i -= 1
+            while j + 1 < len(segs) and segs[j + 1].owner is None:
+                j += 1
+            run = segs[j].end - segs[i].start
+            if run >= self._no_fit:
+                self._no_fit = run + 1
+            return
+        runs = self._runs
+        left = self._run_start.get(start, start)
         right = runs[end][0] if end in runs else end
         if left < start:
+            first = runs[left][1]
             self._drop_run(left)
         if right > end:
             self._drop_run(end)
-        self._add_run(left, right)
+        self._add_run(left, right, first)
 
-    def _add_run(self, start: int, end: int) -> None:
-        first = self.segments[self._index(start)].freed_at
+    def _index_runs(self, on: bool) -> None:
+        """Start keeping the index of free runs (``on``), or stop."""
+        for kept in (self._runs, self._run_start, self._class_runs):
+            kept.clear()
+        self._run_starts.clear()
+        self._classes.clear()
+        self._indexed = on
+        if on:
+            start = -1
+            for s in self.segments:
+                if s.owner is None and start < 0:
+                    start, first = s.start, s.freed_at
+                if s.owner is not None and start >= 0:
+                    self._add_run(start, s.start, first)
+                    start = -1
+            if start >= 0:
+                self._add_run(start, self.capacity, first)
+
+    def _add_run(self, start: int, end: int, first: int) -> None:
+        """Index the free run ``[start, end)`` whose first segment was freed at ``first``."""
         self._runs[start] = (end, first)
+        self._run_start[end] = start
         bisect.insort(self._run_starts, start)
         c = size_class(end - start)
         same = self._class_runs.get(c)
@@ -219,6 +291,7 @@ class GpuMemory:
 
     def _drop_run(self, start: int) -> None:
         end, first = self._runs.pop(start)
+        del self._run_start[end]
         starts = self._run_starts
         del starts[bisect.bisect_left(starts, start)]
         c = size_class(end - start)
