@@ -1,6 +1,6 @@
 """The two builds of the planner core (README, The compiled build): ``pip install .`` compiles
-``planner/allocator.py``, ``planner/buildmemgraph.py`` and ``core/memgraph.py`` with mypyc where
-it can, and installs them as pure Python otherwise (or with ``OFFLOADLAB_PURE=1``).
+``planner/allocator.py``, ``planner/buildmemgraph.py``, ``core/memgraph.py``, ``core/verify.py``
+and ``core/intervals.py`` with mypyc where it can, and installs them as pure Python otherwise (or with ``OFFLOADLAB_PURE=1``).
 
 ``.ci/run`` tells each of its passes which build it must be importing through
 ``OFFLOADLAB_EXPECT_COMPILED`` (``1``: compiled, ``0``: pure Python); without it (a developer's
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from offloadlab.core import memgraph
+from offloadlab.core import intervals, memgraph, verify
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.workloads import build_workload
 from offloadlab.lab.cli import main
@@ -24,7 +24,7 @@ from offloadlab.planner import PLANNERS, allocator, buildmemgraph, plan, planner
 from offloadlab.planner.buildmemgraph import min_capacity
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = (allocator, buildmemgraph, memgraph)
+CORE = (allocator, buildmemgraph, memgraph, verify, intervals)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 

@@ -8,7 +8,7 @@ import bisect
 class LastWriter:
     """Byte ranges of one GPU mapped to the vertex that last wrote them (a sorted interval map)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.starts: list[int] = []
         self.items: list[tuple[int, int, str]] = []
 

@@ -92,14 +92,14 @@ def _provides(mg: MemGraph, m: MemVertex, task: str) -> bool:
 
 
 def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
-    by_task: dict[str, MemVertex] = {}
-    for v in mg.vertices.values():
-        if v.kind in TASK_KINDS:
-            if v.task in by_task:
-                raise VerificationError(f"rule 2: TaskGraph vertex {v.task!r} appears twice")
-            by_task[v.task] = v
-        elif v.kind not in MOVE_KINDS:
-            raise VerificationError(f"vertex {v.id!r} has unknown kind {v.kind!r}")
+    by_task: dict[str | None, MemVertex] = {}
+    for m in mg.vertices.values():
+        if m.kind in TASK_KINDS:
+            if m.task in by_task:
+                raise VerificationError(f"rule 2: TaskGraph vertex {m.task!r} appears twice")
+            by_task[m.task] = m
+        elif m.kind not in MOVE_KINDS:
+            raise VerificationError(f"vertex {m.id!r} has unknown kind {m.kind!r}")
     for t in graph:
         v = by_task.get(t.id)
         if v is None:
@@ -131,25 +131,24 @@ def _rule3_no_races(mg: MemGraph, position: dict[str, int]) -> None:
     searched for, backwards from y and no further back than the oldest of them."""
     maps: dict[str, LastWriter] = {}
     order = {v.id: v.order for v in mg.vertices.values()}
-    writers = sorted((v for v in mg.vertices.values() if v.loc is not None),
-                     key=lambda v: (v.order, position[v.id]))
+    writers = sorted(((v.order, position[v.id], v.id, v.loc) for v in mg.vertices.values()
+                      if v.loc is not None))
     pred, succ = mg.pred, mg.succ
-    for y in writers:
-        loc = y.loc
+    for _, _, y_id, loc in writers:
         near: set[str] | None = None             # y's predecessors and theirs
-        for x in maps.setdefault(loc.device, LastWriter()).overwrite(loc.offset, loc.end, y.id):
-            targets = [x, *(r for r, kind in succ[x].items() if kind == "data" and r != y.id)]
-            direct = pred[y.id]
+        for x in maps.setdefault(loc.device, LastWriter()).overwrite(loc.offset, loc.end, y_id):
+            targets = [x, *(r for r, kind in succ[x].items() if kind == "data" and r != y_id)]
+            direct = pred[y_id]
             far = [t for t in targets if t not in direct]
             if far and near is None:
                 near = set(direct)
                 for p in direct:
                     near.update(pred[p])
             far = [t for t in far if t not in near] if far and near is not None else far
-            missing = _not_ancestors(mg, order, far, y.id) if far else []
+            missing = _not_ancestors(mg, order, far, y_id) if far else []
             if missing:
                 raise VerificationError(
-                    f"rule 3: race on {loc.device}: {y.id!r} overwrites {x!r}'s "
+                    f"rule 3: race on {loc.device}: {y_id!r} overwrites {x!r}'s "
                     f"bytes but {', '.join(map(repr, missing))} may still run after it")
 
 
