@@ -470,3 +470,22 @@ def test_byte_sizes_are_whole():
     for text in ("1.5", "nan", "inf", "-inf", "1e400"):
         with pytest.raises(SpecError, match="byte"):
             parse_bytes(text)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 1000])
+def test_graph_files_are_written_in_chunks_that_join_into_the_same_json(chunk, disco, tmp_path):
+    import io
+
+    from offloadlab.core.checks import write_node_link
+    mg = plan(build_workload("matmul-chain:layers=3"), disco)
+    out = io.BytesIO()
+    write_node_link(out, {"type": "MemGraph", **mg.graph}, mg._nodes(), mg._edge_dicts(),
+                    "MemGraph", chunk=chunk)
+    assert json.loads(out.getvalue()) == json.loads(mg.to_json())
+    assert len(json.loads(out.getvalue())["edges"]) == len(mg.to_dict()["edges"]) > 0
+    empty = io.BytesIO()
+    write_node_link(empty, {}, [], [], "graph", chunk=chunk)
+    assert json.loads(empty.getvalue()) == {"directed": True, "multigraph": False, "graph": {},
+                                            "nodes": [], "edges": []}
+    assert mg.to_json(tmp_path / "mg.json") is None
+    assert MemGraph.from_json(tmp_path / "mg.json").to_json() == mg.to_json()

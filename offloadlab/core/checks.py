@@ -13,9 +13,10 @@ reading: the readers reject them field by field).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable, Iterable
 
 from .errors import GraphError, OffloadlabError
 
@@ -158,26 +159,45 @@ def non_finite_path(value: object, path: str = "") -> str | None:
     return None
 
 
-def dumps_graph(data: dict, what: str) -> bytes:
-    """Strict JSON of node-link data (:meth:`TaskGraph.to_dict`, :meth:`MemGraph.to_dict`),
-    written by orjson, several times faster than the json module on large graphs.  orjson
-    would write a NaN or infinity as ``null``, so the graph's attributes and each node's float
-    fields (``flops``, ``time``; the others are integers and strings) are checked first."""
+def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[dict], edges: Iterable[dict],
+                    what: str, chunk: int = 10_000) -> None:
+    """Write strict node-link JSON (:meth:`TaskGraph.to_dict`'s layout) to ``out``, encoding
+    ``chunk`` nodes or edges at a time with orjson (several times faster than the json module),
+    so that a large graph never exists whole as dicts and as text.  orjson would write a NaN or
+    infinity as ``null``, so the graph's attributes and each node's float fields (``flops``,
+    ``time``; the others are integers and strings) are checked first."""
     import orjson
 
-    bad = non_finite_path(data.get("graph"), "graph")
-    if bad is None:
-        for node in data["nodes"]:
-            for key in ("flops", "time"):
-                x = node.get(key)
-                if type(x) is float and not math.isfinite(x):
-                    bad = f"vertex {node.get('id')!r}: {key} = {x!r}"
-                    break
-            if bad is not None:
-                break
+    bad = non_finite_path(graph, "graph")
     if bad is not None:
         raise GraphError(f"cannot write {what} as JSON: {bad} is not a finite number")
-    return orjson.dumps(data)
+    out.write(b'{"directed":true,"multigraph":false,"graph":' + orjson.dumps(graph))
+    for name, items in ((b"nodes", nodes), (b"edges", edges)):
+        out.write(b',"' + name + b'":[')
+        batch: list[dict] = []
+        first = True
+        for item in itertools.chain(items, [None]):
+            if item is not None:
+                batch.append(item)
+                if len(batch) < chunk:
+                    continue
+            if not batch:
+                break
+            if name == b"nodes":
+                _check_floats(batch, what)
+            out.write((b"" if first else b",") + orjson.dumps(batch)[1:-1])
+            first, batch = False, []
+        out.write(b"]")
+    out.write(b"}")
+
+
+def _check_floats(nodes: list[dict], what: str) -> None:
+    for node in nodes:
+        for key in ("flops", "time"):
+            x = node.get(key)
+            if type(x) is float and not math.isfinite(x):
+                raise GraphError(f"cannot write {what} as JSON: vertex {node.get('id')!r}: "
+                                 f"{key} = {x!r} is not a finite number")
 
 
 def dumps(data: object, what: str) -> str:

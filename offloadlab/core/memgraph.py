@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple, overload
 
 from .checks import INF, MAX_COUNT, edge_ends, ids, node_link, number, short, strings, vertex_id
 from .devices import CPU, HOST, is_gpu_name, split_transfer
@@ -146,27 +146,35 @@ class MemGraph:
             g.add_edge(u, v, kind=kind)
         return g
 
-    def _nodes(self) -> list[dict]:
-        nodes = []
+    def _nodes(self) -> Iterator[dict]:
         for v in self.vertices.values():
-            nodes.append({
+            yield {
                 "id": v.id, "kind": v.kind, "device": v.device,
                 "loc": ({"device": v.loc.device, "offset": v.loc.offset, "size": v.loc.size}
                         if v.loc else None),
                 "task": v.task, "of": v.of, "op": v.op, "bytes": v.bytes, "flops": v.flops,
                 "inputs": list(v.inputs), "order": v.order, "time": v.time,
                 "shape": list(v.shape) if v.shape is not None else None, "dtype": v.dtype,
-            })
-        return nodes
+            }
+
+    def _edge_dicts(self) -> Iterator[dict]:
+        for u, v, kind in self.edges():
+            yield {"source": u, "target": v, "kind": kind}
 
     def to_dict(self) -> dict:
         return {"directed": True, "multigraph": False,
-                "graph": {"type": "MemGraph", **self.graph}, "nodes": self._nodes(),
-                "edges": [{"source": u, "target": v, "kind": k} for u, v, k in self.edges()]}
+                "graph": {"type": "MemGraph", **self.graph}, "nodes": list(self._nodes()),
+                "edges": list(self._edge_dicts())}
 
-    def to_json(self, path: str | Path | None = None) -> str:
-        """Node-link JSON text, also written to ``path`` if given."""
-        return _write(self.to_dict(), path, "MemGraph")
+    @overload
+    def to_json(self, path: None = None) -> str: ...
+    @overload
+    def to_json(self, path: str | Path) -> None: ...
+
+    def to_json(self, path: str | Path | None = None) -> str | None:
+        """Node-link JSON text, or, given ``path``, the same written there."""
+        return _write({"type": "MemGraph", **self.graph}, self._nodes(), self._edge_dicts(),
+                      path, "MemGraph")
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "MemGraph JSON") -> "MemGraph":

@@ -7,16 +7,17 @@ home, ``"host"`` or a GPU); ``compute`` vertices run an op on one GPU or on the 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
 import orjson
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, overload
 
-from .checks import (INF, MAX_COUNT, dumps_graph, edge_ends, finite_tree, ids, node_link,
-                     number, short, vertex_id)
+from .checks import (INF, MAX_COUNT, edge_ends, finite_tree, ids, node_link, number, short,
+                     vertex_id, write_node_link)
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError, OffloadlabError
 from .ops import DTYPES, OPS
@@ -220,22 +221,28 @@ class TaskGraph:
         return g
 
     def to_dict(self) -> dict:
-        nodes = []
-        for t in self.tasks.values():
-            node = {"id": t.id, "kind": t.kind, "device": t.device, "op": t.op,
-                    "bytes": t.bytes, "flops": t.flops, "inputs": list(t.inputs),
-                    "shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype,
-                    "time": t.time}
-            nodes.append(node)
-        edges = [{"source": u, "target": t.id, "kind": "data"}
-                 for t in self.tasks.values() for u in dict.fromkeys(t.inputs)]
-        return {"directed": True, "multigraph": False,
-                "graph": {"type": "TaskGraph", "name": self.name, **self.meta},
-                "nodes": nodes, "edges": edges}
+        graph, nodes, edges = self._node_link()
+        return {"directed": True, "multigraph": False, "graph": graph, "nodes": list(nodes),
+                "edges": list(edges)}
 
-    def to_json(self, path: str | Path | None = None) -> str:
-        """Node-link JSON text, also written to ``path`` if given."""
-        return _write(self.to_dict(), path, "TaskGraph")
+    def _node_link(self) -> tuple[dict, Iterator[dict], Iterator[dict]]:
+        """The ``graph`` attributes, and the nodes and edges of node-link data, one at a time."""
+        nodes = ({"id": t.id, "kind": t.kind, "device": t.device, "op": t.op, "bytes": t.bytes,
+                  "flops": t.flops, "inputs": list(t.inputs),
+                  "shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype,
+                  "time": t.time} for t in self.tasks.values())
+        edges = ({"source": u, "target": t.id, "kind": "data"}
+                 for t in self.tasks.values() for u in dict.fromkeys(t.inputs))
+        return {"type": "TaskGraph", "name": self.name, **self.meta}, nodes, edges
+
+    @overload
+    def to_json(self, path: None = None) -> str: ...
+    @overload
+    def to_json(self, path: str | Path) -> None: ...
+
+    def to_json(self, path: str | Path | None = None) -> str | None:
+        """Node-link JSON text, or, given ``path``, the same written there."""
+        return _write(*self._node_link(), path, "TaskGraph")
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "TaskGraph JSON") -> "TaskGraph":
@@ -406,13 +413,16 @@ def _graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
     return name, meta
 
 
-def _write(data: dict, path: str | Path | None, what: str = "graph") -> str:
-    """Strict JSON text of node-link ``data`` (no NaN or Infinity), also written to ``path``
-    if given."""
-    raw = dumps_graph(data, what)
-    if path is not None:
-        Path(path).write_bytes(raw)
-    return raw.decode()
+def _write(graph: dict, nodes: Iterable[dict], edges: Iterable[dict], path: str | Path | None,
+           what: str) -> str | None:
+    """Strict node-link JSON (no NaN or Infinity) as text, or written to ``path``."""
+    if path is None:
+        out = io.BytesIO()
+        write_node_link(out, graph, nodes, edges, what)
+        return out.getvalue().decode()
+    with open(path, "wb") as f:
+        write_node_link(f, graph, nodes, edges, what)
+    return None
 
 
 def _read(text_or_path: str | Path, what: str) -> tuple[dict, str]:
