@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from offloadlab.core.workloads import build_workload
 from offloadlab.lab.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -257,8 +258,55 @@ def test_simulate_on_too_small_machine(capsys, memgraph_file, tmp_path):
                                   ["plan", "--workload", "random", "--machine", "v100"],
                                   ["frobnicate"], []])
 def test_usage_errors_exit_2(capsys, argv):
+    """One line, like every other error, pointing at --help."""
     code, out, err = run(capsys, *argv)
-    assert code == 2 and "usage: offloadlab" in err
+    assert code == 2 and err.startswith("offloadlab: error: ") and err.count("\n") == 1
+    assert "--help')" in err
+
+
+def test_an_output_may_not_overwrite_an_input(capsys, tmp_path):
+    mg = tmp_path / "mg.json"
+    assert run(capsys, "plan", "--workload", "matmul-chain:layers=2", "--machine",
+               "disco-example", "--out", mg)[0] == 0
+    before = mg.read_bytes()
+    code, out, err = run(capsys, "simulate", mg, "--chrome", mg)
+    assert code == 2 and "--chrome name the same file" in err and mg.read_bytes() == before
+    tg = tmp_path / "tg.json"
+    build_workload("matmul-chain:layers=2").to_json(tg)
+    before = tg.read_bytes()
+    code, out, err = run(capsys, "plan", "--taskgraph", tg, "--machine", "disco-example",
+                         "--out", tg)
+    assert code == 2 and "name the same file" in err and tg.read_bytes() == before
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "null", "3"])
+def test_a_json_file_that_is_not_an_object_is_refused(capsys, tmp_path, text):
+    path = tmp_path / "x.json"
+    path.write_text(text)
+    for argv in (["simulate", path], ["plan", "--taskgraph", path, "--machine", "p100x4",
+                                      "--out", tmp_path / "o.json"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and "expected a JSON object" in err, err
+
+
+def test_numbers_beyond_the_float_range_are_refused(capsys, tmp_path):
+    mg = tmp_path / "mg.json"
+    assert run(capsys, "plan", "--workload", "matmul-chain:layers=2", "--machine",
+               "disco-example", "--out", mg)[0] == 0
+    text = mg.read_text()
+    i = text.index('"flops":') + len('"flops":')
+    j = min(text.index(",", i), text.index("}", i))
+    mg.write_text(text[:i] + "1" + "0" * 400 + text[j:])
+    code, out, err = run(capsys, "simulate", mg)
+    assert code == 2 and "flops must be a finite number" in err, err
+
+
+def test_a_plan_that_fails_verification_names_its_file(capsys, tmp_path):
+    mg = tmp_path / "mg.json"
+    assert run(capsys, "plan", "--workload", "matmul-chain:layers=2", "--machine",
+               "disco-example", "--out", mg)[0] == 0
+    code, out, err = run(capsys, "simulate", mg, "--machine", "disco-example:gpu_memory=1KiB")
+    assert code == 2 and f"MemGraph JSON file {str(mg)!r} is not a correct plan: rule 4" in err
 
 
 # -- bad input (issue 16): one line, exit 2, the file, vertex and field named ------------------

@@ -48,10 +48,19 @@ def number(value: object, where: str, field: str, *, count: bool = False,
         if isinstance(value, int) and (value > 0 if positive else value >= 0) \
                 and value <= MAX_COUNT:
             return value
-    elif (unlimited or math.isfinite(value)) and (value > 0 if positive else value >= 0):
+    elif (_finite(value) or unlimited and isinstance(value, float)) \
+            and (value > 0 if positive else value >= 0):
         return float(value)
     got = "missing or null" if value is None else short(value)
     raise error(f"{where}: {field} must be {requirement(count, positive, unlimited)}, got {got}")
+
+
+def _finite(value: int | float) -> bool:
+    """Whether ``value`` is a finite float, or an integer that converts to one."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:        # an integer beyond the float range (10**400)
+        return False
 
 
 def short(value: object, limit: int = 80) -> str:

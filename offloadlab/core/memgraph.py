@@ -177,7 +177,7 @@ class MemGraph:
                       path, "MemGraph")
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "MemGraph JSON") -> "MemGraph":
+    def from_dict(cls, data: Any, where: str = "MemGraph JSON") -> "MemGraph":
         """Read node-link data (:meth:`to_dict`'s, or networkx's with ``edges`` or ``links``),
         checking every field; a :class:`GraphError` names ``where`` (the file), the vertex and
         the field.  The machine stored in ``graph`` is read by :meth:`Machine.from_dict`."""
@@ -185,7 +185,7 @@ class MemGraph:
             return cls._from_dict(data, where)
 
     @classmethod
-    def _from_dict(cls, data: dict, where: str) -> "MemGraph":
+    def _from_dict(cls, data: Any, where: str) -> "MemGraph":
         nodes, edges = node_link(data, where)
         _, meta = _graph_meta(data, where, "MemGraph")
         mg = cls(meta)

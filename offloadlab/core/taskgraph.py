@@ -425,7 +425,7 @@ def _write(graph: dict, nodes: Iterable[dict], edges: Iterable[dict], path: str 
     return None
 
 
-def _read(text_or_path: str | Path, what: str) -> tuple[dict, str]:
+def _read(text_or_path: str | Path, what: str) -> tuple[Any, str]:
     """Parse JSON from a string or a path, raising GraphError that names the file."""
     where = what
     text = str(text_or_path)

@@ -21,10 +21,10 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NoReturn
 
 from ..core.dispatch import POLICIES
-from ..core.errors import GraphError, OffloadlabError, SpecError
+from ..core.errors import GraphError, OffloadlabError, SpecError, VerificationError
 from .plots import lane_key
 
 if TYPE_CHECKING:
@@ -163,13 +163,19 @@ def _check_writable(args: argparse.Namespace, *options: str) -> None:
     """Fail before any work if an output file named by one of ``options`` (``args``
     attributes, e.g. ``"gantt"``) cannot be written: its directory is missing, not a directory
     or not writable, the path is a directory or another non-file, two options name the same
-    file, or a plot's suffix is not an image format."""
+    file, one names an input file (``memgraph``, ``--taskgraph``), or a plot's suffix is not an
+    image format."""
     seen: dict[Path, str] = {}
+    for option, flag in (("memgraph", "the input"), ("taskgraph", "the input --taskgraph")):
+        if getattr(args, option, None):
+            seen[Path(getattr(args, option)).resolve()] = flag
     for option in options:
         value = getattr(args, option, None)
         if value is None:
             continue
         flag = "--" + option.replace("_", "-")
+        if not str(value).strip():
+            raise SpecError(f"{flag}: an empty file name")
         path = Path(value)
         what = f"{flag}: cannot write {str(path)!r}"
         if path.is_dir():
@@ -345,7 +351,11 @@ def _memgraph_file(args: argparse.Namespace):
         mg = MemGraph.from_json(path)
     machine = machine_from_spec(args.machine) if args.machine else _stored_machine(mg, path)
     with phases.phase(f"verifying {len(mg)} MemGraph vertices"):
-        verify(mg, machine=machine)
+        try:
+            verify(mg, machine=machine)
+        except VerificationError as exc:
+            raise VerificationError(f"MemGraph JSON file {path!r} is not a correct plan: "
+                                    f"{exc}") from None
     return mg, machine
 
 
@@ -627,7 +637,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _first_line(fn: Callable) -> str:
-    return (fn.__doc__ or "").strip().split("\n", 1)[0].replace("``", "")
+    """The first paragraph of ``fn``'s docstring, on one line."""
+    paragraph = " ".join((fn.__doc__ or "").strip().split("\n\n", 1)[0].split())
+    return paragraph.rstrip(".;:").replace("``", "")
 
 
 def _options(options: dict[str, object]) -> str:
@@ -695,8 +707,15 @@ QUIET_HELP = "no progress output and no informational lines on stderr"
 PROGRESS_HELP = "progress bars on stderr even when it is not a terminal (default: on a terminal)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors end like every other error: one line, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise SpecError(f"{message} (see '{self.prog} --help')")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="offloadlab", epilog=SPECS, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Plan and simulate CPU-RAM offload of GPU computations.")
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")

@@ -25,8 +25,14 @@ def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int
     elements (so that every planned offset is aligned for the executor's kernels); flops are
     ``flops_per_byte`` per byte touched.
     """
-    if vertices <= 0 or gpus <= 0 or max_inputs <= 0 or window <= 0:
-        raise SpecError("random: vertices, gpus, max_inputs and window must be positive")
+    for name, count in (("vertices", vertices), ("gpus", gpus), ("max_inputs", max_inputs),
+                        ("window", window)):
+        if count <= 0:
+            raise SpecError(f"random: {name} must be positive, got {count}")
+    for name, share in (("input_fraction", input_fraction), ("host_fraction", host_fraction),
+                        ("transfer_fraction", transfer_fraction)):
+        if not 0 <= share <= 1:
+            raise SpecError(f"random: {name} is a probability, between 0 and 1; got {share}")
     if not 0 < min_bytes <= max_bytes:
         raise SpecError(f"random: need 0 < min_bytes <= max_bytes, got {min_bytes}, {max_bytes}")
     rng = random.Random(seed)
