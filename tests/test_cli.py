@@ -640,3 +640,15 @@ def test_help_is_fast_and_imports_nothing_heavy():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_list_writes_options_as_specs_do_and_plans_name_their_taskgraph_file(capsys, tmp_path):
+    code, out, err = run(capsys, "list", "planners")
+    assert code == 0 and "ahead=true" in out and "True" not in out
+    tg = tmp_path / "model.json"
+    graph = build_workload("matmul-chain:layers=2")
+    graph.name = ""
+    graph.to_json(tg)
+    mg = tmp_path / "mg.json"
+    assert run(capsys, "plan", "--taskgraph", tg, "--machine", "disco-example", "--out", mg)[0] == 0
+    assert json.loads(mg.read_text())["graph"]["taskgraph"] == "model"

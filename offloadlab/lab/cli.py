@@ -319,7 +319,9 @@ def _taskgraph(args: argparse.Namespace):
         with _phases(args).phase(f"building {args.workload}"):
             return build_workload(args.workload)
     with _phases(args).phase(f"reading {args.taskgraph}"):
-        return TaskGraph.from_json(args.taskgraph)
+        graph = TaskGraph.from_json(args.taskgraph)
+    graph.name = graph.name or Path(args.taskgraph).stem     # plans name what they planned
+    return graph
 
 
 def _planned(args: argparse.Namespace):
@@ -643,7 +645,9 @@ def _first_line(fn: Callable) -> str:
 
 
 def _options(options: dict[str, object]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in options.items()) or "(no options)"
+    """``key=value, ...`` as a spec would write them (``true``, not ``True``)."""
+    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                     for k, v in options.items()) or "(no options)"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
