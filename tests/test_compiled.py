@@ -49,8 +49,9 @@ def test_the_planner_core_is_all_compiled_or_all_pure_python():
 
 
 def test_list_describes_every_planner(capsys):
-    """mypyc drops the docstrings of compiled functions; the registry reads them from the
-    source, so ``offloadlab list`` reads the same in both builds."""
+    """mypyc drops the docstrings of compiled functions; registered entry points live in
+    pure-Python modules (planner/turnip.py for buildmemgraph), so ``offloadlab list`` reads
+    the same in both builds."""
     assert main(["list", "planners"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for name in PLANNERS:

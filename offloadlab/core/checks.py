@@ -141,31 +141,33 @@ def edge_ends(edge: object, where: str) -> tuple[str, str]:
 
 def finite_tree(value: object, where: str) -> None:
     """Refuse a NaN or infinite number anywhere in a JSON value, naming its path."""
-    stack: list[tuple[object, str]] = [(value, where)]
-    while stack:
-        x, path = stack.pop()
-        if type(x) is float and not math.isfinite(x):
-            raise GraphError(f"{path} is {x!r}: not a finite number (JSON has no NaN or "
-                             f"Infinity)")
-        if type(x) is dict:
-            stack.extend(reversed([(v, f"{path}.{k}") for k, v in x.items()]))
-        elif type(x) is list:
-            stack.extend(reversed([(v, f"{path}[{i}]") for i, v in enumerate(x)]))
+    bad = non_finite(value, where)
+    if bad is not None:
+        raise GraphError(f"{bad[0]} is {bad[1]!r}: not a finite number (JSON has no NaN or "
+                         f"Infinity)")
 
 
-def non_finite_path(value: object, path: str = "") -> str | None:
-    """The path of the first NaN or infinite float in ``value`` (dicts, lists, tuples), or
-    None."""
+def non_finite(value: object, path: str = "") -> tuple[str, float] | None:
+    """The path (below ``path``) and value of the first NaN or infinite float in ``value``
+    (dicts, lists, tuples), or None."""
     stack: list[tuple[object, str]] = [(value, path)]
     while stack:
         x, p = stack.pop()
         if isinstance(x, float) and not math.isfinite(x):
-            return f"{p} = {x!r}" if p else repr(x)
+            return p, x
         if isinstance(x, dict):
             stack.extend(reversed([(v, f"{p}.{k}" if p else str(k)) for k, v in x.items()]))
         elif isinstance(x, (list, tuple)):
             stack.extend(reversed([(v, f"{p}[{i}]") for i, v in enumerate(x)]))
     return None
+
+
+def _where_not_finite(value: object, path: str = "") -> str | None:
+    """``"path = value"`` of the first NaN or infinite float in ``value``, or None."""
+    bad = non_finite(value, path)
+    if bad is None:
+        return None
+    return f"{bad[0]} = {bad[1]!r}" if bad[0] else repr(bad[1])
 
 
 def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[dict], edges: Iterable[dict],
@@ -177,7 +179,7 @@ def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[dict], edges: It
     ``time``; the others are integers and strings) are checked first."""
     import orjson
 
-    bad = non_finite_path(graph, "graph")
+    bad = _where_not_finite(graph, "graph")
     if bad is not None:
         raise GraphError(f"cannot write {what} as JSON: {bad} is not a finite number")
     out.write(b'{"directed":true,"multigraph":false,"graph":' + orjson.dumps(graph))
@@ -215,5 +217,5 @@ def dumps(data: object, what: str) -> str:
     try:
         return json.dumps(data, allow_nan=False)
     except ValueError:
-        raise GraphError(f"cannot write {what} as JSON: {non_finite_path(data)} is not a "
+        raise GraphError(f"cannot write {what} as JSON: {_where_not_finite(data)} is not a "
                          f"finite number") from None

@@ -263,11 +263,10 @@ def _write_plots_and_traces(outputs: Outputs, runs: Mapping[str, "pd.DataFrame"]
             gantt(runs, tmp, title=title)
         written.append(gantt_path)
     if chrome_paths:
-        from ..core.checks import dumps
-        from ..core.trace import to_chrome_trace
+        from ..core.trace import write_chrome_trace
         for label, path in chrome_paths.items():
             with outputs.file(path) as tmp:
-                tmp.write_text(dumps(to_chrome_trace(runs[label]), "Chrome trace"))
+                write_chrome_trace(runs[label], tmp)
             written.append(path)
     return written
 

@@ -27,7 +27,6 @@ from ..core.memgraph import Loc, MemGraph, MemVertex
 from ..core.taskgraph import TaskGraph
 from ..core.util import no_gc
 from .allocator import GpuMemory, Segment
-from .registry import register
 
 Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
 NEVER = 2**62           # the next use of a tensor not read again
@@ -417,26 +416,3 @@ def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
         raise PlanError(f"serial order is not topological: {bad[0]!r} comes before its "
                         f"input {bad[1]!r} (use order=topological)")
     return ids
-
-
-@register("buildmemgraph")
-def buildmemgraph(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
-                  ahead: bool = True, order: str | Sequence[str] = "given",
-                  progress: Callable[[int], None] | None = None) -> MemGraph:
-    """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU.
-
-    ``victim``: ``belady`` (evict what is used furthest in the future, as in the paper) or
-    ``lru``; ``ahead``: allocate as far ahead of execution as memory allows (off: just before
-    execution); ``order``: the serial order V (``given``, ``topological`` or a list of ids).
-    """
-    if victim not in ("belady", "lru"):
-        raise PlanError(f"unknown victim policy {victim!r}: use 'belady' or 'lru'")
-    machine.check_devices(graph.gpus())
-    tasks = graph.tasks
-    ids = [t for t in serial_order(graph, order) if tasks[t].kind != "input"]
-    mg = BuildMemGraph(graph, machine, ids, victim, ahead, progress).run()
-    mg.graph.update(planner="buildmemgraph", taskgraph=graph.name,
-                    options=dict(victim=victim, ahead=ahead,
-                                 order=order if isinstance(order, str) else "explicit"),
-                    machine=machine.to_dict())
-    return mg

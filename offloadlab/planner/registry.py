@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import inspect
-import sys
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ..core.errors import SpecError
 from ..core.machine import Machine
@@ -25,55 +22,11 @@ PLANNERS: dict[str, Planner] = {}
 
 
 def register(name: str) -> Callable[[Planner], Planner]:
-    """Decorator adding a planner function to the registry under ``name``.
-
-    A planner compiled with mypyc (README, The compiled build) has no ``__doc__``: the registry
-    then holds it wrapped in a :class:`CompiledPlanner`, whose ``__doc__`` is read from the
-    module's source, so that ``offloadlab list`` describes it as in the pure-Python build."""
+    """Decorator adding a planner function to the registry under ``name``."""
     def deco(fn: Planner) -> Planner:
-        PLANNERS[name] = fn if inspect.isfunction(fn) or fn.__doc__ else CompiledPlanner(fn)
+        PLANNERS[name] = fn
         return fn
     return deco
-
-
-class CompiledPlanner:
-    # a compiled planner function, called through, with the docstring of its source (a class
-    # docstring here would be replaced by the __doc__ property below)
-
-    def __init__(self, fn: Planner):
-        self.__wrapped__ = fn        # inspect.signature(self) is fn's
-        self.__name__ = self.__qualname__ = getattr(fn, "__name__", "")
-        self.__module__ = getattr(fn, "__module__", "")
-        self._doc: str | None = None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> MemGraph:
-        return self.__wrapped__(*args, **kwargs)
-
-    @property
-    def __doc__(self) -> str:  # type: ignore[override]
-        if self._doc is None:
-            self._doc = source_docstring(self.__module__, self.__name__) or ""
-        return self._doc
-
-    def __repr__(self) -> str:
-        return f"<compiled planner {self.__module__}.{self.__name__}>"
-
-
-def source_docstring(module: str, function: str) -> str | None:
-    """The docstring of the top-level ``function`` in the ``.py`` source of ``module`` (which
-    the wheel ships beside a compiled module), or ``None`` if there is none to read."""
-    path = getattr(sys.modules.get(module), "__file__", None)
-    if not path:
-        return None
-    source = Path(path).with_name(module.rpartition(".")[2] + ".py")
-    try:
-        tree = ast.parse(source.read_bytes(), str(source))
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
-            return ast.get_docstring(node)
-    return None
 
 
 def planner_options(name: str) -> dict[str, object]:
