@@ -9,6 +9,7 @@ from ..errors import SpecError
 from ..spec import apply_options, parse_spec
 from ..taskgraph import TaskGraph
 from .matmul_chain import matmul_chain
+from .models import model
 from .random_dag import random_dag
 from .tp_matmul import tp_matmul
 from .training import TrainingChain, bert_train, gpt2_train, training_chain
@@ -20,6 +21,7 @@ WORKLOADS: dict[str, Callable[..., TaskGraph]] = {
     "training-chain": training_chain,
     "gpt2-train": gpt2_train,
     "bert-train": bert_train,
+    "model": model,
 }
 
 
@@ -41,4 +43,4 @@ def build_workload(spec: str) -> TaskGraph:
 
 
 __all__ = ["WORKLOADS", "TrainingChain", "build_workload", "workload_options", "matmul_chain",
-           "random_dag", "tp_matmul", "training_chain", "gpt2_train", "bert_train"]
+           "random_dag", "tp_matmul", "training_chain", "gpt2_train", "bert_train", "model"]

@@ -1,0 +1,477 @@
+"""TaskGraphs traced from PyTorch modules (``pip install ".[torch]"``; torch is imported only
+when :func:`from_torch` runs).
+
+No weight is materialised: parameters, buffers and inputs are replaced by FakeTensors (shape,
+dtype and strides only; a module built on the meta device works) and
+``torch.fx.experimental.proxy_tensor.make_fx`` records the ATen ops that run.  Then:
+
+- weights, buffers and data inputs are ``input`` vertices in host RAM, each added just before
+  its first reader (an unread one is left out);
+- each ATen op is one ``compute`` vertex holding its output.  An op with several used outputs
+  (``native_layer_norm`` in training, ``convolution_backward``) is one vertex holding all of
+  them, as a flat float32 tensor of their bytes; unused outputs are left out;
+- views and metadata ops (``view``, ``t``, ``expand``, ``permute``, ``slice``, ``alias``,
+  ``_unsafe_view``, ``getitem`` of a split, ...) are no vertex: they move no bytes, and their
+  readers read the tensor they alias (``clone`` copies, so it is a vertex);
+- an op that writes an input in place (``add_``) makes a new version of it: later readers,
+  through any view, read the op's vertex;
+- ``bytes`` is the output's bytes rounded up to 8 (every planned offset stays aligned for any
+  dtype); ``flops`` come from shapes: ``2*M*N*K`` for ``mm``/``addmm`` (and per batch for
+  ``bmm``/``baddbmm``), ``2*out_numel*Cin/groups*kh*kw`` for ``convolution`` (its backward: that
+  per input and weight gradient it computes), ``4*L*S*E`` per batch and head for fused attention
+  (2.5 times that backward), and the largest input or output numel for everything else;
+- the op is the executor's kernel when that kernel computes exactly what the ATen op does with
+  those input vertices in that order (:func:`kernel_op`), else ``mix``.  A ``mix`` vertex
+  that all its readers read through one reshape (``addmm``'s ``[B*T, D]`` viewed as
+  ``[B, T, D]``) is recorded with that shape, so that they can be real ops.  A compute vertex
+  whose tensor is not floating point (indices, masks) is recorded as a float of the same item
+  size (flat float32 for one-byte items), since ``mix`` writes floats.
+
+A training step (``train=True``) traces the forward pass, the loss (``mean`` of the output, or
+``cross_entropy`` against ``target``) and its gradients (``torch.autograd.grad``, which, unlike
+``torch.func.grad``, lets a BatchNorm update its running statistics), then adds one optimizer
+update vertex per trainable weight (``adam_update`` or ``sgd_update`` reading the weight and
+its gradient, ``mix`` when the gradient's vertex does not hold exactly the weight's shape) just
+after its gradient is complete.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..devices import HOST
+from ..errors import GraphError, OffloadlabError, SpecError
+from ..ops import DTYPES
+from ..taskgraph import TaskGraph
+from .pipeline import pipeline
+
+if TYPE_CHECKING:
+    import torch
+    from torch import fx
+
+LOSSES = ("mean", "cross_entropy")
+OPTIMIZERS = {"adam": "adam_update", "sgd": "sgd_update"}
+FLOAT_DTYPES = ("float16", "float32", "float64")
+FLOAT_OF_SIZE = {2: "float16", 4: "float32", 8: "float64"}
+ALIGN = 8         # vertex bytes are rounded up to a multiple of the largest item size
+NO_COPY = ("_unsafe_view",)   # not views by their schema, but they move no bytes
+DEVICE = "gpu0"   # where compute runs before the pipeline placement
+
+
+def from_torch(module: "torch.nn.Module", inputs: "torch.Tensor | Sequence[torch.Tensor]", *,
+               train: bool = False, gpus: int = 1, dtype: str | None = None, name: str = "",
+               loss: str = "mean", target: "torch.Tensor | None" = None,
+               optimizer: str = "adam") -> TaskGraph:
+    """The TaskGraph of ``module``'s forward pass on ``inputs``, or with ``train=True`` of one
+    training step (forward, ``loss``, backward, one ``optimizer`` update per weight), placed
+    as a pipeline on ``gpus`` GPUs (:func:`~offloadlab.core.workloads.pipeline.pipeline`).
+
+    ``inputs`` and ``target`` give shapes and dtypes only (meta tensors will do); ``dtype``
+    (``float16``, ``float32`` or ``float64``) recasts every floating-point weight, buffer and
+    input.  The module is traced in training mode if ``train``, else in eval mode, and its
+    modes are restored afterwards.  Raises :class:`GraphError` naming the op for what a
+    TaskGraph cannot hold (a dtype outside :data:`~offloadlab.core.ops.DTYPES`, an op that
+    returns a number, an in-place write into part of a tensor).
+    """
+    if loss not in LOSSES:
+        raise SpecError(f"from_torch: unknown loss {loss!r}; known: {', '.join(LOSSES)}")
+    if optimizer not in OPTIMIZERS:
+        raise SpecError(f"from_torch: unknown optimizer {optimizer!r}; known: "
+                        f"{', '.join(OPTIMIZERS)}")
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise SpecError(f"from_torch: dtype must be one of {', '.join(FLOAT_DTYPES)}, got "
+                        f"{dtype!r}")
+    if train and loss == "cross_entropy" and target is None:
+        raise SpecError("from_torch: loss='cross_entropy' needs a target")
+    import torch
+    name = name or type(module).__name__
+    data = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    traced = _trace(module, data, target if train else None, train, dtype, loss, name)
+    meta: dict[str, Any] = dict(source="torch", torch=torch.__version__,
+                                mode="train" if train else "infer", gpus=gpus)
+    if train:
+        meta.update(loss=loss, optimizer=optimizer)
+    graph = _Converter(traced, TaskGraph(name=name, meta=meta), OPTIMIZERS[optimizer]).run()
+    return pipeline(graph, gpus)
+
+
+@dataclass
+class _Traced:
+    """A traced forward pass or training step: its FX graph of ATen ops, the vertex id of
+    each placeholder, and in a training step the weights whose gradient each node is."""
+
+    gm: "fx.GraphModule"
+    names: list[str]
+    grads: dict["fx.Node", list[str]]
+
+
+def _trace(module: "torch.nn.Module", data: list["torch.Tensor"], target: "torch.Tensor | None",
+           train: bool, dtype: str | None, loss: str, name: str) -> _Traced:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)   # a plain tensor attribute: a constant
+    cast = getattr(torch, dtype) if dtype is not None else None
+
+    def fake(t: torch.Tensor, grad: bool = False) -> torch.Tensor:
+        floating = t.is_floating_point()
+        with mode:
+            return torch.empty_strided(t.shape, t.stride(), dtype=cast if cast and floating
+                                       else t.dtype, requires_grad=grad and floating)
+
+    params = dict(module.named_parameters())
+    buffers = dict(module.named_buffers())
+    state = [*params, *buffers]
+    trainable = [k for k, p in params.items() if train and p.requires_grad]
+    names = [*state, *(f"input{i}" if len(data) > 1 else "input" for i in range(len(data)))]
+    tensors = [*(fake(p, k in trainable) for k, p in params.items()),
+               *map(fake, buffers.values()), *map(fake, data)]
+    if target is not None:
+        names.append("target")
+        tensors.append(fake(target))
+
+    def step(*args: torch.Tensor) -> Any:
+        weights = dict(zip(state, args))
+        out = torch.func.functional_call(module, weights, tuple(args[len(state):][:len(data)]))
+        if not train:
+            return out
+        value = _loss(out, loss, args[-1] if target is not None else None)
+        return value, torch.autograd.grad(value, [weights[k] for k in trainable],
+                                          allow_unused=True)
+
+    modes = {m: m.training for m in module.modules()}
+    module.train(train)
+    try:
+        gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+    except OffloadlabError:
+        raise
+    except Exception as exc:        # torch raises many kinds; its message says what failed
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise GraphError(f"cannot trace {name}: {type(exc).__name__}: {first}") from exc
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    gm.graph.eliminate_dead_code()
+    grads: dict[fx.Node, list[str]] = {}
+    if train:
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        for weight, node in zip(trainable, output.args[0][1]):
+            if node is not None:
+                grads.setdefault(node, []).append(weight)
+    return _Traced(gm, names, grads)
+
+
+def _loss(out: Any, loss: str, target: "torch.Tensor | None") -> "torch.Tensor":
+    import torch
+    if not isinstance(out, torch.Tensor):
+        raise SpecError(f"from_torch: train=True needs a module returning one tensor, got "
+                        f"{type(out).__name__}")
+    if loss == "mean":
+        return out.mean()
+    assert target is not None
+    return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+
+
+@dataclass
+class _Ref:
+    """What an FX node's tensor is in the TaskGraph: a view of the latest version of the
+    storage first written by vertex ``base``; ``val`` is the node's FakeTensor."""
+
+    base: str
+    val: Any
+
+
+class _Converter:
+    """Walks a traced FX graph in order, adding vertices to ``graph`` (all compute on
+    :data:`DEVICE`)."""
+
+    def __init__(self, traced: _Traced, graph: TaskGraph, update_op: str):
+        self.traced, self.g, self.update_op = traced, graph, update_op
+        self.refs: dict[fx.Node, Any] = {}          # node -> _Ref, or a list of them
+        self.current: dict[str, str] = {}           # base -> vertex holding its latest version
+        self.holds: dict[str, Any] = {}             # vertex -> its one tensor (None: several)
+        self.unread: dict[str, Any] = {}            # input vertices not added yet -> FakeTensor
+
+    def run(self) -> TaskGraph:
+        placeholders = iter(self.traced.names)
+        for node in self.traced.gm.graph.nodes:
+            if node.op == "placeholder":
+                self._input(node, next(placeholders))
+            elif node.op == "get_attr":
+                self._input(node, str(node.target))
+            elif node.op == "call_function" and node.target is operator.getitem:
+                self.refs[node] = self.refs[node.args[0]][node.args[1]]
+            elif node.op == "call_function" and _is_view(node.target):
+                self.refs[node] = _alias(self.refs[_tensor_args(node)[0]].base, node.meta["val"])
+            elif node.op == "call_function":
+                self._compute(node)
+            elif node.op != "output":
+                raise GraphError(f"{self.g.name}: unsupported FX node {node.format_node()}")
+            for weight in self.traced.grads.get(node, ()):
+                self._update(weight, node)
+        return self.g
+
+    def _input(self, node: "fx.Node", name: str) -> None:
+        val = node.meta.get("val")
+        if val is None:
+            raise GraphError(f"{self.g.name}: no tensor recorded for {node.format_node()}")
+        _dtype_name(val, f"input {name!r}")
+        self.refs[node] = _Ref(name, val)
+        if name in self.current:
+            return                                      # a constant referenced again
+        self.current[name] = name
+        self.holds[name] = val
+        self.unread[name] = val
+
+    def _read(self, node: "fx.Node") -> tuple[str, bool]:
+        """The vertex a node's tensor lives in, and whether that vertex holds exactly this
+        tensor (same shape, dtype and element order)."""
+        ref = self.refs[node]
+        vertex = self._vertex(ref.base)
+        held = self.holds[vertex]
+        return vertex, held is not None and _same_tensor(ref.val, held)
+
+    def _vertex(self, base: str) -> str:
+        """The vertex holding ``base``'s latest version; an input vertex is added at its
+        first read."""
+        vertex = self.current[base]
+        val = self.unread.pop(vertex, None)
+        if val is not None:
+            self.g.add_input(vertex, _nbytes([val]), home=HOST, shape=tuple(val.shape),
+                             dtype=_dtype_name(val, f"input {vertex!r}"))
+        return vertex
+
+    def _compute(self, node: "fx.Node") -> None:
+        val = node.meta.get("val")
+        outputs = _outputs(node, val)
+        if outputs is None:
+            return                                       # an op returning nothing (an assert)
+        args = _tensor_args(node)
+        reads = {a: self._read(a) for a in args}
+        written = _written(node)
+        for a in written:
+            if not reads[a][1]:
+                raise GraphError(f"{self.g.name}: op {node.target} writes in place into part "
+                                 f"of tensor {reads[a][0]!r}, which a TaskGraph cannot hold")
+        aliased = _returns_written(node)               # ``add_`` returns the ``self`` it wrote
+        tensors = [self.refs[a].val for a in written]
+        if not aliased:
+            tensors[:0] = [t for t in outputs if t is not None]
+        for t in tensors:
+            _dtype_name(t, f"op {node.target}")
+        single = tensors[0] if len(tensors) == 1 else None
+        shape, dtype = None, "float32"                  # several tensors: flat, their bytes
+        if single is not None:
+            shape, dtype = tuple(single.shape), _dtype_name(single, f"op {node.target}")
+            if dtype not in FLOAT_DTYPES:               # ``mix`` writes floats
+                dtype = FLOAT_OF_SIZE.get(DTYPES[dtype], "float32")
+                shape = shape if DTYPES[dtype] == single.element_size() else None
+                single = None                           # the vertex is not this tensor
+        found = kernel_op(node, single, reads) if single is not None else None
+        op, inputs = found or ("mix", list(dict.fromkeys(v for v, _ in reads.values())))
+        if op == "mix" and single is not None and not written:
+            single = _read_as(node, single)
+            shape = tuple(single.shape)
+        self.g.add_compute(node.name, op, inputs, DEVICE, _nbytes(tensors),
+                           flops=_flops(node, val), shape=shape, dtype=dtype)
+        self.holds[node.name] = single
+        self.current[node.name] = node.name
+        for a in written:
+            self.current[self.refs[a].base] = node.name
+        if aliased:
+            self.refs[node] = _Ref(self.refs[written[0]].base, val)
+        elif isinstance(val, (tuple, list)):
+            self.refs[node] = [None if t is None else _Ref(node.name, t) for t in outputs]
+        else:
+            self.refs[node] = _Ref(node.name, val)
+
+    def _update(self, weight: str, grad: "fx.Node") -> None:
+        """One optimizer step on ``weight`` from ``grad``, just after the gradient is done."""
+        w = self.holds[weight]
+        self._vertex(weight)
+        vertex, exact = self._read(grad)
+        self.g.add_compute(f"{weight}@updated", self.update_op if exact else "mix",
+                           [weight, vertex], DEVICE, _nbytes([w]), flops=float(w.numel()),
+                           shape=tuple(w.shape), dtype=_dtype_name(w, f"weight {weight!r}"))
+
+
+def kernel_op(node: "fx.Node", out: Any, reads: dict["fx.Node", tuple[str, bool]]
+              ) -> tuple[str, list[str]] | None:
+    """The executor op computing exactly what ATen ``node`` does, with its input vertices in
+    argument order, or None (then the vertex is ``mix``).  ``out`` is the node's one
+    (floating-point) output, ``reads`` the vertex of each tensor argument and whether it holds
+    exactly that tensor."""
+    import torch
+    name = node.target._overloadpacket.__name__      # type: ignore[union-attr]
+    args: Any = node.args
+    kwargs: Any = node.kwargs
+    shape = tuple(out.shape)
+
+    def exact(*nodes: Any, fits: Any = lambda s: tuple(s) == shape) -> list[str] | None:
+        """The vertices of ``nodes`` if each holds exactly its tensor, of ``out``'s dtype and
+        of a shape that ``fits``."""
+        for n in nodes:
+            if not (isinstance(n, torch.fx.Node) and reads[n][1]
+                    and n.meta["val"].dtype == out.dtype and fits(n.meta["val"].shape)):
+                return None
+        return [reads[n][0] for n in nodes]
+
+    unary = {"relu": "relu", "silu": "silu", "clone": "copy"}
+    if name in unary and len(args) == 1:
+        ins = exact(args[0])
+        return (unary[name], ins) if ins else None
+    if name == "gelu" and len(args) == 1 and kwargs.get("approximate") == "tanh":
+        ins = exact(args[0])
+        return ("gelu", ins) if ins else None
+    if name == "_softmax" and shape and args[1] % len(shape) == len(shape) - 1 and not args[2]:
+        ins = exact(args[0])
+        return ("softmax", ins) if ins else None
+    if name == "mul" and len(args) == 2 and not kwargs:
+        ins = exact(*args)
+        return ("mul", ins) if ins else None
+    if name == "add" and len(args) == 2 and kwargs.get("alpha", 1) == 1:
+        ins = exact(*args, fits=lambda s: _tiles(s, shape))
+        return ("add", ins) if ins else None
+    if name == "mm":
+        ins = exact(*args, fits=lambda s: True)
+        return ("matmul", ins) if ins else None
+    return None
+
+
+# -- FX nodes ------------------------------------------------------------------------------
+def _is_view(target: Any) -> bool:
+    """An op whose outputs alias its input without writing it (``view``, ``t``, ``split``,
+    ``alias``, ...), or one that moves no bytes though its schema says otherwise."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return False
+    if target._overloadpacket.__name__ in NO_COPY:
+        return True
+    returns = [r.alias_info for r in schema.returns]
+    return bool(returns) and all(a is not None and not a.is_write for a in returns)
+
+
+def _alias(base: str, val: Any) -> Any:
+    if isinstance(val, (tuple, list)):
+        return [_Ref(base, v) for v in val]
+    return _Ref(base, val)
+
+
+def _tensor_args(node: "fx.Node") -> list["fx.Node"]:
+    """The FX nodes among a node's arguments, in order (a repeated one once)."""
+    import torch
+    leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+    return list(dict.fromkeys(a for a in leaves if isinstance(a, torch.fx.Node)))
+
+
+def _written(node: "fx.Node") -> list["fx.Node"]:
+    """The arguments an op writes in place, by its schema (``self`` of ``add_``)."""
+    import torch
+    schema = node.target._schema                    # type: ignore[union-attr]
+    bound = dict(zip((a.name for a in schema.arguments), node.args)) | dict(node.kwargs)
+    return [bound[a.name] for a in schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write
+            and isinstance(bound.get(a.name), torch.fx.Node)]
+
+
+def _read_as(node: "fx.Node", val: Any) -> Any:
+    """The tensor every reader of ``node`` sees if they all read it through one reshape
+    keeping its element order (the ``[B*T, D]`` output of ``addmm`` viewed as ``[B, T, D]``, a
+    bias gradient ``[1, D]`` viewed as ``[D]``), else ``val``: the shape a ``mix`` vertex,
+    which writes any shape, is best recorded with, so that its readers can use real ops."""
+    seen: list[Any] = [u.meta.get("val") for u in node.users if _is_view(u.target)]
+    if len(seen) != len(node.users) or not seen:
+        return val
+    first = seen[0]
+    if val.is_contiguous() and all(
+            type(t) is type(val) and t.shape == first.shape and t.is_contiguous()
+            and t.numel() == val.numel() and t.storage_offset() == val.storage_offset()
+            for t in seen):
+        return first
+    return val
+
+
+def _returns_written(node: "fx.Node") -> bool:
+    """Whether an op returns an argument it wrote in place (``add_``)."""
+    return any(r.alias_info is not None and r.alias_info.is_write
+               for r in node.target._schema.returns)           # type: ignore[union-attr]
+
+
+def _outputs(node: "fx.Node", val: Any) -> list[Any] | None:
+    """The tensors an op makes that are used (None at an unused output's index), or None
+    for an op returning nothing."""
+    import torch
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if val is None or (isinstance(val, (tuple, list)) and not val):
+        return None
+    if not isinstance(val, (tuple, list)) or \
+            not all(isinstance(t, torch.Tensor) or t is None for t in val):
+        raise GraphError(f"op {node.target} returns {type(val).__name__}, not tensors "
+                         f"(data-dependent values are not supported)")
+    used = set()
+    for user in node.users:
+        if user.target is not operator.getitem:
+            raise GraphError(f"op {node.target}: its outputs are read by {user.format_node()}, "
+                             f"not one at a time")
+        used.add(user.args[1])
+    return [t if i in used else None for i, t in enumerate(val)]
+
+
+def _flops(node: "fx.Node", val: Any) -> float:
+    """Flops from shapes (see the module's docstring)."""
+    import torch
+    name = node.target._overloadpacket.__name__      # type: ignore[union-attr]
+    shapes = [a.meta["val"].shape for a in _tensor_args(node)
+              if isinstance(a.meta.get("val"), torch.Tensor)]
+    args: list[Any] = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args]
+    if name in ("mm", "bmm"):
+        return 2.0 * args[0].numel() * args[1].shape[-1]
+    if name in ("addmm", "baddbmm"):
+        return 2.0 * args[1].numel() * args[2].shape[-1]
+    if name == "convolution":
+        return 2.0 * val.numel() * math.prod(args[1].shape[1:])
+    if name == "convolution_backward":
+        grad_out, weight, mask = args[0], args[2], args[-1]
+        per = 2.0 * grad_out.numel() * math.prod(weight.shape[1:])
+        return per * (mask[0] + mask[1]) + grad_out.numel() * mask[2]
+    if name.startswith("_scaled_dot_product") and "attention" in name:
+        backward = name.endswith("_backward")
+        q, k, v = args[1:4] if backward else args[0:3]
+        forward = 2.0 * math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+        return forward * (2.5 if backward else 1.0)
+    outs = [val] if isinstance(val, torch.Tensor) else [t for t in val or () if t is not None]
+    return float(max([math.prod(s) for s in shapes] + [t.numel() for t in outs] + [1]))
+
+
+# -- tensors -------------------------------------------------------------------------------
+def _nbytes(tensors: Sequence[Any]) -> int:
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    return max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+
+
+def _dtype_name(t: Any, what: str) -> str:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise GraphError(f"{what}: dtype {name} is not one a TaskGraph holds "
+                         f"({', '.join(DTYPES)})")
+    return name
+
+
+def _same_tensor(t: Any, held: Any) -> bool:
+    """Whether ``t`` is ``held`` or a view of it with its shape, dtype and element order."""
+    return t is held or (t.dtype == held.dtype and t.shape == held.shape and t.is_contiguous()
+                         and held.is_contiguous() and t.storage_offset() == held.storage_offset())
+
+
+def _tiles(shape: Sequence[int], out: Sequence[int]) -> bool:
+    """Whether broadcasting ``shape`` to ``out`` repeats it whole (leading dimensions only),
+    as the ``add`` kernel's tiling does."""
+    rest = list(shape)
+    while rest and rest[0] == 1:
+        rest.pop(0)
+    return not rest or list(out[len(out) - len(rest):]) == rest
