@@ -58,7 +58,7 @@ def run_all(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]],
     it with each policy.  ``progress`` receives a line per step."""
     from ..core.verify import verify as verify_memgraph
     from ..planner import plan
-    from ..simulator import simulate
+    from ..simulator import makespan, simulate
 
     say = progress or (lambda line: None)
     plans: dict[str, MemGraph] = {}
@@ -66,7 +66,7 @@ def run_all(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]],
     for planner, policy in runs:
         if planner not in plans:
             say(f"planning with {planner} ...")
-            plans[planner] = mg = plan(graph, machine, planner)
+            plans[planner] = mg = plan(graph, machine, planner, evaluate=makespan)
             if verify:
                 verify_memgraph(mg, graph, machine)
             say(f"  {len(mg)} vertices, {mg.count('offload')} offloads, "

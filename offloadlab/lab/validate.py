@@ -21,7 +21,7 @@ from ..core.taskgraph import TaskGraph
 from ..core.trace import busy_time
 from ..executor import ExecResult, check_outputs, execute, reference_outputs
 from ..planner import plan
-from ..simulator import simulate
+from ..simulator import makespan, simulate
 
 COLUMNS = ["planner", "component", "simulated", "measured", "error"]
 
@@ -102,6 +102,6 @@ def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: 
     for spec in planners:
         if progress:
             progress(spec)
-        out.append(validate_memgraph(plan(graph, machine, spec), machine, graph, spec, runs,
+        out.append(validate_memgraph(plan(graph, machine, spec, evaluate=makespan), machine, graph, spec, runs,
                                      backend, policy, rate_limit))
     return out

@@ -30,6 +30,8 @@ from .allocator import GpuMemory, Segment
 
 Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
 NEVER = 2**62           # the next use of a tensor not read again
+VICTIMS = ("cost", "belady", "lru")   # victim policies, the default first
+SCALE = 20              # fixed-point bits of the ``cost`` victim policy's bytes per item
 
 
 @dataclass(slots=True, eq=False)
@@ -338,13 +340,21 @@ class BuildMemGraph:
         return uses[k] if k < len(uses) else None
 
     def _costs(self, pinned: set[Slot]) -> Callable[[Slot], tuple[float, int] | None]:
-        """The cost of evicting each resident now: ``(badness, bytes to offload)``, or None
-        for the ``pinned``.  Lower badness is better: ``belady`` prefers the furthest next
-        use, ``lru`` the least recent use.  Retracting an allocation made ahead costs no
-        transfer; its "use" is when its item comes.  (The victim search calls this for every
-        resident, so it keeps what it needs in locals.)"""
+        """The cost of evicting each resident now: ``(badness, bytes)``, or None for the
+        ``pinned``; the victim search minimises a window's worst badness, then its bytes.
+
+        ``belady`` (the paper's rule): badness is minus the next use (the furthest is evicted
+        first), bytes are those to offload.  ``lru``: badness is the last use.  ``cost``: no
+        badness; "bytes" are the bytes the eviction makes move (an offload unless host RAM has
+        a copy, and a reload if the tensor is read again) divided by how many items away its
+        next use is, summed over the window: with equal sizes and every victim dirty this is
+        Belady's rule, but a clean tensor (a weight, or a reload not written since) costs half
+        a dirty one, a big tensor more than a small one, and a copy not needed again only its
+        offload.  Retracting an allocation made ahead moves nothing (``cost``: free); its
+        "use" is when its item comes.  (The victim search calls this for every resident, so
+        it keeps what it needs in locals.)"""
         resident, host_copy, uses, now = self.resident, self.host_copy, self.uses, self.exec_hzn
-        lru = self.victim == "lru"
+        victim, kept, horizon = self.victim, self.kept, len(self.items)
         bisect_right = bisect.bisect_right
 
         def cost(owner: Slot) -> tuple[float, int] | None:
@@ -352,16 +362,24 @@ class BuildMemGraph:
                 return None
             res = resident[owner]
             if not res.materialized:
-                return (res.last_use if lru else -res.item), 0
+                if victim == "cost":
+                    return 0.0, 0
+                return (res.last_use if victim == "lru" else -res.item), 0
             offload = 0 if owner[0] in host_copy else res.loc.size
-            if lru:
+            if victim == "lru":
                 return res.last_use, offload
             nxt = res.next_use
             if nxt <= now:                   # the cached next use has passed: look it up
                 used = uses.get(owner, ())
                 k = bisect_right(used, now)
                 nxt = res.next_use = used[k] if k < len(used) else NEVER
-            return (-math.inf if nxt == NEVER else -nxt), offload
+            if victim == "belady":
+                return (-math.inf if nxt == NEVER else -nxt), offload
+            if nxt == NEVER:
+                if owner[0] not in kept:
+                    return 0.0, 0
+                return 0.0, (offload << SCALE) // max(1, horizon - now)
+            return 0.0, ((offload + res.loc.size) << SCALE) // (nxt - now)
         return cost
 
 

@@ -18,6 +18,14 @@ keyword-only arguments with defaults, so that ``NAME:key=value`` specs can be ch
 coerced against them."""
 
 
+Evaluate = Callable[[MemGraph, Machine], float]
+"""How a planner that searches scores a candidate plan (seconds; lower is better).  The
+planners cannot simulate (the simulator sits above them), so the caller passes one in,
+usually :func:`offloadlab.simulator.makespan`."""
+
+HOOKS = ("progress", "evaluate")
+"""Keyword arguments :func:`plan` hands to the planners that take them; not options."""
+
 PLANNERS: dict[str, Planner] = {}
 
 
@@ -33,7 +41,7 @@ def planner_options(name: str) -> dict[str, object]:
     """The options a planner takes, with their defaults."""
     params = inspect.signature(get_planner(name)).parameters
     return {p.name: p.default for p in params.values()
-            if p.kind is p.KEYWORD_ONLY and p.name != "progress"}
+            if p.kind is p.KEYWORD_ONLY and p.name not in HOOKS}
 
 
 def get_planner(name: str) -> Planner:
@@ -43,11 +51,13 @@ def get_planner(name: str) -> Planner:
 
 
 def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
-         progress: Callable[[int], None] | None = None, **options) -> MemGraph:
+         progress: Callable[[int], None] | None = None, evaluate: Evaluate | None = None,
+         **options) -> MemGraph:
     """Plan ``graph`` on ``machine`` with the planner ``spec`` (``NAME[:key=value,...]``);
     keyword ``options`` override the spec's.  ``progress(done)``, if given, hears now and then
     how many of the TaskGraph's vertices are planned, from planners that take a ``progress``
-    keyword (BuildMemGraph and the planners built on it)."""
+    keyword (BuildMemGraph and the planners built on it); ``evaluate`` scores candidate plans
+    for planners that search (``buildmemgraph:search=N``)."""
     name, raw = parse_spec(spec)
     planner = get_planner(name)
     merged = apply_options(planner_options(name), raw, f"planner {name!r}")
@@ -55,8 +65,10 @@ def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
     if unknown:
         raise SpecError(f"planner {name!r}: unknown option(s) {', '.join(unknown)}")
     merged.update(options)
-    if progress is not None and "progress" in inspect.signature(planner).parameters:
-        merged["progress"] = progress
+    takes = inspect.signature(planner).parameters
+    for key, hook in (("progress", progress), ("evaluate", evaluate)):
+        if hook is not None and key in takes:
+            merged[key] = hook
     mg = planner(graph, machine, **merged)
     mg.stamp_tensors(graph)
     return mg

@@ -31,7 +31,7 @@ from ..core.trace import memory_and_peaks, run_trace
 from ..core.util import no_gc
 from .model import DeadlockError, Model
 
-__all__ = ["simulate", "SimResult", "POLICIES", "DeadlockError", "PolicyError"]
+__all__ = ["simulate", "makespan", "SimResult", "POLICIES", "DeadlockError", "PolicyError"]
 
 
 @dataclass
@@ -79,3 +79,13 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     return SimResult(trace=trace, makespan=float(max(trace["end"], default=0.0)),
                      busy={name: r.busy for name, r in model.resources.items()},
                      memory=memory, peak_memory=peaks)
+
+
+def makespan(memgraph: MemGraph, machine: Machine, policy: str = "dynamic") -> float:
+    """The simulated makespan alone (no trace, no memory accounting): how planners that
+    search (``buildmemgraph:search=N``) score a candidate, passed to them as ``evaluate``."""
+    check_policy(policy)
+    with no_gc():
+        model = Model(memgraph, machine, policy, 0.0, 0, machine.streams)
+        model.run()
+    return max(model.end, default=0.0)

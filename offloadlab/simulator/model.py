@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 from simpy.events import Timeout
 
+from ..core.bound import durations as cost_durations
 from ..core.errors import GraphError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
@@ -54,12 +55,7 @@ class Model:
 
     def _durations(self, memgraph: MemGraph, machine: Machine, noise: float,
                    seed: int) -> list[float]:
-        sizes = {v.id: v.bytes for v in self.vertices}
-        durations = []
-        for v in self.vertices:
-            touched = v.bytes + sum(sizes[u] for u in v.inputs) if v.kind == "compute" else 0
-            durations.append(machine.duration(v.kind, v.device, v.bytes, v.flops, touched, v.time,
-                                              v.op))
+        durations = cost_durations(memgraph, machine, self.vertices)
         if noise > 0:
             z = np.random.default_rng(seed).standard_normal(len(durations))
             factors = np.exp(noise * z - noise ** 2 / 2).tolist()

@@ -198,6 +198,8 @@ class _Converter:
 
     def run(self) -> TaskGraph:
         placeholders = iter(self.traced.names)
+        output = next(n for n in self.traced.gm.graph.nodes if n.op == "output")
+        loss = output.args[0][0] if self.traced.grads else None
         for node in self.traced.gm.graph.nodes:
             if node.op == "placeholder":
                 self._input(node, next(placeholders))
@@ -213,6 +215,8 @@ class _Converter:
                 raise GraphError(f"{self.g.name}: unsupported FX node {node.format_node()}")
             for weight in self.traced.grads.get(node, ()):
                 self._update(weight, node)
+            if node is loss:        # the forward pass ends: pipeline() cuts stages over it
+                self.g.meta["forward"] = sum(t.kind == "compute" for t in self.g)
         return self.g
 
     def _input(self, node: "fx.Node", name: str) -> None:

@@ -17,7 +17,14 @@ def pipeline(graph: TaskGraph, gpus: int) -> TaskGraph:
     ``gpus`` contiguous non-empty stages of about equal flops, stage i on ``gpu{i}``.  A vertex
     reading a tensor made on another GPU reads it through a transfer vertex ``"{tensor}>gpu{i}"``
     (one per tensor and destination, added just before its first reader); tensors in host RAM
-    are read directly (the planner loads them)."""
+    are read directly (the planner loads them).
+
+    A training step says in ``graph.meta["forward"]`` how many of its first compute vertices
+    are the forward pass (and the loss); only those are cut into stages, and every later
+    vertex (the backward pass, the updates) runs where the forward tensors and weights it
+    reads live (the last stage among them; a vertex reading neither, where its inputs were
+    made), so that a layer's backward runs on its forward's GPU as in pipeline-parallel
+    training."""
     if type(gpus) is not int or gpus < 1:
         raise SpecError(f"pipeline: gpus must be a positive integer, got {gpus!r}")
     compute = [t for t in graph if t.kind == "compute"]
@@ -30,7 +37,20 @@ def pipeline(graph: TaskGraph, gpus: int) -> TaskGraph:
         raise SpecError(f"pipeline: cannot cut {len(compute)} compute vertices into {gpus} stages")
     if graph.out_of_order() is not None:
         raise GraphError(f"pipeline: {graph.name!r} is not in a topological insertion order")
-    stage = dict(zip((t.id for t in compute), stages([t.flops for t in compute], gpus)))
+    forward = graph.meta.get("forward", len(compute))
+    if type(forward) is not int or not gpus <= forward <= len(compute):
+        raise GraphError(f"pipeline: meta 'forward' of {graph.name!r} must count at least "
+                         f"{gpus} and at most its {len(compute)} compute vertices, got "
+                         f"{forward!r}")
+    stage = dict(zip((t.id for t in compute[:forward]),
+                     stages([t.flops for t in compute[:forward]], gpus)))
+    anchor = dict(stage)                # forward tensors and weights: where they are read
+    for task in compute[:forward]:
+        for u in task.inputs:
+            anchor.setdefault(u, stage[task.id])
+    for task in compute[forward:]:
+        anchored = [anchor[u] for u in task.inputs if u in anchor]
+        stage[task.id] = max(anchored or [stage.get(u, 0) for u in task.inputs] or [0])
     placed = TaskGraph(name=graph.name, meta=dict(graph.meta))
     for task in graph:
         if task.kind != "compute":
