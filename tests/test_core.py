@@ -242,6 +242,8 @@ def test_validate_rejects_non_finite_numbers_from_the_api():
     ({"kind": "transfer", "device": "gpu0->"}, "transfer device must be 'gpuI->gpuJ'"),
     ({"dtype": "complex128"}, "vertex 'b': unknown dtype 'complex128'"),
     ({"op": ["add"]}, "vertex 'b': unknown op ['add']"),
+    ({"kind": "transfer", "device": "gpu0->gpu1", "op": False},
+     "vertex 'b': only compute vertices have an op; this transfer vertex has op False"),
     ({"shape": [16, "a"]}, "vertex 'b': shape must be a list of integers >= 0"),
     ({"shape": 16}, "vertex 'b': shape must be a list of integers >= 0"),
     ({"shape": [1024, 1024]}, "shape [1024, 1024] of float32 needs 4194304 bytes, more than"),

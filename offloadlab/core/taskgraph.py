@@ -167,6 +167,9 @@ class TaskGraph:
                                  f"{', '.join(DTYPES)}")
             if t.shape is not None:
                 _check_shape(t)
+            if kind != "compute" and t.op is not None:
+                raise GraphError(f"vertex {t.id!r}: only compute vertices have an op; this "
+                                 f"{kind} vertex has op {short(t.op)} (use null)")
             if kind == "input":
                 if t.inputs:
                     raise GraphError(f"vertex {t.id!r}: an input vertex reads nothing")
