@@ -79,8 +79,9 @@ def test_unknown_planner_and_options(tp_graph):
         plan(tp_graph, m, "magic")
     with pytest.raises(SpecError, match="unknown option.*speed"):
         plan(tp_graph, m, "buildmemgraph:speed=11")
-    with pytest.raises(PlanError, match="unknown victim policy 'random'"):
-        plan(tp_graph, m, "buildmemgraph:victim=random")
+    for planner in ("buildmemgraph", "levelwise"):
+        with pytest.raises(PlanError, match="unknown victim policy 'random'"):
+            plan(tp_graph, m, f"{planner}:victim=random")
     with pytest.raises(SpecError, match="has 2 GPU"):
         plan(tp_graph, tp_machine(5).__class__(gpus=2), "buildmemgraph")
 

@@ -54,6 +54,8 @@ class BuildMemGraph:
 
     def __init__(self, graph: TaskGraph, machine: Machine, order: Sequence[str],
                  victim: str, ahead: bool, progress: Callable[[int], None] | None = None):
+        if victim not in VICTIMS:
+            raise PlanError(f"unknown victim policy {victim!r}; use {', '.join(VICTIMS)}")
         self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
         self.task = graph.tasks
         self.mg = MemGraph()
