@@ -334,13 +334,13 @@ def _planned(args: argparse.Namespace):
     machine = machine_from_spec(args.machine)
     phases = _phases(args)
     with phases.phase(f"planning with {args.planner}", total=len(graph)) as report:
-        mg = plan(graph, machine, args.planner, progress=report, evaluate=makespan)
+        mg = plan(graph, machine, args.planner, progress=report, evaluate=_makespan)
     with phases.phase(f"verifying {len(mg)} MemGraph vertices"):
         verify(mg, graph, machine)
     return mg, graph, machine
 
 
-def makespan(memgraph, machine) -> float:
+def _makespan(memgraph, machine) -> float:
     """The simulated makespan, for planners that search; imports the simulator only then."""
     from ..simulator import makespan as simulated
     return simulated(memgraph, machine)

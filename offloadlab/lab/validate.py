@@ -102,6 +102,7 @@ def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: 
     for spec in planners:
         if progress:
             progress(spec)
-        out.append(validate_memgraph(plan(graph, machine, spec, evaluate=makespan), machine, graph, spec, runs,
-                                     backend, policy, rate_limit))
+        memgraph = plan(graph, machine, spec, evaluate=makespan)
+        out.append(validate_memgraph(memgraph, machine, graph, spec, runs, backend, policy,
+                                     rate_limit))
     return out

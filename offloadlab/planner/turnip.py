@@ -41,13 +41,13 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, *, victim: str = "cost",
         raise PlanError(f"buildmemgraph: search must be an integer from 1 to "
                         f"{1 + len(PORTFOLIO)}, got {search!r}")
     machine.check_devices(graph.gpus())
-    settings = [(victim, ahead, order)]
-    settings += [s for s in PORTFOLIO if s != settings[0]][:search - 1]
     if search == 1:
         return _plan(graph, machine, victim, ahead, order, progress)
     if evaluate is None:
         raise PlanError("buildmemgraph: search needs to simulate each plan: pass "
                         "evaluate=offloadlab.simulator.makespan (the CLI does)")
+    settings = [(victim, ahead, order)]
+    settings += [s for s in PORTFOLIO if s != settings[0]][:search - 1]
     best: tuple[float, MemGraph] | None = None
     for k, (victim_k, ahead_k, order_k) in enumerate(settings):
         mg = _plan(graph, machine, victim_k, ahead_k, order_k, progress if k == 0 else None)
