@@ -46,6 +46,10 @@ INDEX_AT = 64
 """Segments from which :meth:`GpuMemory.find_free` indexes the free runs (it drops the index
 below a quarter of that)."""
 
+VICTIM_SCAN = 128
+"""Window starts that :meth:`GpuMemory.find_victims` judges per eviction (its clock hand's
+reach); 64 to 512 were measured (README, Scaling)."""
+
 
 class GpuMemory:
     """The simulated address space ``[0, capacity)`` of one GPU."""
@@ -55,6 +59,7 @@ class GpuMemory:
         self.capacity = capacity
         self.segments: list[Segment] = [Segment(0, capacity)]
         self._no_fit = capacity + 1   # no free run holds this many bytes
+        self._hand = 0                # find_victims' clock hand: an offset
         self._indexed = False         # whether the free runs below are kept
         self._runs: dict[int, tuple[int, int]] = {}   # free run start -> (end, first freed_at)
         self._run_starts: list[int] = []         # the free runs' starts, ascending
@@ -136,21 +141,48 @@ class GpuMemory:
         """simMallocOffld's search: a window of ``size`` bytes whose occupants may all be
         evicted (``cost`` is not None) and whose worst occupant is least bad, where
         ``cost(owner) = (badness, bytes to offload)``; ties go to the window that offloads
-        fewer bytes, then to the lowest offset.  Returns its offset and its occupants.
+        fewer bytes.  Returns its offset and its occupants.
 
-        Windows start at segment starts; one sliding pass keeps the window's pinned count,
-        offload bytes and (in a monotonic deque) its worst badness."""
+        The search is bounded as the CLOCK page-replacement algorithm bounds LRU: a hand
+        sweeps the address space, the windows starting at the :data:`VICTIM_SCAN` segments
+        from the hand on are judged (wrapping at the end; all of them only if none of those
+        can be emptied), the last ties go to the window nearest after the hand, and the hand
+        stops after the chosen window.  An eviction so costs a constant instead of the
+        number of residents, and successive evictions cycle through memory, so that a new
+        occupant's memory edges reach back to old frees rather than to the latest."""
+        n = len(self.segments)
+        h, k = self._index(self._hand), min(n, VICTIM_SCAN)
+        best = self._slide(h, min(n, h + k), size, cost, None)
+        if h + k > n:
+            best = self._slide(0, h + k - n, size, cost, best)
+        if best is None and k < n:
+            best = self._slide(0, n, size, cost, None)
+        if best is None:
+            return None
+        _, first, last = best
+        offset = self.segments[first].start
+        self._hand = offset + size if offset + size < self.capacity else 0
+        return offset, [s.owner for s in self.segments[first:last] if s.owner is not None]
+
+    def _slide(self, i0: int, i1: int, size: int,
+               cost: Callable[[Owner], tuple[float, int] | None],
+               best: tuple[tuple[float, int, int], int, int] | None
+               ) -> tuple[tuple[float, int, int], int, int] | None:
+        """:meth:`find_victims` over the windows starting at segments ``i0..i1-1``, beating
+        ``best``: ``((worst badness, bytes, distance after the hand), first, last)``, the
+        window being segments ``first..last-1``.  One sliding pass keeps the window's pinned
+        count, offload bytes and (in a monotonic deque) its worst badness."""
         segs, n = self.segments, len(self.segments)
-        badness = [0.0] * n                # of each evictable occupant seen
-        moves = [-1] * n                   # its bytes to offload; -1: free or pinned
+        hand, capacity = self._hand, self.capacity
+        badness: dict[int, float] = {}     # of each evictable occupant seen, by index
+        moves: dict[int, int] = {}         # its bytes to offload (pinned ones are absent)
         worst: deque[int] = deque()        # evictable indices in the window, badness decreasing
-        best_key: tuple[float, int, int] | None = None
-        first = last = 0                   # the best window is segments first..last-1
-        j = pinned = moved = 0             # the window is segments i..j-1
-        for i in range(n):
+        j = i0
+        pinned = moved = 0                 # the window is segments i..j-1
+        for i in range(i0, i1):
             start = segs[i].start
             end = start + size
-            if end > self.capacity:
+            if end > capacity:
                 break
             while j < n and segs[j].start < end:
                 owner = segs[j].owner
@@ -166,22 +198,19 @@ class GpuMemory:
                         worst.append(j)
                 j += 1
             if not pinned:
-                key = (badness[worst[0]] if worst else -math.inf, moved, start)
-                if best_key is None or key < best_key:
-                    best_key, first, last = key, i, j
+                key = (badness[worst[0]] if worst else -math.inf, moved, (start - hand) % capacity)
+                if best is None or key < best[0]:
+                    best = key, i, j
                     if key[:2] == (-math.inf, 0):
                         break                   # nothing to lose here: no window beats it
-            owner = segs[i].owner
-            if owner is not None:               # segment i leaves the window
-                if moves[i] < 0:
-                    pinned -= 1
-                else:
+            if segs[i].owner is not None:       # segment i leaves the window
+                if i in moves:
                     moved -= moves[i]
                     if worst and worst[0] == i:
                         worst.popleft()
-        if best_key is None:
-            return None
-        return best_key[2], [s.owner for s in segs[first:last] if s.owner is not None]
+                else:
+                    pinned -= 1
+        return best
 
     def owners(self) -> list[Owner]:
         return [s.owner for s in self.segments if s.owner is not None]
