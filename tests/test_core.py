@@ -419,6 +419,13 @@ def test_unlimited_rates_are_written_as_null_and_read_back(tmp_path):
         Machine.from_dict(m.to_dict() | {"gpu_memory": None})
 
 
+def test_machine_files_written_with_the_dropped_cpu_cores_field_still_load():
+    m = PRESETS["a100x8"]
+    assert Machine.from_dict(m.to_dict() | {"cpu_cores": 96}) == m
+    with pytest.raises(SpecError, match="unknown field.*cpu_threads"):
+        Machine.from_dict(m.to_dict() | {"cpu_threads": 96})
+
+
 def test_everything_written_is_strict_json(disco):
     def strict(text):
         return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))

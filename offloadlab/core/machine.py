@@ -52,7 +52,6 @@ class Machine:
     host_bus_bandwidth: float = 0.0
     gpu_gpu_bandwidth: float = 25e9
     gpu_gpu_latency: float = 10e-6
-    cpu_cores: int = 16
     cpu_flops: float = 0.5e12
     op_rates: tuple[tuple[str, float, float], ...] = ()
 
@@ -63,9 +62,6 @@ class Machine:
     # -- topology ---------------------------------------------------------------------
     def gpu_names(self) -> list[str]:
         return [gpu_name(i) for i in range(self.gpus)]
-
-    def capacity(self, device: str) -> int:
-        return self.gpu_memory
 
     def check_devices(self, devices) -> None:
         """Raise SpecError if a graph uses a GPU this machine lacks."""
@@ -138,6 +134,8 @@ class Machine:
             raise SpecError(f"{where}: expected a JSON object of Machine fields, got "
                             f"{short(data)}")
         types = {f.name: f.type for f in fields(cls)}
+        # cpu_cores, never used, was dropped: files that still carry it load as before
+        data = {k: v for k, v in data.items() if k != "cpu_cores"}
         unknown = sorted(set(data) - set(types))
         if unknown:
             raise SpecError(f"{where}: unknown field(s): {', '.join(map(str, unknown))}")
@@ -216,8 +214,7 @@ def _disco_example() -> Machine:
         gpus=2, gpu_memory=80 * MiB, gpu_flops=float(2 * 1024 * 4096 * 2048),
         gpu_mem_bandwidth=1e15, kernel_latency=0.0, streams=5,
         h2d_bandwidth=float(shard), d2h_bandwidth=float(shard), link_latency=0.0,
-        host_bus_bandwidth=float(shard), gpu_gpu_bandwidth=float("inf"), gpu_gpu_latency=0.0,
-        cpu_cores=8, cpu_flops=1e9)
+        host_bus_bandwidth=float(shard), gpu_gpu_bandwidth=float("inf"), gpu_gpu_latency=0.0, cpu_flops=1e9)
 
 
 PRESETS: dict[str, Machine] = {
@@ -231,13 +228,12 @@ PRESETS: dict[str, Machine] = {
         name="p100x4", source="TURNIP Sec. 8: 4x P100 16 GB server; 9.3 TFLOP/s fp32, 732 GB/s, "
         "PCIe 3.0 x16 (~12 GB/s) from NVIDIA's P100 datasheet",
         gpus=4, gpu_memory=16 * GiB, gpu_flops=9.3e12, gpu_mem_bandwidth=732e9,
-        h2d_bandwidth=12e9, d2h_bandwidth=12e9, gpu_gpu_bandwidth=10e9, cpu_cores=48),
+        h2d_bandwidth=12e9, d2h_bandwidth=12e9, gpu_gpu_bandwidth=10e9),
     "a100x8": Machine(
         name="a100x8", source="TURNIP Sec. 8: AWS p4d.24xlarge, 8x A100 40 GB; 19.5 TFLOP/s fp32, "
         "1.55 TB/s; host->GPU measured at ~25 GB/s on p4d, falling to 11-13 GB/s while GPU->host runs (the project's design notes)",
         gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_mem_bandwidth=1555e9,
-        h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48, gpu_gpu_bandwidth=300e9,
-        cpu_cores=96, cpu_flops=2e12),
+        h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48, gpu_gpu_bandwidth=300e9, cpu_flops=2e12),
 }
 
 

@@ -29,7 +29,6 @@ from ..core.machine import MiB, Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
 from . import execute
 
-KERNEL_OPS = ("matmul", "add", "mix", "softmax", "relu", "layernorm", "adam_update")
 DUPLEX_REPEATS = 4
 
 

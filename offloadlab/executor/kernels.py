@@ -43,7 +43,6 @@ class Kernel:
 
     fn: KernelFn
     scratch: Callable[[Array, Sequence[Array]], int] = lambda out, args: 0
-    doc: str = ""
 
 
 # -- tensors --------------------------------------------------------------------------------

@@ -30,10 +30,6 @@ class Run:
     memgraph: MemGraph
     result: "SimResult"
 
-    @property
-    def label(self) -> str:
-        return f"{self.planner} ({self.policy})"
-
     def row(self) -> dict[str, object]:
         """This run as a row of :func:`table`.  ``bytes_moved`` counts host<->GPU traffic
         (offloads, reloads, loads); GPU->GPU transfers are TaskGraph vertices every plan has."""

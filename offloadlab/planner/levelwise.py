@@ -17,22 +17,22 @@ from ..core.devices import HOST
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
-from .buildmemgraph import BuildMemGraph, serial_order
+from .buildmemgraph import BuildMemGraph
 from .registry import register
 
 
 def levels(graph: TaskGraph) -> list[list[str]]:
-    """Non-input vertices by level: 0 reads only inputs, level k reads some level k-1 vertex."""
-    level: dict[str, int] = {}
-    for t in serial_order(graph, "topological"):
-        task = graph[t]
-        if task.kind != "input":
-            level[t] = 1 + max((level[u] for u in task.inputs if u in level), default=-1)
-    out: list[list[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
-    for t in graph.tasks:
-        if t in level:
-            out[level[t]].append(t)
-    return out
+    """Non-input vertices by level, the topological generations of the graph without its
+    inputs (level 0 reads only inputs, level k reads some level k-1 vertex), each level in the
+    TaskGraph's order."""
+    import networkx as nx
+    graph.validate()
+    computed = nx.DiGraph()
+    computed.add_nodes_from(t for t, task in graph.tasks.items() if task.kind != "input")
+    computed.add_edges_from((u, t) for t in computed for u in graph[t].inputs if u in computed)
+    position = {t: i for i, t in enumerate(graph.tasks)}
+    return [sorted(level, key=position.__getitem__)
+            for level in nx.topological_generations(computed)]
 
 
 @register("levelwise")

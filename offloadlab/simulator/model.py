@@ -1,6 +1,6 @@
 """The discrete-event model: a MemGraph compiled to integer arrays, run on SimPy resources.
 
-DESIGN.md, Execution semantics: a vertex may start when all its predecessors (data and memory
+docs/design.md, Execution semantics: a vertex may start when all its predecessors (data and memory
 edges alike) have finished and its resource is free.  Vertices are numbered by planner order.
 When a vertex finishes, its successors' predecessor counts drop; a vertex whose count reaches
 zero joins its engine's ready queue.  Dispatch is deferred to one pass per simulated instant,
@@ -23,7 +23,7 @@ from ..core.errors import GraphError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.dispatch import Queues
-from .resources import Bus, Engine
+from .resources import Bus, Engine, Resource
 
 
 class DeadlockError(GraphError):
@@ -49,7 +49,7 @@ class Model:
         self.stream = [0] * n
         self.finished = 0
         self.progress = progress    # hears now and then how many vertices have finished
-        self._dirty: list[Engine | Bus] = []
+        self._dirty: list[Resource] = []
         self._pass_pending = False
         self._build_resources(machine, policy, streams, seed)
 
@@ -79,19 +79,24 @@ class Model:
         def queue(name):
             return queues.new(sequences[name])
 
-        self.resources: dict[str, Engine | Bus] = {}
+        engines: dict[str, Engine] = {}
+        buses: dict[str, Bus] = {}
         for name in sequences:
             if name.startswith("bus:"):
-                self.resources[name] = Bus(self, name, queue(name))
+                buses[name] = Bus(self.env, name, queue(name), granted=self._begin,
+                                  changed=self.mark)
             else:
                 slots = streams if name.startswith("gpu") and "->" not in name else 1
-                self.resources[name] = Engine(self, name, slots, queue(name))
-        self.engine = [self.resources[held[0]] if held else None for held in names]
-        self.bus = [self.resources[held[1]] if len(held) > 1 else None for held in names]
+                engines[name] = Engine(self.env, name, slots, queue(name), taken=self._taken,
+                                       released=self._released, finished=self.finish,
+                                       changed=self.mark)
+        self.resources: dict[str, Resource] = {**engines, **buses}
+        self.engine = [engines[held[0]] if held else None for held in names]
+        self.bus = [buses[held[1]] if len(held) > 1 else None for held in names]
         if machine.duplex < 1:
-            for name, engine in self.resources.items():
+            for name, engine in engines.items():
                 if name.startswith("h2d:"):
-                    partner = self.resources.get("d2h:" + name[4:])
+                    partner = engines.get("d2h:" + name[4:])
                     if partner is not None:
                         engine.partner, partner.partner = partner, engine
                         engine.duplex = partner.duplex = machine.duplex
@@ -124,7 +129,25 @@ class Model:
             if not waiting[w]:
                 self.ready(w, now)
 
-    def mark(self, resource: Engine | Bus) -> None:
+    def _taken(self, vertex: int, slot: int) -> None:
+        """``vertex`` holds a slot of its engine: start it, or first wait for its bus."""
+        self.stream[vertex] = slot
+        bus = self.bus[vertex]
+        if bus is None:
+            self._begin(vertex)
+        else:
+            bus.request(vertex)
+
+    def _begin(self, vertex: int) -> None:
+        self.start[vertex] = self.env.now
+        self.engine[vertex].start(vertex, self.duration[vertex])  # type: ignore[union-attr]
+
+    def _released(self, vertex: int, now: float) -> None:
+        bus = self.bus[vertex]
+        if bus is not None:
+            bus.release(now)
+
+    def mark(self, resource: Resource) -> None:
         """Have ``resource`` dispatch in this instant's dispatch pass."""
         if not resource.dirty:
             resource.dirty = True

@@ -1,5 +1,5 @@
-"""The simulated resources: engines that run vertices, and shared buses (DESIGN.md, Execution
-semantics).
+"""The simulated resources: engines that run vertices, and shared buses (docs/design.md,
+Execution semantics).
 
 An :class:`Engine` is a GPU's compute engine (``streams`` slots), the CPU, a link direction or a
 GPU->GPU link (one slot).  The jobs running on it share its speed equally (processor sharing:
@@ -8,33 +8,52 @@ machine's duplex factor while its partner direction is busy.  Instead of interru
 processes, an engine schedules one SimPy timeout for its next completion and, whenever its
 jobs or speed change, a new one; a superseded timeout fires to no effect.
 
-A :class:`Bus` is a shared host bus: one transfer at a time, taken after the link.  Each
-resource dispatches from a ready queue of :mod:`offloadlab.core.dispatch`, the policies the
-executor uses too.
+A :class:`Bus` is a shared host bus: one transfer at a time, taken after the link.
+
+As SimPy's own resources, neither knows who uses it.  Both share one small protocol: a ready
+queue of :mod:`offloadlab.core.dispatch` (the policies the executor uses too) that the user
+fills, :meth:`dispatch` to take from it when the user says so, the seconds they were ``busy``,
+and callbacks through which they report: ``taken(vertex, slot)`` when a vertex leaves the queue
+and holds a slot (its user then starts it, or first asks a bus), ``granted(vertex)`` when a bus
+is given, ``released(vertex, now)`` and ``finished(vertex, now)`` when a job ends (before and
+after the engine has updated itself), and ``changed(resource)`` when a resource may take more.
 """
 
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
+import simpy
 from simpy.events import Timeout
 
 from ..core.dispatch import ReadyQueue
 
-if TYPE_CHECKING:
-    from .model import Model
+
+class Resource(Protocol):
+    """What the model asks of an engine or a bus."""
+
+    name: str
+    queue: ReadyQueue
+    busy: float
+    dirty: bool
+
+    def dispatch(self) -> None: ...
 
 
 class Engine:
     """A resource running up to ``slots`` vertices at once, sharing its speed among them."""
 
-    def __init__(self, model: "Model", name: str, slots: int, queue: ReadyQueue):
-        self.model = model
-        self.env = model.env
+    def __init__(self, env: simpy.Environment, name: str, slots: int, queue: ReadyQueue, *,
+                 taken: Callable[[int, int], None], released: Callable[[int, float], None],
+                 finished: Callable[[int, float], None],
+                 changed: Callable[["Engine"], None]):
+        self.env = env
         self.name = name
         self.queue = queue
+        self.taken, self.released, self.finished, self.changed = taken, released, finished, changed
         self.free = list(range(slots))  # a heap of free slot (stream) numbers
+        self.held: dict[int, int] = {}  # vertex taken -> its slot
         self.jobs: dict[int, float] = {}  # running vertex -> remaining seconds at full speed
         self.speed = 1.0
         self.updated = 0.0
@@ -48,26 +67,21 @@ class Engine:
 
     def dispatch(self) -> None:
         """Take ready vertices while a slot is free; each then holds the slot."""
-        model = self.model
         while self.free:
             vertex = self.queue.pop()
             if vertex is None:
                 return
-            model.stream[vertex] = heappop(self.free)
-            bus = model.bus[vertex]
-            if bus is None:
-                self.start(vertex)
-            else:
-                bus.request(vertex)
+            self.held[vertex] = slot = heappop(self.free)
+            self.taken(vertex, slot)
 
-    def start(self, vertex: int) -> None:
+    def start(self, vertex: int, seconds: float) -> None:
+        """Run ``vertex``, which holds a slot, for ``seconds`` at full speed."""
         now = self.env.now
-        self.model.start[vertex] = now
         if self.jobs:
             self._progress(now)
         else:
             self.updated = self.busy_since = now
-        self.jobs[vertex] = self.model.duration[vertex]
+        self.jobs[vertex] = seconds
         if len(self.jobs) == 1 and self.partner is not None:
             self.partner.set_speed(now, self.duplex)
         self._schedule()
@@ -104,15 +118,12 @@ class Engine:
         if timer is not self.timer:
             return  # superseded
         now = self.env.now
-        model = self.model
         self._progress(now)
         finishing = self.finishing
         for vertex in finishing:
             del self.jobs[vertex]
-            heappush(self.free, model.stream[vertex])
-            bus = model.bus[vertex]
-            if bus is not None:
-                bus.release(now)
+            heappush(self.free, self.held.pop(vertex))
+            self.released(vertex, now)
         if self.jobs:
             self._schedule()
         else:
@@ -120,36 +131,38 @@ class Engine:
             self.busy += now - self.busy_since
             if self.partner is not None:
                 self.partner.set_speed(now, 1.0)
-        model.mark(self)
+        self.changed(self)
         for vertex in finishing:
-            model.finish(vertex, now)
+            self.finished(vertex, now)
 
 
 class Bus:
     """A host bus shared by all GPUs' transfers in one direction: one transfer at a time."""
 
-    def __init__(self, model: "Model", name: str, queue: ReadyQueue):
-        self.model = model
+    def __init__(self, env: simpy.Environment, name: str, queue: ReadyQueue, *,
+                 granted: Callable[[int], None], changed: Callable[["Bus"], None]):
+        self.env = env
         self.name = name
         self.queue = queue
+        self.granted, self.changed = granted, changed
         self.holder: int | None = None
         self.busy = 0.0
         self.busy_since = 0.0
         self.dirty = False
 
     def request(self, vertex: int) -> None:
-        self.queue.push(self.model.env.now, vertex)
-        self.model.mark(self)
+        self.queue.push(self.env.now, vertex)
+        self.changed(self)
 
     def dispatch(self) -> None:
         if self.holder is None:
             vertex = self.queue.pop()
             if vertex is not None:
                 self.holder = vertex
-                self.busy_since = self.model.env.now
-                self.model.engine[vertex].start(vertex)
+                self.busy_since = self.env.now
+                self.granted(vertex)
 
     def release(self, now: float) -> None:
         self.holder = None
         self.busy += now - self.busy_since
-        self.model.mark(self)
+        self.changed(self)

@@ -253,7 +253,7 @@ class Llama(nn.Module):
 
 
 # -- export --------------------------------------------------------------------------------
-BATCH, SEQ, VOCAB = 4, 64, 4096
+BATCH, SEQ = 4, 64
 
 
 def tokens() -> torch.Tensor:
