@@ -47,8 +47,9 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable, TypeVar
+from typing import TypeVar
 from unittest import mock
 
 import numpy as np

@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from timing import best_of
+
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.spec import parse_bytes
 from offloadlab.core.workloads.training import transformer_chain
 from offloadlab.planner import plan
 from offloadlab.planner.weight_offload import schedule_for
-from timing import best_of
 
 
 def main() -> int:

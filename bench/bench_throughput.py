@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import argparse
 
+from timing import best_of
+
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import buildmemgraph, plan
 from offloadlab.planner.buildmemgraph import min_capacity
 from offloadlab.simulator import simulate
-from timing import best_of
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vertices", type=int, default=100_000)
     p.add_argument("--gpus", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
@@ -41,7 +43,8 @@ def main() -> None:
                                 f"gpu_memory={int(tight * args.memory_factor)}")
     plan_s, mg = best_of(args.repeat, lambda: plan(graph, machine, args.planner))
     sim_s, result = best_of(args.repeat, lambda: simulate(mg, machine, args.policy))
-    build = "compiled (mypyc)" if buildmemgraph.__file__.endswith((".so", ".pyd")) else "pure Python"
+    compiled = buildmemgraph.__file__.endswith((".so", ".pyd"))
+    build = "compiled (mypyc)" if compiled else "pure Python"
     print(f"planner    {build}, {buildmemgraph.__file__}")
     print(f"workload   random, {len(graph)} vertices, {args.gpus} GPUs, seed {args.seed}")
     print(f"memory     {machine.gpu_memory / 2**20:.1f} MiB per GPU "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from offloadlab.core.machine import MiB, Machine
+from offloadlab.core.machine import Machine, MiB
 from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.workloads import build_workload

@@ -6,11 +6,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_weight_offload import FRACTIONS, PLANNER_NAMES, V100, chains, generous, tightest
 
 from offloadlab.ilp import lower_bound, transfer_bound
 from offloadlab.planner.weight_offload import schedule_for
-
-from test_weight_offload import FRACTIONS, PLANNER_NAMES, V100, chains, generous, tightest
 
 BANDWIDTHS = st.sampled_from([1e9, 4e9, 12e9, 50e9])
 

@@ -595,12 +595,13 @@ def test_progress_bars_on_stderr_for_every_long_phase(capsys, tmp_path):
 
 
 def test_planner_and_simulator_report_progress(disco):
+    from offloadlab.core.machine import machine_from_spec
     from offloadlab.core.workloads import build_workload
     from offloadlab.planner import plan
     from offloadlab.simulator import simulate
-    from offloadlab.core.machine import machine_from_spec
 
-    graph = build_workload("random:vertices=20000,gpus=2,min_bytes=4096,max_bytes=65536,host_fraction=1")
+    graph = build_workload("random:vertices=20000,gpus=2,min_bytes=4096,max_bytes=65536,"
+                           "host_fraction=1")
     machine = machine_from_spec("p100x4:gpus=2,gpu_memory=4MiB")
     heard: list[int] = []
     mg = plan(graph, machine, "buildmemgraph", progress=heard.append)
@@ -633,7 +634,8 @@ def test_help_is_fast_and_imports_nothing_heavy():
             "from offloadlab.lab.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    assert main(['--help']) == 0\n"
-            "heavy = [m for m in ('pandas', 'matplotlib', 'simpy', 'networkx') if m in sys.modules]\n"
+            "heavy = [m for m in ('pandas', 'matplotlib', 'simpy', 'networkx')\n"
+            "         if m in sys.modules]\n"
             "print(heavy)\n")
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

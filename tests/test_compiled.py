@@ -1,6 +1,7 @@
 """The two builds of the planner core (README, The compiled build): ``pip install .`` compiles
 ``planner/allocator.py``, ``planner/buildmemgraph.py``, ``core/memgraph.py``, ``core/verify.py``
-and ``core/intervals.py`` with mypyc where it can, and installs them as pure Python otherwise (or with ``OFFLOADLAB_PURE=1``).
+and ``core/intervals.py`` with mypyc where it can, and installs them as pure Python otherwise
+(or with ``OFFLOADLAB_PURE=1``).
 
 ``.ci/run`` tells each of its passes which build it must be importing through
 ``OFFLOADLAB_EXPECT_COMPILED`` (``1``: compiled, ``0``: pure Python); without it (a developer's

@@ -19,8 +19,16 @@ from offloadlab.core.errors import VerificationError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
-from offloadlab.executor import (ExecutionError, KernelError, StallError, check_outputs, execute,
-                                 kernels, reference_outputs, taskgraph_of)
+from offloadlab.executor import (
+    ExecutionError,
+    KernelError,
+    StallError,
+    check_outputs,
+    execute,
+    kernels,
+    reference_outputs,
+    taskgraph_of,
+)
 from offloadlab.planner import plan
 from offloadlab.planner.buildmemgraph import min_capacity
 
@@ -53,7 +61,8 @@ def _lanes_alive() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("offloadlab-")]
 
 
-@pytest.mark.parametrize("workload,machine,planners", CASES, ids=[c[0].split(":")[0] for c in CASES])
+@pytest.mark.parametrize("workload,machine,planners", CASES,
+                         ids=[c[0].split(":")[0] for c in CASES])
 def test_every_planner_computes_the_reference(workload, machine, planners):
     graph = build_workload(workload)
     m = _tight(graph, machine)

@@ -116,7 +116,8 @@ def test_calibrate_to_a_missing_directory_measures_nothing(capsys, tmp_path):
 @pytest.mark.parametrize("text,message", [("{", "not a JSON Machine"),
                                           ('{"gpus": "two"}', "gpus must be a positive integer"),
                                           ('{"gpus": 2, "bogus": 1}', "unknown field(s): bogus"),
-                                          ('{"gpu_flops": NaN}', "gpu_flops must be a number > 0, not NaN"),
+                                          ('{"gpu_flops": NaN}',
+                                           "gpu_flops must be a number > 0, not NaN"),
                                           ("[1, 2]", "expected a JSON object"),
                                           ('{"op_rates": [["add", -1, 1]]}', "op_rates")])
 def test_malformed_machine_files(capsys, tmp_path, text, message):
@@ -151,13 +152,13 @@ def test_memgraph_files_keep_shapes_for_the_executor(capsys, tmp_path):
 
 
 def test_run_as_a_program_is_interruptible_without_traceback():
+    import os
     import signal
     import subprocess
     import sys
     import time
 
     from test_cli import REPO
-    import os
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "offloadlab.lab.cli", "run", "--workload",
                              "matmul-chain:layers=50,batch=64,hidden=256", "--machine",

@@ -35,8 +35,14 @@ from offloadlab.core.machine import machine_from_spec  # noqa: E402
 from offloadlab.core.taskgraph import TaskGraph  # noqa: E402
 from offloadlab.core.verify import verify  # noqa: E402
 from offloadlab.core.workloads import build_workload  # noqa: E402
-from offloadlab.executor import (ExecutionError, check_outputs, execute, kernels,  # noqa: E402
-                                 reference_outputs, taskgraph_of)
+from offloadlab.executor import (  # noqa: E402
+    ExecutionError,
+    check_outputs,
+    execute,
+    kernels,
+    reference_outputs,
+    taskgraph_of,
+)
 from offloadlab.executor.cupy_backend import CupyBackend  # noqa: E402
 from offloadlab.executor.loop import EventLoop  # noqa: E402
 from offloadlab.planner import plan  # noqa: E402

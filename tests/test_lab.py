@@ -35,7 +35,8 @@ def test_compare_reproduces_the_disco_example(layers):
 def test_run_all_plans_each_planner_once_and_reports_progress():
     lines: list[str] = []
     runs = run_all(build_workload("tp-matmul:n=64"), machine_from_spec("p100x4"),
-                   [("buildmemgraph", "dynamic"), ("buildmemgraph", "fixed")], progress=lines.append)
+                   [("buildmemgraph", "dynamic"), ("buildmemgraph", "fixed")],
+                   progress=lines.append)
     assert runs[0].memgraph is runs[1].memgraph
     assert sum("planning" in line for line in lines) == 1
     assert sum("simulating" in line for line in lines) == 2
@@ -53,10 +54,12 @@ def test_lane_order():
 
 
 def _trace(shift: float = 0.0) -> pd.DataFrame:
-    rows = [("a", "load", "gpu0", "h2d:gpu0", 0, 0.0, 1.0), ("b", "compute", "gpu0", "gpu0", 1, 1.0, 2.0),
+    rows = [("a", "load", "gpu0", "h2d:gpu0", 0, 0.0, 1.0),
+            ("b", "compute", "gpu0", "gpu0", 1, 1.0, 2.0),
             ("c", "offload", "gpu0", "d2h:gpu0", 0, 2.0, 3.0), ("d", "transfer", "gpu0->gpu1",
             "gpu0->gpu1", 0, 2.0, 2.5), ("e", "reload", "gpu0", "h2d:gpu0", 0, 3.0, 4.0)]
-    df = pd.DataFrame(rows, columns=["vertex", "kind", "device", "resource", "stream", "start", "end"])
+    df = pd.DataFrame(rows, columns=["vertex", "kind", "device", "resource", "stream", "start",
+                                     "end"])
     df[["start", "end"]] += shift
     return df.assign(bytes=1, flops=0.0, source="sim", run=0)
 

@@ -1,6 +1,7 @@
 """BuildMemGraph and levelwise against the papers' hand-worked cases, plus the verifier."""
 
 import pytest
+from conftest import tp_machine
 
 from offloadlab.core import MemGraph, PlanError, SpecError, VerificationError
 from offloadlab.core.memgraph import Loc
@@ -8,8 +9,6 @@ from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import PLANNERS, plan
 from offloadlab.planner.levelwise import levels
-
-from conftest import tp_machine
 
 FIG6_ORDER = list("ABCEDF") + ["1", "2", "4", "3", "5", "6", "7", "8", "9"]
 

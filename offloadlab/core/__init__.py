@@ -1,4 +1,5 @@
-"""The shared vocabulary: TaskGraph, MemGraph, Machine (+ cost model), Trace, verifier, workloads."""
+"""The shared vocabulary: TaskGraph, MemGraph, Machine (+ cost model), Trace, verifier,
+workloads."""
 
 from .errors import GraphError, OffloadlabError, PlanError, SpecError, VerificationError
 from .machine import PRESETS, Machine, machine_from_spec

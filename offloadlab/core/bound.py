@@ -14,8 +14,8 @@ The bound is the larger of the two (issue 17: a planner's gap to it says how muc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .machine import Machine
 from .memgraph import MemGraph, MemVertex

@@ -16,7 +16,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import Any, BinaryIO, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, BinaryIO
 
 from .errors import GraphError, OffloadlabError
 

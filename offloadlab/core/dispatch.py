@@ -14,8 +14,9 @@ runs next, or None if it must wait.  Vertices are integers: positions in the pla
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from heapq import heappop, heappush
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from .errors import SpecError
 

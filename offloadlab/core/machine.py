@@ -126,7 +126,7 @@ class Machine:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "machine description") -> "Machine":
+    def from_dict(cls, data: dict, where: str = "machine description") -> Machine:
         """A Machine from :meth:`to_dict`'s output, every field checked; ``None`` (``null``) is
         an unlimited rate, an integral float an integer field.  Raises :class:`SpecError`
         naming ``where`` and the field."""
@@ -160,7 +160,7 @@ class Machine:
         return dumps(self.to_dict(), f"machine {self.name!r}")
 
     @classmethod
-    def from_json_file(cls, path: str | Path) -> "Machine":
+    def from_json_file(cls, path: str | Path) -> Machine:
         """Read a Machine JSON file (``to_json``'s output), naming the file in any error."""
         where = f"machine file {str(path)!r}"
         try:
@@ -214,7 +214,8 @@ def _disco_example() -> Machine:
         gpus=2, gpu_memory=80 * MiB, gpu_flops=float(2 * 1024 * 4096 * 2048),
         gpu_mem_bandwidth=1e15, kernel_latency=0.0, streams=5,
         h2d_bandwidth=float(shard), d2h_bandwidth=float(shard), link_latency=0.0,
-        host_bus_bandwidth=float(shard), gpu_gpu_bandwidth=float("inf"), gpu_gpu_latency=0.0, cpu_flops=1e9)
+        host_bus_bandwidth=float(shard), gpu_gpu_bandwidth=float("inf"), gpu_gpu_latency=0.0,
+        cpu_flops=1e9)
 
 
 PRESETS: dict[str, Machine] = {
@@ -231,9 +232,11 @@ PRESETS: dict[str, Machine] = {
         h2d_bandwidth=12e9, d2h_bandwidth=12e9, gpu_gpu_bandwidth=10e9),
     "a100x8": Machine(
         name="a100x8", source="TURNIP Sec. 8: AWS p4d.24xlarge, 8x A100 40 GB; 19.5 TFLOP/s fp32, "
-        "1.55 TB/s; host->GPU measured at ~25 GB/s on p4d, falling to 11-13 GB/s while GPU->host runs (the project's design notes)",
+        "1.55 TB/s; host->GPU measured at ~25 GB/s on p4d, falling to 11-13 GB/s while "
+        "GPU->host runs (the project's design notes)",
         gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_mem_bandwidth=1555e9,
-        h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48, gpu_gpu_bandwidth=300e9, cpu_flops=2e12),
+        h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48, gpu_gpu_bandwidth=300e9,
+        cpu_flops=2e12),
 }
 
 
@@ -256,4 +259,4 @@ def machine_from_spec(spec: str | Machine) -> Machine:
     defaults = {f.name: getattr(base, f.name) for f in fields(Machine)
                 if f.name not in ("name", "source", "op_rates")}
     merged = apply_options(defaults, options, f"machine {name!r}", unlimited=UNLIMITED)
-    return replace(base, **merged)
+    return replace(base, **merged)  # type: ignore[arg-type]  # apply_options checked each field

@@ -9,9 +9,10 @@ Every vertex that writes GPU memory has a :class:`Loc`.  Edges are ``data`` or `
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, overload
+from typing import Any, NamedTuple, overload
 
 from .checks import INF, MAX_COUNT, edge_ends, ids, node_link, number, short, strings, vertex_id
 from .devices import CPU, HOST, is_gpu_name, split_transfer
@@ -177,7 +178,7 @@ class MemGraph:
                       path, "MemGraph")
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "MemGraph JSON") -> "MemGraph":
+    def from_dict(cls, data: Any, where: str = "MemGraph JSON") -> MemGraph:
         """Read node-link data (:meth:`to_dict`'s, or networkx's with ``edges`` or ``links``),
         checking every field; a :class:`GraphError` names ``where`` (the file), the vertex and
         the field.  The machine stored in ``graph`` is read by :meth:`Machine.from_dict`."""
@@ -185,7 +186,7 @@ class MemGraph:
             return cls._from_dict(data, where)
 
     @classmethod
-    def _from_dict(cls, data: Any, where: str) -> "MemGraph":
+    def _from_dict(cls, data: Any, where: str) -> MemGraph:
         nodes, edges = node_link(data, where)
         _, meta = _graph_meta(data, where, "MemGraph")
         mg = cls(meta)
@@ -209,7 +210,7 @@ class MemGraph:
         return mg
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> "MemGraph":
+    def from_json(cls, text_or_path: str | Path) -> MemGraph:
         """Read node-link JSON from a string or a file path."""
         data, where = _read(text_or_path, "MemGraph JSON")
         return cls.from_dict(data, where)

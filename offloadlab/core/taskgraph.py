@@ -10,14 +10,25 @@ from __future__ import annotations
 import io
 import json
 import math
-
-import orjson
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, overload
+from typing import Any, overload
 
-from .checks import (INF, MAX_COUNT, edge_ends, finite_tree, ids, node_link, number, short,
-                     vertex_id, write_node_link)
+import orjson
+
+from .checks import (
+    INF,
+    MAX_COUNT,
+    edge_ends,
+    finite_tree,
+    ids,
+    node_link,
+    number,
+    short,
+    vertex_id,
+    write_node_link,
+)
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError, OffloadlabError
 from .ops import DTYPES, OPS
@@ -248,7 +259,7 @@ class TaskGraph:
         return _write(*self._node_link(), path, "TaskGraph")
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "TaskGraph JSON") -> "TaskGraph":
+    def from_dict(cls, data: dict, where: str = "TaskGraph JSON") -> TaskGraph:
         """Read node-link data (:meth:`to_dict`'s, or networkx's with ``edges`` or ``links``),
         checking every field; a :class:`GraphError` names ``where`` (the file), the vertex
         and the field.  A node without ``inputs`` reads its edges' sources in edge order."""
@@ -256,7 +267,7 @@ class TaskGraph:
             return cls._from_dict(data, where)
 
     @classmethod
-    def _from_dict(cls, data: dict, where: str) -> "TaskGraph":
+    def _from_dict(cls, data: dict, where: str) -> TaskGraph:
         nodes, edges = node_link(data, where)
         name, meta = _graph_meta(data, where, "TaskGraph")
         g = cls(name=name, meta=meta)
@@ -294,7 +305,7 @@ class TaskGraph:
         return g
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> "TaskGraph":
+    def from_json(cls, text_or_path: str | Path) -> TaskGraph:
         """Read node-link JSON from a string or a file path."""
         data, where = _read(text_or_path, "TaskGraph JSON")
         return cls.from_dict(data, where)
@@ -440,7 +451,8 @@ def _read(text_or_path: str | Path, what: str) -> tuple[Any, str]:
         except OSError as exc:
             raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
-            raise GraphError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            raise GraphError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                             ) from None
     try:
         with no_gc():                       # millions of small objects, none of them cyclic
             try:

@@ -8,8 +8,9 @@ and the MemGraph it ran (:func:`memory_over_time`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .devices import HOST, is_gpu, split_transfer
 
@@ -26,7 +27,7 @@ _DTYPES = {"vertex": object, "kind": object, "device": object, "resource": objec
            "flops": "float64", "source": object, "run": "int64"}
 
 
-def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence]) -> "pd.DataFrame":
+def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence]) -> pd.DataFrame:
     """A trace from a list of row dicts, or from a dict of equal-length columns.
 
     Raises ValueError if a column is missing or unknown, or a ``source`` is not "sim" or
@@ -51,9 +52,9 @@ def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence]) -> "pd.DataFram
     return frame[TRACE_COLUMNS].astype(_DTYPES).reset_index(drop=True)
 
 
-def run_trace(vertices: Sequence["MemVertex"], resource: Sequence[str | None],
+def run_trace(vertices: Sequence[MemVertex], resource: Sequence[str | None],
               stream: Sequence[int], start: Sequence[float], end: Sequence[float], source: str,
-              run: int) -> "pd.DataFrame":
+              run: int) -> pd.DataFrame:
     """The trace of one run of a MemGraph, from per-vertex lists (``vertices`` in planner order;
     a vertex whose ``resource`` is None, an input, gets no row)."""
     rows = [i for i, name in enumerate(resource) if name is not None]
@@ -73,7 +74,7 @@ def run_trace(vertices: Sequence["MemVertex"], resource: Sequence[str | None],
 
 
 # -- Chrome trace-event JSON ----------------------------------------------------------------
-def to_chrome_trace(trace: "pd.DataFrame") -> dict:
+def to_chrome_trace(trace: pd.DataFrame) -> dict:
     """Chrome trace-event JSON (opens in Perfetto and chrome://tracing).
 
     One complete (``"X"``) event per row, ``ts``/``dur`` in microseconds; one process lane per
@@ -101,14 +102,14 @@ def to_chrome_trace(trace: "pd.DataFrame") -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(trace: "pd.DataFrame", path: str | Path) -> None:
+def write_chrome_trace(trace: pd.DataFrame, path: str | Path) -> None:
     """Write :func:`to_chrome_trace` to ``path``."""
     from .checks import dumps
     Path(path).write_text(dumps(to_chrome_trace(trace), "the Chrome trace"))
 
 
 # -- memory -------------------------------------------------------------------------------
-def memgraph_gpus(memgraph: "MemGraph") -> list[str]:
+def memgraph_gpus(memgraph: MemGraph) -> list[str]:
     """The GPUs a MemGraph uses (devices, transfer ends, locations), sorted by index."""
     found: set[str] = set()
     for v in memgraph:
@@ -119,7 +120,7 @@ def memgraph_gpus(memgraph: "MemGraph") -> list[str]:
     return sorted(found, key=lambda d: int(d[3:]))
 
 
-def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFrame":
+def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     """Bytes in use per device over time: a step function with columns ``time, device, bytes``.
 
     A vertex with a location occupies ``loc.size`` bytes on ``loc.device`` from its start until
@@ -176,7 +177,7 @@ def memory_over_time(trace: "pd.DataFrame", memgraph: "MemGraph") -> "pd.DataFra
                .reset_index(drop=True)
 
 
-def _overwritten(memgraph: "MemGraph", start: dict[str, float], unread: set[str]
+def _overwritten(memgraph: MemGraph, start: dict[str, float], unread: set[str]
                  ) -> dict[str, float]:
     """When the bytes of each ``unread`` vertex are first written again: one sweep over the
     writers in order of their start (ties in planner order), keeping per GPU the unread
@@ -200,8 +201,8 @@ def _overwritten(memgraph: "MemGraph", start: dict[str, float], unread: set[str]
     return overwritten
 
 
-def memory_and_peaks(trace: "pd.DataFrame", memgraph: "MemGraph",
-                     gpus: Sequence[str]) -> "tuple[pd.DataFrame, dict[str, int]]":
+def memory_and_peaks(trace: pd.DataFrame, memgraph: MemGraph,
+                     gpus: Sequence[str]) -> tuple[pd.DataFrame, dict[str, int]]:
     """:func:`memory_over_time` and :func:`peak_memory`, with a peak for each of ``gpus``
     (every GPU of the machine, 0 where unused)."""
     memory = memory_over_time(trace, memgraph)
@@ -210,8 +211,8 @@ def memory_and_peaks(trace: "pd.DataFrame", memgraph: "MemGraph",
     return memory, peaks
 
 
-def peak_memory(trace: "pd.DataFrame", memgraph: "MemGraph",
-                memory: "pd.DataFrame | None" = None) -> dict[str, int]:
+def peak_memory(trace: pd.DataFrame, memgraph: MemGraph,
+                memory: pd.DataFrame | None = None) -> dict[str, int]:
     """Peak bytes in use per GPU of the MemGraph (0 if unused) and in ``"host"`` RAM.
 
     ``memory`` is :func:`memory_over_time`'s result if already computed.
@@ -224,7 +225,7 @@ def peak_memory(trace: "pd.DataFrame", memgraph: "MemGraph",
     return peaks
 
 
-def busy_time(trace: "pd.DataFrame") -> dict[str, float]:
+def busy_time(trace: pd.DataFrame) -> dict[str, float]:
     """Seconds each resource had at least one vertex running: the length of the union of its
     rows' ``[start, end)`` intervals (streams of one engine overlap).  One run only."""
     if trace["run"].nunique() > 1:

@@ -47,7 +47,8 @@ def _rule1_acyclic(mg: MemGraph) -> dict[str, int]:
                 ready.append(w)
     if len(position) != len(mg.vertices):
         stuck = [v for v in mg.vertices if v not in position][:5]
-        raise VerificationError(f"rule 1: MemGraph has a cycle through {', '.join(map(repr, stuck))}")
+        raise VerificationError("rule 1: MemGraph has a cycle through "
+                                + ", ".join(map(repr, stuck)))
     return position
 
 
@@ -131,8 +132,8 @@ def _rule3_no_races(mg: MemGraph, position: dict[str, int]) -> None:
     searched for, backwards from y and no further back than the oldest of them."""
     maps: dict[str, LastWriter] = {}
     order = {v.id: v.order for v in mg.vertices.values()}
-    writers = sorted(((v.order, position[v.id], v.id, v.loc) for v in mg.vertices.values()
-                      if v.loc is not None))
+    writers = sorted((v.order, position[v.id], v.id, v.loc) for v in mg.vertices.values()
+                      if v.loc is not None)
     pred, succ = mg.pred, mg.succ
     for _, _, y_id, loc in writers:
         near: set[str] | None = None             # y's predecessors and theirs

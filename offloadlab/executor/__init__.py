@@ -10,8 +10,8 @@ in use over time and the graph's outputs.  :func:`check_outputs` compares them w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
-from ..core.machine import MiB, Machine
+from ..core.machine import Machine, MiB
 from ..core.memgraph import Loc, MemGraph, MemVertex
 from . import execute
 
@@ -161,7 +161,8 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
         v = mg[vertex]
         read = sum(mg[u].bytes for u in v.inputs)
         rows.append(dict(what="kernel", op=op, size=n, bytes=v.bytes + read, read=read,
-                         flops=v.flops, seconds=trace.at[vertex, "end"] - trace.at[vertex, "start"]))
+                         flops=v.flops,
+                         seconds=trace.at[vertex, "end"] - trace.at[vertex, "start"]))
     chain = run(_chain(200 if quick else 1000), "dispatch gap of a chain of tiny kernels")
     chain = chain.sort_values("start")
     kernel_time = float((chain["end"] - chain["start"]).median())
@@ -173,10 +174,11 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     cpu = run(_cpu_matmul(n, reps), "matmul on the CPU")
     for vertex in cpu.index:
         rows.append(dict(what="cpu kernel", op="matmul", size=n, bytes=3 * 4 * n * n,
-                         flops=2.0 * n ** 3, seconds=cpu.at[vertex, "end"] - cpu.at[vertex, "start"]))
+                         flops=2.0 * n ** 3,
+                         seconds=cpu.at[vertex, "end"] - cpu.at[vertex, "start"]))
 
     def copies(trace: pd.DataFrame, what: str) -> None:
-        for vertex, row in trace.iterrows():
+        for _, row in trace.iterrows():
             rows.append(dict(what=what, op=row["kind"], size=int(row["bytes"]),
                              bytes=int(row["bytes"]), flops=0.0, seconds=row["end"] - row["start"]))
 

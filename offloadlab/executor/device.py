@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -84,11 +85,11 @@ Done = tuple[int, float, float, BaseException | None]
 class Lane(threading.Thread):
     """One slot of a resource: runs jobs one at a time and reports them to ``done``."""
 
-    def __init__(self, name: str, backend: Backend, done: "queue.SimpleQueue[Done]"):
+    def __init__(self, name: str, backend: Backend, done: queue.SimpleQueue[Done]):
         super().__init__(name=f"offloadlab-{name}", daemon=True)
         self.backend = backend
         self.done = done
-        self.jobs: "queue.SimpleQueue[Job | None]" = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.vertex: int | None = None     # the vertex running, for the watchdog
 
     def submit(self, job: Job) -> None:

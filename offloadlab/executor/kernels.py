@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -152,7 +153,7 @@ class EventLoop:
         _check_ram(size + sum(v.bytes for v in vertices if v.kind == "input")
                    + (sum(extent.values()) if backend.arenas_in_ram else 0), extent, size)
         self.arenas = {gpu: _alloc(f"the arena of {gpu}", end,
-                                   lambda: backend.arena(gpu, end))  # noqa: B023
+                                   lambda: backend.arena(gpu, end))
                        for gpu, end in sorted(extent.items())}
         self.host = _alloc("the host block", size, lambda: backend.host_block(size))
         if self.poison:
@@ -251,7 +252,8 @@ class EventLoop:
                 item = done.get(timeout=min(0.1, self.watchdog))
             except queue.Empty:
                 if time.perf_counter() - self._last > self.watchdog:
-                    raise StallError(self._stuck(f"no vertex completed for {self.watchdog:g} s"))
+                    raise StallError(self._stuck(f"no vertex completed for {self.watchdog:g} s")
+                                     ) from None
                 continue
             self._complete(item)
             while True:                    # every completion already queued, then one pass
@@ -432,7 +434,8 @@ def _check_ram(need: int, extent: dict[str, int], host: int) -> None:
     available = ram_available()
     if available is not None and need > 0.9 * available:
         arenas = ", ".join(f"{gpu} {size}" for gpu, size in extent.items())
-        raise ExecutionError(f"the run needs about {need} bytes of RAM (arenas: {arenas or 'none'}; "
+        raise ExecutionError(f"the run needs about {need} bytes of RAM (arenas: "
+                             f"{arenas or 'none'}; "
                              f"host block {host}; input values) but {available} are available; "
                              f"plan with less GPU memory or a smaller workload")
 

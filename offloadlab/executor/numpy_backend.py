@@ -7,11 +7,11 @@ and the host block.  NumPy releases the GIL in copies, ufunc loops and BLAS, so 
 copies really overlap.  A GPU's compute engine is one CPU core: its streams take turns on it
 (a lock per GPU, held while a kernel runs; BLAS runs single-threaded during the run), so GPUs
 compute in parallel up to the number of cores, and kernels launched on one GPU at once share
-it as the simulator's kernels share an engine.  With ``rate_limit`` a copy engine paces its copies, in chunks of about
-half a millisecond, to the machine's bandwidth for its link (host->GPU, GPU->host, GPU->GPU,
-and the shared host bus if the machine has one); while both directions of a GPU's host link
-are copying each runs at the machine's ``duplex`` factor.  Times are wall-clock
-(``time.perf_counter``).
+it as the simulator's kernels share an engine.  With ``rate_limit`` a copy engine paces its
+copies, in chunks of about half a millisecond, to the machine's bandwidth for its link
+(host->GPU, GPU->host, GPU->GPU, and the shared host bus if the machine has one); while both
+directions of a GPU's host link are copying each runs at the machine's ``duplex`` factor.
+Times are wall-clock (``time.perf_counter``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -53,7 +54,7 @@ class CopyEngine:
     name: str
     rate: float | None
     duplex: float = 1.0
-    partner: "CopyEngine | None" = None
+    partner: CopyEngine | None = None
     busy: bool = False
 
 

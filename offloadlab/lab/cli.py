@@ -19,9 +19,10 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from ..core.dispatch import POLICIES
 from ..core.errors import GraphError, OffloadlabError, SpecError, VerificationError
@@ -252,7 +253,7 @@ def _check_makespan(makespan: float, what: str) -> None:
                          f"bytes are too large for the machine's rates")
 
 
-def _write_plots_and_traces(outputs: Outputs, runs: Mapping[str, "pd.DataFrame"],
+def _write_plots_and_traces(outputs: Outputs, runs: Mapping[str, pd.DataFrame],
                             gantt_path: Path | None, chrome_paths: dict[str, Path],
                             title: str) -> list[Path]:
     """Stage a Gantt chart of all ``runs`` (label -> Trace) and one Chrome trace per label."""
@@ -557,8 +558,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             traces[f"{r.planner}: simulated, makespan {r.table['simulated'].iloc[0]:.4g} s"] = \
                 r.simulated
             traces[f"{r.planner}: measured ({args.backend}), makespan "
-                   f"{r.table['measured'].iloc[0]:.4g} s; simulated error {100 * r.error:+.1f}%"] = \
-                r.measured
+                   f"{r.table['measured'].iloc[0]:.4g} s; "
+                   f"simulated error {100 * r.error:+.1f}%"] = r.measured
         with args.outputs.file(args.plot) as tmp:
             gantt(traces, tmp, title=f"{graph.name} on {machine.name}: simulated vs measured "
                                       f"({args.policy} dispatch)")
@@ -671,8 +672,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     if what in ("all", "planners"):
         from ..planner import PLANNERS, planner_options
         print("planners (--planner NAME:key=value,...):")
-        for name, fn in sorted(PLANNERS.items()):
-            print(f"  {name:<14} {_first_line(fn)}\n  {'':<14} {_options(planner_options(name))}")
+        for name, planner in sorted(PLANNERS.items()):
+            print(f"  {name:<14} {_first_line(planner)}\n  {'':<14} "
+                  f"{_options(planner_options(name))}")
     return 0
 
 

@@ -3,8 +3,9 @@ the outcome: the building block of the demo and of sweeps."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ..core.devices import is_gpu
 from ..core.machine import Machine
@@ -28,7 +29,7 @@ class Run:
     planner: str
     policy: str
     memgraph: MemGraph
-    result: "SimResult"
+    result: SimResult
 
     def row(self) -> dict[str, object]:
         """This run as a row of :func:`table`.  ``bytes_moved`` counts host<->GPU traffic
@@ -74,13 +75,14 @@ def run_all(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]],
     return out
 
 
-def table(runs: Iterable[Run]) -> "pd.DataFrame":
+def table(runs: Iterable[Run]) -> pd.DataFrame:
     """One row per run with the :data:`COLUMNS`."""
     import pandas as pd
     return pd.DataFrame([r.row() for r in runs], columns=list(COLUMNS))
 
 
 def compare(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]], *,
-            noise: float = 0.0, seed: int = 0, verify: bool = True) -> "pd.DataFrame":
-    """Plan and simulate each ``(planner_spec, policy)`` pair; one row per pair (:data:`COLUMNS`)."""
+            noise: float = 0.0, seed: int = 0, verify: bool = True) -> pd.DataFrame:
+    """Plan and simulate each ``(planner_spec, policy)`` pair; one row per pair
+    (:data:`COLUMNS`)."""
     return table(run_all(graph, machine, runs, noise=noise, seed=seed, verify=verify))

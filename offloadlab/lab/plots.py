@@ -6,8 +6,9 @@ matplotlib is imported lazily (Agg backend), so importing this module costs noth
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +59,7 @@ def _save(fig, path: str | Path) -> Path:
     return path
 
 
-def gantt(traces: "Mapping[str, pd.DataFrame] | pd.DataFrame", path: str | Path,
+def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path,
           title: str = "Simulated schedule") -> Path:
     """Draw one horizontal lane per resource with a bar per executed vertex, coloured by kind.
 
@@ -106,7 +107,7 @@ def _byte_unit(peak: float) -> tuple[str, float]:
     return "B", 1
 
 
-def memory_plot(memory: "pd.DataFrame", path: str | Path, capacity: float | None = None,
+def memory_plot(memory: pd.DataFrame, path: str | Path, capacity: float | None = None,
                 title: str = "Memory in use") -> Path:
     """Step plot of memory in use over time, one line per GPU of ``memory`` (columns
     ``time, device, bytes``) with a dashed line at the GPU ``capacity`` if given; host (pinned)
@@ -120,7 +121,8 @@ def memory_plot(memory: "pd.DataFrame", path: str | Path, capacity: float | None
     for ax, panel in zip(axes[:, 0], panels):
         rows = memory[memory["device"].isin(panel)]
         limit = capacity if capacity is not None and panel != ["host"] else None
-        unit, scale = _byte_unit(max(float(rows["bytes"].max()) if len(rows) else 0.0, limit or 0.0))
+        top = float(rows["bytes"].max()) if len(rows) else 0.0
+        unit, scale = _byte_unit(max(top, limit or 0.0))
         for device in panel:
             one = rows[rows["device"] == device].sort_values("time", kind="stable")
             ax.step(one["time"], one["bytes"] / scale, where="post", label=device)

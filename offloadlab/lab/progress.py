@@ -6,8 +6,8 @@ Bars are cleared when their phase ends, so that a command's own output stays as 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 Report = Callable[[int], None]
 """``report(done)``: how many of the phase's ``total`` units are done."""

@@ -13,13 +13,20 @@ reproduce.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ..core.machine import PRESETS, Machine
-from ..core.workloads.training import (BERT_SEQ, BERT_WEIGHT_BYTES, GPT2_SEQ,
-                                       GPT2_WEIGHT_BYTES, TrainingChain, transformer_chain,
-                                       transformer_workspace)
+from ..core.workloads.training import (
+    BERT_SEQ,
+    BERT_WEIGHT_BYTES,
+    GPT2_SEQ,
+    GPT2_WEIGHT_BYTES,
+    TrainingChain,
+    transformer_chain,
+    transformer_workspace,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,7 +76,8 @@ BANDWIDTHS = (0.5 * GB, 1 * GB, 2 * GB, 4 * GB, 8 * GB, 12 * GB)
 BANDWIDTH_SETTINGS = (Setting("gpt2", 74, 32), Setting("gpt2", 74, 64), Setting("bert", 144, 32),
                       Setting("bert", 144, 64))
 COLUMNS = ["network", "depth", "batch", "sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"]
-PLANNERS = {"greedy": "greedy-offload", "l2l": "l2l", "greedy_nodiscount": "greedy-offload-nodiscount"}
+PLANNERS = {"greedy": "greedy-offload", "l2l": "l2l",
+            "greedy_nodiscount": "greedy-offload-nodiscount"}
 
 
 def parse_setting(text: str) -> Setting:
@@ -117,7 +125,7 @@ def evaluate(setting: Setting, bandwidth: float = 12 * GB, *, solver: str = "aut
     return row
 
 
-def _run(jobs: list[tuple[Setting, float]], progress: bool, **kw) -> "pd.DataFrame":
+def _run(jobs: list[tuple[Setting, float]], progress: bool, **kw) -> pd.DataFrame:
     import pandas as pd
     from tqdm import tqdm
     rows = []
@@ -128,19 +136,19 @@ def _run(jobs: list[tuple[Setting, float]], progress: bool, **kw) -> "pd.DataFra
 
 
 def beaumont_table1(settings: Iterable[Setting] = TABLE1, *, progress: bool = True,
-                    **kw) -> "pd.DataFrame":
+                    **kw) -> pd.DataFrame:
     """Table 1: the 15 settings at 12 GB/s each way."""
     return _run([(s, 12 * GB) for s in settings], progress, **kw)
 
 
 def beaumont_bandwidth(settings: Iterable[Setting] = BANDWIDTH_SETTINGS,
                        bandwidths: Iterable[float] = BANDWIDTHS, *, progress: bool = True,
-                       **kw) -> "pd.DataFrame":
+                       **kw) -> pd.DataFrame:
     """Figure 4: the same measurements with the bandwidth swept from 0.5 to 12 GB/s."""
     return _run([(s, b) for s in settings for b in bandwidths], progress, **kw)
 
 
-def shape_checks(table: "pd.DataFrame", rel: float = 0.05) -> list[str]:
+def shape_checks(table: pd.DataFrame, rel: float = 0.05) -> list[str]:
     """The claims of Sec. 7.1 that a reproduction must show, as a list of failures (empty if
     all hold): the bound equals Σu, Greedy is within ``rel`` of it, L2L is 10-50% above it,
     and Greedy* never beats Greedy."""
@@ -150,15 +158,17 @@ def shape_checks(table: "pd.DataFrame", rel: float = 0.05) -> list[str]:
         if abs(r.ilp - r.sum_u) > 1e-6 * r.sum_u:
             failures.append(f"{name}: bound {r.ilp:.4f} s differs from Σu {r.sum_u:.4f} s")
         if r.greedy > (1 + rel) * r.ilp:
-            failures.append(f"{name}: greedy {r.greedy:.4f} s is more than {rel:.0%} above the bound")
+            failures.append(f"{name}: greedy {r.greedy:.4f} s is more than {rel:.0%} above the "
+                            f"bound")
         if not 1.10 * r.ilp <= r.l2l <= 1.50 * r.ilp:
             failures.append(f"{name}: l2l is {r.l2l / r.ilp - 1:.1%} above the bound, not 10-50%")
         if r.greedy_nodiscount < r.greedy - 1e-9:
-            failures.append(f"{name}: greedy* {r.greedy_nodiscount:.4f} s beats greedy {r.greedy:.4f} s")
+            failures.append(f"{name}: greedy* {r.greedy_nodiscount:.4f} s beats greedy "
+                            f"{r.greedy:.4f} s")
     return failures
 
 
-def plot_table1(table: "pd.DataFrame", path) -> None:
+def plot_table1(table: pd.DataFrame, path) -> None:
     """Overhead of each strategy over Σu, per setting (bars)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -180,7 +190,7 @@ def plot_table1(table: "pd.DataFrame", path) -> None:
     plt.close(fig)
 
 
-def plot_bandwidth(table: "pd.DataFrame", path) -> None:
+def plot_bandwidth(table: pd.DataFrame, path) -> None:
     """Figure 4: iteration time against bandwidth, one panel per setting."""
     import matplotlib
     matplotlib.use("Agg")

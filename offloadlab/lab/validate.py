@@ -10,8 +10,8 @@ from the run with the median makespan among ``runs`` runs.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import pandas as pd
 

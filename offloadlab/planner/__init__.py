@@ -1,7 +1,8 @@
 """Planners: TaskGraph + Machine -> MemGraph, behind one protocol and a registry."""
 
+# Importing the built-in planners registers them (greedy-offload, l2l, ilp-select and
+# greedy-offload-nodiscount live in weight_offload).
+from . import buildmemgraph, levelwise, turnip, weight_offload  # noqa: F401
 from .registry import PLANNERS, Planner, get_planner, plan, planner_options, register
-from . import buildmemgraph, levelwise, turnip  # noqa: E402,F401  (the built-in planners)
-from . import weight_offload  # noqa: E402,F401  (greedy-offload, l2l, ilp-select, ...)
 
 __all__ = ["PLANNERS", "Planner", "get_planner", "plan", "planner_options", "register"]

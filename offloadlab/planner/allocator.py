@@ -17,9 +17,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any
 
 Owner = Any   # what the caller names an occupant by (BuildMemGraph: a Slot); hashable
 

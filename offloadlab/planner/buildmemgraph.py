@@ -17,8 +17,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 from ..core.devices import HOST, is_gpu
 from ..core.errors import PlanError

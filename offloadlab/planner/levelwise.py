@@ -11,7 +11,7 @@ for each chain's tail.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..core.devices import HOST
 from ..core.machine import Machine

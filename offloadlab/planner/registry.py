@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from ..core.errors import SpecError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.spec import apply_options, parse_spec
 from ..core.taskgraph import TaskGraph
-
 
 Planner = Callable[..., MemGraph]
 """``planner(graph: TaskGraph, machine: Machine, **options) -> MemGraph``.  Options are

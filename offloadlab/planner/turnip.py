@@ -7,7 +7,7 @@ build, where mypyc drops the docstrings of compiled functions.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..core.errors import PlanError
 from ..core.machine import Machine

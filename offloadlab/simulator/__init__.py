@@ -19,8 +19,8 @@ and no resource, and have no row (their tensors exist from time 0).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pandas as pd
 

@@ -12,17 +12,17 @@ moment they are ready, without a trace row.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import simpy
 from simpy.events import Timeout
 
 from ..core.bound import durations as cost_durations
+from ..core.dispatch import Queues
 from ..core.errors import GraphError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.dispatch import Queues
 from .resources import Bus, Engine, Resource
 
 
@@ -167,9 +167,9 @@ class Model:
         stuck = [i for i, t in enumerate(self.end) if math.isnan(t)]
         described = []
         for i in stuck[:5]:
-            v = self.vertices[i]
+            v, engine = self.vertices[i], self.engine[i]
             state = (f"waiting for {self.waiting[i]} predecessor(s)" if self.waiting[i]
-                     else f"ready, queued on {self.engine[i].name}")
+                     or engine is None else f"ready, queued on {engine.name}")
             described.append(f"{v.id!r} ({v.kind} on {v.device}, {state})")
         return (f"simulation stalled with {len(stuck)} of {len(self.vertices)} vertices unfinished "
                 f"(a cycle, or a 'fixed' order that contradicts the edges): "

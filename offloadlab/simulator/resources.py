@@ -21,8 +21,9 @@ after the engine has updated itself), and ``changed(resource)`` when a resource 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Callable, Protocol
+from typing import Protocol
 
 import simpy
 from simpy.events import Timeout
@@ -47,7 +48,7 @@ class Engine:
     def __init__(self, env: simpy.Environment, name: str, slots: int, queue: ReadyQueue, *,
                  taken: Callable[[int, int], None], released: Callable[[int, float], None],
                  finished: Callable[[int, float], None],
-                 changed: Callable[["Engine"], None]):
+                 changed: Callable[[Engine], None]):
         self.env = env
         self.name = name
         self.queue = queue
@@ -140,7 +141,7 @@ class Bus:
     """A host bus shared by all GPUs' transfers in one direction: one transfer at a time."""
 
     def __init__(self, env: simpy.Environment, name: str, queue: ReadyQueue, *,
-                 granted: Callable[[int], None], changed: Callable[["Bus"], None]):
+                 granted: Callable[[int], None], changed: Callable[[Bus], None]):
         self.env = env
         self.name = name
         self.queue = queue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import SpecError
 from ..spec import apply_options, parse_spec

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..devices import HOST
 from ..errors import GraphError, OffloadlabError, SpecError
@@ -61,9 +62,9 @@ NO_COPY = ("_unsafe_view",)   # not views by their schema, but they move no byte
 DEVICE = "gpu0"   # where compute runs before the pipeline placement
 
 
-def from_torch(module: "torch.nn.Module", inputs: "torch.Tensor | Sequence[torch.Tensor]", *,
+def from_torch(module: torch.nn.Module, inputs: torch.Tensor | Sequence[torch.Tensor], *,
                train: bool = False, gpus: int = 1, dtype: str | None = None, name: str = "",
-               loss: str = "mean", target: "torch.Tensor | None" = None,
+               loss: str = "mean", target: torch.Tensor | None = None,
                optimizer: str = "adam") -> TaskGraph:
     """The TaskGraph of ``module``'s forward pass on ``inputs``, or with ``train=True`` of one
     training step (forward, ``loss``, backward, one ``optimizer`` update per weight), placed
@@ -103,12 +104,12 @@ class _Traced:
     """A traced forward pass or training step: its FX graph of ATen ops, the vertex id of
     each placeholder, and in a training step the weights whose gradient each node is."""
 
-    gm: "fx.GraphModule"
+    gm: fx.GraphModule
     names: list[str]
-    grads: dict["fx.Node", list[str]]
+    grads: dict[fx.Node, list[str]]
 
 
-def _trace(module: "torch.nn.Module", data: list["torch.Tensor"], target: "torch.Tensor | None",
+def _trace(module: torch.nn.Module, data: list[torch.Tensor], target: torch.Tensor | None,
            train: bool, dtype: str | None, loss: str, name: str) -> _Traced:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -165,7 +166,7 @@ def _trace(module: "torch.nn.Module", data: list["torch.Tensor"], target: "torch
     return _Traced(gm, names, grads)
 
 
-def _loss(out: Any, loss: str, target: "torch.Tensor | None") -> "torch.Tensor":
+def _loss(out: Any, loss: str, target: torch.Tensor | None) -> torch.Tensor:
     import torch
     if not isinstance(out, torch.Tensor):
         raise SpecError(f"from_torch: train=True needs a module returning one tensor, got "
@@ -219,7 +220,7 @@ class _Converter:
                 self.g.meta["forward"] = sum(t.kind == "compute" for t in self.g)
         return self.g
 
-    def _input(self, node: "fx.Node", name: str) -> None:
+    def _input(self, node: fx.Node, name: str) -> None:
         val = node.meta.get("val")
         if val is None:
             raise GraphError(f"{self.g.name}: no tensor recorded for {node.format_node()}")
@@ -231,7 +232,7 @@ class _Converter:
         self.holds[name] = val
         self.unread[name] = val
 
-    def _read(self, node: "fx.Node") -> tuple[str, bool]:
+    def _read(self, node: fx.Node) -> tuple[str, bool]:
         """The vertex a node's tensor lives in, and whether that vertex holds exactly this
         tensor (same shape, dtype and element order)."""
         ref = self.refs[node]
@@ -249,7 +250,7 @@ class _Converter:
                              dtype=_dtype_name(val, f"input {vertex!r}"))
         return vertex
 
-    def _compute(self, node: "fx.Node") -> None:
+    def _compute(self, node: fx.Node) -> None:
         val = node.meta.get("val")
         outputs = _outputs(node, val)
         if outputs is None:
@@ -293,7 +294,7 @@ class _Converter:
         else:
             self.refs[node] = _Ref(node.name, val)
 
-    def _update(self, weight: str, grad: "fx.Node") -> None:
+    def _update(self, weight: str, grad: fx.Node) -> None:
         """One optimizer step on ``weight`` from ``grad``, just after the gradient is done."""
         w = self.holds[weight]
         self._vertex(weight)
@@ -303,7 +304,7 @@ class _Converter:
                            shape=tuple(w.shape), dtype=_dtype_name(w, f"weight {weight!r}"))
 
 
-def kernel_op(node: "fx.Node", out: Any, reads: dict["fx.Node", tuple[str, bool]]
+def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
               ) -> tuple[str, list[str]] | None:
     """The executor op computing exactly what ATen ``node`` does, with its input vertices in
     argument order, or None (then the vertex is ``mix``).  ``out`` is the node's one
@@ -365,14 +366,14 @@ def _alias(base: str, val: Any) -> Any:
     return _Ref(base, val)
 
 
-def _tensor_args(node: "fx.Node") -> list["fx.Node"]:
+def _tensor_args(node: fx.Node) -> list[fx.Node]:
     """The FX nodes among a node's arguments, in order (a repeated one once)."""
     import torch
     leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
     return list(dict.fromkeys(a for a in leaves if isinstance(a, torch.fx.Node)))
 
 
-def _written(node: "fx.Node") -> list["fx.Node"]:
+def _written(node: fx.Node) -> list[fx.Node]:
     """The arguments an op writes in place, by its schema (``self`` of ``add_``)."""
     import torch
     schema = node.target._schema                    # type: ignore[union-attr]
@@ -382,7 +383,7 @@ def _written(node: "fx.Node") -> list["fx.Node"]:
             and isinstance(bound.get(a.name), torch.fx.Node)]
 
 
-def _read_as(node: "fx.Node", val: Any) -> Any:
+def _read_as(node: fx.Node, val: Any) -> Any:
     """The tensor every reader of ``node`` sees if they all read it through one reshape
     keeping its element order (the ``[B*T, D]`` output of ``addmm`` viewed as ``[B, T, D]``, a
     bias gradient ``[1, D]`` viewed as ``[D]``), else ``val``: the shape a ``mix`` vertex,
@@ -399,13 +400,13 @@ def _read_as(node: "fx.Node", val: Any) -> Any:
     return val
 
 
-def _returns_written(node: "fx.Node") -> bool:
+def _returns_written(node: fx.Node) -> bool:
     """Whether an op returns an argument it wrote in place (``add_``)."""
     return any(r.alias_info is not None and r.alias_info.is_write
                for r in node.target._schema.returns)           # type: ignore[union-attr]
 
 
-def _outputs(node: "fx.Node", val: Any) -> list[Any] | None:
+def _outputs(node: fx.Node, val: Any) -> list[Any] | None:
     """The tensors an op makes that are used (None at an unused output's index), or None
     for an op returning nothing."""
     import torch
@@ -426,7 +427,7 @@ def _outputs(node: "fx.Node", val: Any) -> list[Any] | None:
     return [t if i in used else None for i, t in enumerate(val)]
 
 
-def _flops(node: "fx.Node", val: Any) -> float:
+def _flops(node: fx.Node, val: Any) -> float:
     """Flops from shapes (see the module's docstring)."""
     import torch
     name = node.target._overloadpacket.__name__      # type: ignore[union-attr]

@@ -58,9 +58,9 @@ def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int
             ids.append(g.add_transfer(f"v{n}", src, dst).id)
             continue
         device = gpu_name(rng.randrange(gpus))
-        readable = [u for u in recent if g[u].out_device in (device, "host")] or [None]
-        inputs = sorted({u for u in (rng.choice(readable) for _ in range(rng.randint(1, max_inputs)))
-                         if u is not None}, key=lambda u: int(u[1:]))
+        readable: list[str | None] = [u for u in recent if g[u].out_device in (device, "host")]
+        picks = (rng.choice(readable or [None]) for _ in range(rng.randint(1, max_inputs)))
+        inputs = sorted({u for u in picks if u is not None}, key=lambda u: int(u[1:]))
         out = size()
         touched = out + sum(g[u].bytes for u in inputs)
         ids.append(g.add_compute(f"v{n}", "mix", inputs, device, out,
