@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
+from . import nodelink
 from .checks import INF, MAX_COUNT, edge_ends, ids, node_link, number, short, strings, vertex_id
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
 from .ops import DTYPES, OPS
-from .taskgraph import TaskGraph, _graph_meta, _read, _write
+from .taskgraph import TaskGraph, _graph_meta
 from .taskgraph import _device_problem as _task_device_problem
 from .util import no_gc
 
@@ -139,13 +140,10 @@ class MemGraph:
     # -- interchange ------------------------------------------------------------------
     def to_networkx(self):
         """A networkx DiGraph with vertex fields as node attributes and ``kind`` on edges."""
-        import networkx as nx
-        g = nx.DiGraph(**self.graph)
-        for node in self._nodes():
-            g.add_node(node.pop("id"), **node)
-        for u, v, kind in self.edges():
-            g.add_edge(u, v, kind=kind)
-        return g
+        return nodelink.to_networkx(*self._node_link())
+
+    def _node_link(self) -> tuple[dict, Iterator[dict], Iterator[dict]]:
+        return {"type": "MemGraph", **self.graph}, self._nodes(), self._edge_dicts()
 
     def _nodes(self) -> Iterator[dict]:
         for v in self.vertices.values():
@@ -163,9 +161,7 @@ class MemGraph:
             yield {"source": u, "target": v, "kind": kind}
 
     def to_dict(self) -> dict:
-        return {"directed": True, "multigraph": False,
-                "graph": {"type": "MemGraph", **self.graph}, "nodes": list(self._nodes()),
-                "edges": list(self._edge_dicts())}
+        return nodelink.as_dict(*self._node_link())
 
     @overload
     def to_json(self, path: None = None) -> str: ...
@@ -174,8 +170,7 @@ class MemGraph:
 
     def to_json(self, path: str | Path | None = None) -> str | None:
         """Node-link JSON text, or, given ``path``, the same written there."""
-        return _write({"type": "MemGraph", **self.graph}, self._nodes(), self._edge_dicts(),
-                      path, "MemGraph")
+        return nodelink.write(*self._node_link(), path, "MemGraph")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "MemGraph JSON") -> MemGraph:
@@ -212,7 +207,7 @@ class MemGraph:
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> MemGraph:
         """Read node-link JSON from a string or a file path."""
-        data, where = _read(text_or_path, "MemGraph JSON")
+        data, where = nodelink.read(text_or_path, "MemGraph JSON")
         return cls.from_dict(data, where)
 
 

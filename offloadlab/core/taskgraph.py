@@ -7,16 +7,13 @@ home, ``"host"`` or a GPU); ``compute`` vertices run an op on one GPU or on the 
 
 from __future__ import annotations
 
-import io
-import json
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-import orjson
-
+from . import nodelink
 from .checks import (
     INF,
     MAX_COUNT,
@@ -27,7 +24,6 @@ from .checks import (
     number,
     short,
     vertex_id,
-    write_node_link,
 )
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError, OffloadlabError
@@ -140,8 +136,9 @@ class TaskGraph:
         if self.out_of_order() is None:
             return list(self.tasks)
         import networkx as nx
-        return list(nx.lexicographical_topological_sort(
-            self.to_networkx(), key=list(self.tasks).index))
+        position = {t: i for i, t in enumerate(self.tasks)}
+        return list(nx.lexicographical_topological_sort(self.to_networkx(),
+                                                        key=position.__getitem__))
 
     def out_of_order(self) -> tuple[str, str] | None:
         """The first ``(vertex, input)`` that insertion order lists the wrong way round, or
@@ -225,19 +222,10 @@ class TaskGraph:
     # -- interchange ------------------------------------------------------------------
     def to_networkx(self):
         """A networkx DiGraph with the vertex fields as node attributes."""
-        import networkx as nx
-        g = nx.DiGraph(name=self.name, **self.meta)
-        for t in self.tasks.values():
-            g.add_node(t.id, **{k: v for k, v in asdict(t).items() if k != "id"})
-        for t in self.tasks.values():
-            for i, u in enumerate(t.inputs):
-                g.add_edge(u, t.id, kind="data", arg=i)
-        return g
+        return nodelink.to_networkx(*self._node_link())
 
     def to_dict(self) -> dict:
-        graph, nodes, edges = self._node_link()
-        return {"directed": True, "multigraph": False, "graph": graph, "nodes": list(nodes),
-                "edges": list(edges)}
+        return nodelink.as_dict(*self._node_link())
 
     def _node_link(self) -> tuple[dict, Iterator[dict], Iterator[dict]]:
         """The ``graph`` attributes, and the nodes and edges of node-link data, one at a time."""
@@ -256,7 +244,7 @@ class TaskGraph:
 
     def to_json(self, path: str | Path | None = None) -> str | None:
         """Node-link JSON text, or, given ``path``, the same written there."""
-        return _write(*self._node_link(), path, "TaskGraph")
+        return nodelink.write(*self._node_link(), path, "TaskGraph")
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "TaskGraph JSON") -> TaskGraph:
@@ -307,7 +295,7 @@ class TaskGraph:
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> TaskGraph:
         """Read node-link JSON from a string or a file path."""
-        data, where = _read(text_or_path, "TaskGraph JSON")
+        data, where = nodelink.read(text_or_path, "TaskGraph JSON")
         return cls.from_dict(data, where)
 
 
@@ -425,43 +413,3 @@ def _graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
         except OffloadlabError as exc:
             raise GraphError(f"{where}: graph.chain: {exc}") from None
     return name, meta
-
-
-def _write(graph: dict, nodes: Iterable[dict], edges: Iterable[dict], path: str | Path | None,
-           what: str) -> str | None:
-    """Strict node-link JSON (no NaN or Infinity) as text, or written to ``path``."""
-    if path is None:
-        out = io.BytesIO()
-        write_node_link(out, graph, nodes, edges, what)
-        return out.getvalue().decode()
-    with open(path, "wb") as f:
-        write_node_link(f, graph, nodes, edges, what)
-    return None
-
-
-def _read(text_or_path: str | Path, what: str) -> tuple[Any, str]:
-    """Parse JSON from a string or a path, raising GraphError that names the file."""
-    where = what
-    text = str(text_or_path)
-    if isinstance(text_or_path, Path) or not text.lstrip().startswith("{"):
-        path = Path(text_or_path)
-        where = f"{what} file {str(path)!r}"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise GraphError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-                             ) from None
-    try:
-        with no_gc():                       # millions of small objects, none of them cyclic
-            try:
-                return orjson.loads(text), where
-            except orjson.JSONDecodeError:  # NaN, Infinity, huge integers, or malformed:
-                return json.loads(text), where   # the field checks or json's message say which
-    except json.JSONDecodeError as exc:
-        raise GraphError(f"{where}: malformed JSON ({exc})") from None
-    except RecursionError:
-        raise GraphError(f"{where}: malformed JSON (nested too deeply)") from None
-    except ValueError as exc:   # e.g. an integer of more than 4300 digits
-        raise GraphError(f"{where}: malformed JSON ({exc})") from None
