@@ -15,6 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from offloadlab.core import nodelink
+from offloadlab.core.errors import OffloadlabError
+from offloadlab.core.memgraph import MemGraph
+from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.workloads import build_workload
 from offloadlab.lab.cli import main
 
@@ -90,13 +94,15 @@ def mutation(draw, data: dict) -> None:
 
 
 @st.composite
-def malformed(draw, data: dict) -> bytes:
+def malformed(draw, data: dict, compact: bool = False) -> bytes:
     """The bytes of a mutated copy of ``data``: one to three mutations, then perhaps text-level
-    damage (truncation, random bytes, invalid UTF-8, NaN where a number was)."""
+    damage (truncation, random bytes, invalid UTF-8, NaN where a number was).  ``compact``:
+    laid out as the toolkit writes (no spaces), so that a large file is read in blocks."""
     data = json.loads(json.dumps(data))
     for _ in range(draw(st.integers(1, 3))):
         draw(mutation(data))
-    text = json.dumps(data).encode()                # Python's json writes NaN and Infinity
+    sep = (",", ":") if compact else (", ", ": ")
+    text = json.dumps(data, separators=sep).encode()   # Python's json writes NaN and Infinity
     damage = draw(st.sampled_from(["none"] * 6 + ["truncate", "insert", "utf8", "nan", "random"]))
     at = draw(st.integers(0, len(text)))
     if damage == "truncate":
@@ -106,7 +112,9 @@ def malformed(draw, data: dict) -> bytes:
     elif damage == "utf8":
         text = text[:at] + b"\xff\xfe" + text[at:]
     elif damage == "nan":
-        text = text.replace(b": 0", b": NaN", 1).replace(b": 8388608", b": -Infinity", 1)
+        colon = sep[1].encode()
+        text = text.replace(colon + b"0", colon + b"NaN", 1).replace(colon + b"8388608",
+                                                                    colon + b"-Infinity", 1)
     elif damage == "random":
         text = draw(st.binary(max_size=64))
     return text
@@ -161,6 +169,43 @@ def test_malformed_memgraph_files(capsys, valid_files, data):
             summary = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
             assert summary["makespan"] >= 0
             assert (out_dir / "trace.json").is_file()
+
+
+@settings(**SETTINGS)
+@given(data=st.data(), kind=st.sampled_from(["tg", "mg"]), block=st.sampled_from([7, 64, 4096]))
+def test_files_read_in_blocks_give_what_a_whole_read_gives(valid_files, data, kind, block):
+    """A large file the toolkit wrote is read a block and a batch of items at a time
+    (``nodelink.STREAM_AT``); on any file, valid or not, that gives the same graph or the same
+    error as reading it whole."""
+    cls = TaskGraph if kind == "tg" else MemGraph
+    text = data.draw(malformed(valid_files[kind], compact=True))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "g.json"
+        path.write_bytes(text)
+        outcomes = []
+        for stream_at, block_size in ((nodelink.STREAM_AT, nodelink.BLOCK), (0, block)):
+            saved = nodelink.STREAM_AT, nodelink.BLOCK
+            nodelink.STREAM_AT, nodelink.BLOCK = stream_at, block_size
+            try:
+                outcomes.append(cls.from_json(path).to_json())
+            except OffloadlabError as exc:
+                outcomes.append(f"error: {exc}")
+            finally:
+                nodelink.STREAM_AT, nodelink.BLOCK = saved
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_toolkits_own_large_files_are_read_in_blocks(valid_files, tmp_path, monkeypatch):
+    monkeypatch.setattr(nodelink, "STREAM_AT", 0)
+    monkeypatch.setattr(nodelink, "BLOCK", 16)
+    for kind, cls in (("tg", TaskGraph), ("mg", MemGraph)):
+        path = tmp_path / f"{kind}.json"
+        cls.from_dict(valid_files[kind]).to_json(path)
+        data, _ = nodelink.read(path, "graph", stream=True)
+        assert type(data["nodes"]) is nodelink.Items and type(data["edges"]) is nodelink.Items
+        assert cls.from_json(path).to_json() == path.read_text()
+        path.write_text(json.dumps(valid_files[kind]))            # spaces: another tool's
+        assert type(nodelink.read(path, "graph", stream=True)[0]["nodes"]) is list
 
 
 def test_the_unmutated_files_are_valid(capsys, valid_files, tmp_path):

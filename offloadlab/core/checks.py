@@ -106,29 +106,6 @@ def vertex_id(node: dict, where: str) -> str:
     raise GraphError(f"{where}: node {short(node)} has no 'id' (a string)")
 
 
-def node_link(data: object, where: str) -> tuple[list, list]:
-    """The ``nodes`` and ``edges`` lists of networkx node-link JSON.  ``links`` is read as a
-    synonym of ``edges`` (networkx before 3.4 wrote ``links``); a file with both must give the
-    same list in each, and one with neither is refused."""
-    if type(data) is not dict:
-        raise GraphError(f"{where}: expected a JSON object (networkx node-link data), got "
-                         f"{type(data).__name__}")
-    nodes = data.get("nodes")
-    if type(nodes) is not list:
-        raise GraphError(f"{where}: expected node-link JSON with a 'nodes' list")
-    edges, links = data.get("edges"), data.get("links")
-    if edges is None and links is None:
-        raise GraphError(f"{where}: node-link JSON needs an 'edges' list (or 'links', as "
-                         f"networkx before 3.4 wrote it); write \"edges\": [] for none")
-    if edges is not None and links is not None and edges != links:
-        raise GraphError(f"{where}: has both 'edges' and 'links', with different contents; "
-                         f"keep one")
-    edges = links if edges is None else edges
-    if type(edges) is not list:
-        raise GraphError(f"{where}: 'edges' must be a list, got {type(edges).__name__}")
-    return nodes, edges
-
-
 def edge_ends(edge: object, where: str) -> tuple[str, str]:
     """An edge's ``(source, target)`` vertex ids."""
     if type(edge) is dict:

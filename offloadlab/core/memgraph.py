@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 from . import nodelink
-from .checks import INF, MAX_COUNT, edge_ends, ids, node_link, number, short, strings, vertex_id
+from .checks import INF, MAX_COUNT, edge_ends, ids, number, short, strings, vertex_id
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
 from .ops import DTYPES, OPS
@@ -182,7 +182,7 @@ class MemGraph:
 
     @classmethod
     def _from_dict(cls, data: Any, where: str) -> MemGraph:
-        nodes, edges = node_link(data, where)
+        nodes, edges = nodelink.node_link(data, where)
         _, meta = _graph_meta(data, where, "MemGraph")
         mg = cls(meta)
         vertices = mg.vertices
@@ -207,8 +207,7 @@ class MemGraph:
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> MemGraph:
         """Read node-link JSON from a string or a file path."""
-        data, where = nodelink.read(text_or_path, "MemGraph JSON")
-        return cls.from_dict(data, where)
+        return nodelink.load(cls.from_dict, text_or_path, "MemGraph JSON")
 
 
 def _device_problem(kind: str, device: str) -> str | None:

@@ -6,15 +6,142 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
 
 import orjson
 
 from .checks import write_node_link
 from .errors import GraphError
 from .util import no_gc
+
+T = TypeVar("T")
+
+STREAM_AT = 32 * 2**20
+"""Files of this many bytes or more that this toolkit wrote are read a block at a time and
+parsed a few thousand nodes or edges at a time, never whole: orjson parses a whole text into a
+document tree first, and the text, the tree, the Python objects and the graph built from them
+took 2.3 GB for a 241 MB MemGraph file."""
+
+HEADER = b'{"directed":true,"multigraph":false,"graph":'
+"""How the files :func:`write` writes begin; then the graph, ``,"nodes":[``, the nodes,
+``],"edges":[``, the edges and ``]}``."""
+
+BLOCK = 8 * 2**20
+
+#: Where an item of each array starts and where the array ends, as :func:`write` writes them.
+#: Neither can occur inside a JSON string, where every quote is escaped.
+_ARRAYS = {"nodes": (b',"nodes":[', b'},{"id":', b'}],"edges":['),
+           "edges": (b'],"edges":[', b'},{"source":', b'}]}')}
+
+
+class Unstreamable(Exception):
+    """A file that the block reader cannot read (not laid out as :func:`write` lays it out,
+    malformed, NaN, ...): it is read whole, whose errors name the problem."""
+
+
+class Items:
+    """The nodes or the edges (``which``) of a node-link file that :func:`write` wrote, read a
+    block at a time and parsed a batch of items at a time each time this is iterated."""
+
+    def __init__(self, path: Path, which: str):
+        self.path, self.which = path, which
+
+    def __iter__(self) -> Iterator[Any]:
+        begin, between, end = _ARRAYS[self.which]
+        with open(self.path, "rb") as f:
+            buf = _seek_past(f, begin)
+            if buf[:1] == b"]":
+                return
+            while True:
+                more = f.read(BLOCK)
+                stop = buf.find(end)
+                if stop >= 0:
+                    yield from _parse(buf[:stop + 1])
+                    return
+                if not more:
+                    raise Unstreamable(f"no {end!r} after the {self.which}")
+                cut = buf.rfind(between)
+                if cut >= 0:
+                    yield from _parse(buf[:cut + 1])
+                    buf = buf[cut + 2:]
+                buf += more
+
+
+def _seek_past(f: BinaryIO, marker: bytes) -> bytes:
+    """Read ``f`` past the first ``marker``; what was read after it."""
+    buf = b""
+    while True:
+        more = f.read(BLOCK)
+        if not more:
+            raise Unstreamable(f"no {marker!r}")
+        buf = buf[-len(marker):] + more
+        at = buf.find(marker)
+        if at >= 0:
+            return buf[at + len(marker):]
+
+
+def _parse(items: bytes) -> list:
+    try:
+        return orjson.loads(b"[" + items + b"]")
+    except orjson.JSONDecodeError as exc:
+        raise Unstreamable(str(exc)) from None
+
+
+def load(build: Callable[[Any, str], T], text_or_path: str | Path, what: str) -> T:
+    """``build(data, where)`` on the node-link data of a file or a JSON text (``what``: e.g.
+    ``MemGraph JSON``); a large file this toolkit wrote is read in blocks (:data:`STREAM_AT`)."""
+    data, where = read(text_or_path, what, stream=True)
+    if type(data) is dict and type(data.get("nodes")) is Items:
+        try:
+            return build(data, where)
+        except Unstreamable:
+            data, where = read(text_or_path, what)
+    return build(data, where)
+
+
+def _streamed(path: Path) -> dict | None:
+    """Node-link data whose nodes and edges are :class:`Items`, if ``path`` is a large file
+    that this toolkit wrote; else None."""
+    if path.stat().st_size < STREAM_AT:
+        return None
+    with open(path, "rb") as f:
+        head = f.read(2**20)                  # the graph's attributes are much shorter
+    at = head.find(_ARRAYS["nodes"][0])
+    if not head.startswith(HEADER) or at < 0:
+        return None
+    try:
+        graph = orjson.loads(head[len(HEADER):at])
+    except orjson.JSONDecodeError:
+        return None
+    return {"directed": True, "multigraph": False, "graph": graph,
+            "nodes": Items(path, "nodes"), "edges": Items(path, "edges")}
+
+
+def node_link(data: object, where: str) -> tuple[Iterable, Iterable]:
+    """The ``nodes`` and ``edges`` lists of networkx node-link JSON.  ``links`` is read as a
+    synonym of ``edges`` (networkx before 3.4 wrote ``links``); a file with both must give the
+    same list in each, and one with neither is refused."""
+    if type(data) is not dict:
+        raise GraphError(f"{where}: expected a JSON object (networkx node-link data), got "
+                         f"{type(data).__name__}")
+    nodes = data.get("nodes")
+    if type(nodes) is not list and type(nodes) is not Items:
+        raise GraphError(f"{where}: expected node-link JSON with a 'nodes' list")
+    edges, links = data.get("edges"), data.get("links")
+    if edges is None and links is None:
+        raise GraphError(f"{where}: node-link JSON needs an 'edges' list (or 'links', as "
+                         f"networkx before 3.4 wrote it); write \"edges\": [] for none")
+    if edges is not None and links is not None and edges != links:
+        raise GraphError(f"{where}: has both 'edges' and 'links', with different contents; "
+                         f"keep one")
+    edges = links if edges is None else edges
+    if type(edges) is not list and type(edges) is not Items:
+        raise GraphError(f"{where}: 'edges' must be a list, got {type(edges).__name__}")
+    return nodes, edges
+
+
 
 
 def as_dict(graph: dict, nodes: Iterable[dict], edges: Iterable[dict]) -> dict:
@@ -45,26 +172,33 @@ def write(graph: dict, nodes: Iterable[dict], edges: Iterable[dict], path: str |
     return None
 
 
-def read(text_or_path: str | Path, what: str) -> tuple[Any, str]:
-    """Parse JSON from a string or a path, raising GraphError that names the file."""
+def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any, str]:
+    """Parse JSON from a string or a path, raising GraphError that names the file.  A file is
+    parsed from its bytes (no decoded copy of it is held); with ``stream``, a large file this
+    toolkit wrote is left to be read item by item (:func:`load`)."""
     where = what
-    text = str(text_or_path)
-    if isinstance(text_or_path, Path) or not text.lstrip().startswith("{"):
+    text: str | bytes = str(text_or_path)
+    if isinstance(text_or_path, Path) or not str(text).lstrip().startswith("{"):
         path = Path(text_or_path)
         where = f"{what} file {str(path)!r}"
         try:
-            text = path.read_text(encoding="utf-8")
+            streamed = _streamed(path) if stream else None
+            if streamed is not None:
+                return streamed, where
+            text = path.read_bytes()
         except OSError as exc:
             raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise GraphError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-                             ) from None
     try:
         with no_gc():                       # millions of small objects, none of them cyclic
             try:
                 return orjson.loads(text), where
-            except orjson.JSONDecodeError:  # NaN, Infinity, huge integers, or malformed:
-                return json.loads(text), where   # the field checks or json's message say which
+            except orjson.JSONDecodeError:  # NaN, Infinity, huge integers, bad UTF-8, or
+                if isinstance(text, bytes):  # malformed: json's message or the field checks
+                    text = text.decode("utf-8")     # say which
+                return json.loads(text), where
+    except UnicodeDecodeError as exc:
+        raise GraphError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                         ) from None
     except json.JSONDecodeError as exc:
         raise GraphError(f"{where}: malformed JSON ({exc})") from None
     except RecursionError:

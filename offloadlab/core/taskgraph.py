@@ -20,7 +20,6 @@ from .checks import (
     edge_ends,
     finite_tree,
     ids,
-    node_link,
     number,
     short,
     vertex_id,
@@ -256,7 +255,7 @@ class TaskGraph:
 
     @classmethod
     def _from_dict(cls, data: dict, where: str) -> TaskGraph:
-        nodes, edges = node_link(data, where)
+        nodes, edges = nodelink.node_link(data, where)
         name, meta = _graph_meta(data, where, "TaskGraph")
         g = cls(name=name, meta=meta)
         edge_inputs: dict[str, list[str]] = {}
@@ -295,8 +294,7 @@ class TaskGraph:
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> TaskGraph:
         """Read node-link JSON from a string or a file path."""
-        data, where = nodelink.read(text_or_path, "TaskGraph JSON")
-        return cls.from_dict(data, where)
+        return nodelink.load(cls.from_dict, text_or_path, "TaskGraph JSON")
 
 
 def _device_problem(kind: str, device: str) -> str | None:
