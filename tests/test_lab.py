@@ -97,3 +97,59 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
     assert CI_COMMAND in text.splitlines()
     assert script.stat().st_mode & 0o111, ".ci/run must be executable"
+
+
+# -- offloadlab compare (issue 18) ----------------------------------------------------------
+def test_compare_planners_rows_bounds_and_errors():
+    from offloadlab.lab.compare import compare_planners
+    graph = build_workload("matmul-chain:layers=8,gpus=2")
+    rows = compare_planners(graph, machine_from_spec("disco-example"))
+    ok, failed = rows[rows.error.isna()], rows[rows.error.notna()]
+    assert set(ok.planner) == {"buildmemgraph", "levelwise"}
+    assert set(failed.planner) == {"greedy-offload", "greedy-offload-nodiscount", "l2l",
+                                   "ilp-select"}
+    assert failed.makespan.isna().all() and (failed.error.str.contains("training")).all()
+    # DISCO's example: 16 shards over one bus bound every plan; BuildMemGraph takes 17,
+    # levelwise 24
+    assert rows.problem_bound.tolist() == pytest.approx([16] * len(rows))
+    assert set(rows.bound_limit) == {"bus:h2d"}
+    assert sorted(ok.makespan) == pytest.approx([17, 24])
+    assert (ok.makespan >= ok.lower_bound).all() and (ok.lower_bound >= ok.problem_bound).all()
+    assert (ok.bytes_h2d == 16 * 32 * 2**20).all() and (ok.bytes_d2h == 0).all()
+    assert ok.gap.tolist() == pytest.approx(list(ok.makespan / 16 - 1))
+    idle = ok[["idle_gpu0", "idle_gpu1"]].to_numpy()
+    assert ((idle >= 0) & (idle < 1)).all()
+    assert str(rows.loads.dtype) == "Int64"
+
+
+def test_compare_cli_json_table_and_plot(capsys, tmp_path):
+    import json
+
+    from offloadlab.lab.cli import main
+    out, plot = tmp_path / "t.csv", tmp_path / "t.png"
+    assert main(["compare", "--workload", "training-chain", "--machine", "v100", "--json",
+                 "--out", str(out), "--plot", str(plot), "--planner", "levelwise",
+                 "--planner", "greedy-offload", "--planner", "l2l"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["planner"] for r in rows] == ["levelwise", "greedy-offload", "l2l"]
+    for r in rows:
+        assert {"planner", "makespan", "bytes_h2d", "bytes_d2h", "peak_memory",
+                "lower_bound", "problem_bound"} <= set(r)
+        assert r["makespan"] >= r["lower_bound"] >= r["problem_bound"] * (1 - 1e-9)
+    assert list(pd.read_csv(out).planner) == ["levelwise", "greedy-offload", "l2l"]
+    assert plot.stat().st_size > 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--planner", "nope"], "unknown planner 'nope'"),
+    (["--out", "{tmp}/t.txt"], "a table needs one of the suffixes .csv, .parquet"),
+    (["--out", "{tmp}/missing/t.csv"], "does not exist"),
+    (["--plot", "{tmp}/t.csv"], "an image needs one of the suffixes")])
+def test_compare_cli_bad_arguments(capsys, tmp_path, argv, message):
+    from offloadlab.lab.cli import main
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(["compare", "--workload", "matmul-chain:layers=2", "--machine",
+                 "disco-example", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("offloadlab: error: ") and message in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offloadlab.core.bound import bound, lower_bound
+from offloadlab.core.bound import bound, least_memgraph, lower_bound, problem_bound
 from offloadlab.core.errors import PlanError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.verify import verify
@@ -117,3 +117,16 @@ def test_no_run_beats_the_lower_bound(seed, gpus, factor, planner, policy):
     mg = planned(graph, machine, planner)
     assert lower_bound(mg, machine) <= simulate(mg, machine, policy=policy,
                                                 seed=seed).makespan * (1 + 1e-9)
+    # the problem's bound holds for every plan: below the plan's own bound
+    assert problem_bound(graph, machine).value <= lower_bound(mg, machine) * (1 + 1e-9)
+
+
+def test_problem_bound_of_the_disco_example():
+    """Any plan loads each of the 16 weight shards once over the shared bus: 16 s."""
+    graph = build_workload("matmul-chain:layers=8,gpus=2")
+    machine = machine_from_spec("disco-example")
+    b = problem_bound(graph, machine)
+    assert b.busy["bus:h2d"] == pytest.approx(16) and b.limit == "bus:h2d"
+    least = least_memgraph(graph)
+    assert least.count("load") == 16 and least.count("offload") == 0
+    assert {v.id for v in least if v.kind not in ("load", "offload")} == set(graph.tasks)

@@ -9,7 +9,9 @@ Whatever the dispatch policy, a run of a MemGraph takes at least
   moves at most its bandwidth.
 
 The bound is the larger of the two (issue 17: a planner's gap to it says how much room is left;
-:func:`offloadlab.ilp` gives a tighter bound where the MILP applies).
+:func:`offloadlab.ilp` gives a tighter bound where the MILP applies).  :func:`problem_bound`
+applies the same to the least MemGraph any planner can produce for a TaskGraph, so that it
+bounds every plan of the problem, and planners can be compared against it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .devices import HOST
 from .machine import Machine
 from .memgraph import MemGraph, MemVertex
+from .taskgraph import TaskGraph
 
 
 def durations(memgraph: MemGraph, machine: Machine,
@@ -78,3 +82,45 @@ def bound(memgraph: MemGraph, machine: Machine) -> Bound:
 def lower_bound(memgraph: MemGraph, machine: Machine) -> float:
     """Seconds no run of ``memgraph`` on ``machine`` can beat (see the module's docstring)."""
     return bound(memgraph, machine).value
+
+
+def least_memgraph(graph: TaskGraph) -> MemGraph:
+    """What every MemGraph of ``graph`` contains, whatever the planner and the memory: each
+    TaskGraph vertex once, and, before the first vertex on a GPU that reads a tensor living in
+    host RAM (a host input, a CPU vertex's output), one load of it onto that GPU; before the
+    first CPU vertex that reads a GPU tensor, one offload of it.  No locations."""
+    least = MemGraph({"planner": "least", "taskgraph": graph.name})
+    order = 0
+
+    def add(v: MemVertex) -> str:
+        nonlocal order
+        v.order, order = order, order + 1
+        least.add_vertex(v)
+        return v.id
+
+    moved: dict[tuple[str, str], str] = {}     # (tensor, where it is read) -> the copy
+    for t in graph.topological_order():
+        task = graph[t]
+        sources = []
+        for u in task.inputs:
+            src, reads = graph[u], task.read_device
+            if src.out_device == reads:
+                sources.append(u)
+                continue
+            if (u, reads) not in moved:
+                kind = "load" if reads != HOST else "offload"
+                device = reads if reads != HOST else src.out_device
+                moved[u, reads] = add(MemVertex(f"{kind}:{u}@{device}", kind, device,
+                                                src.bytes, of=u, inputs=(u,)))
+                least.add_edge(u, moved[u, reads], "data")
+            sources.append(moved[u, reads])
+        add(MemVertex(t, task.kind, task.device, task.bytes, task=t, op=task.op,
+                      flops=task.flops, inputs=tuple(sources), time=task.time))
+        least.add_edges(sources, t, "data")
+    return least
+
+
+def problem_bound(graph: TaskGraph, machine: Machine) -> Bound:
+    """A lower bound on the makespan of every MemGraph of ``graph`` on ``machine``: the
+    :func:`bound` of its :func:`least_memgraph` (planners only add vertices and edges)."""
+    return bound(least_memgraph(graph), machine)

@@ -158,6 +158,7 @@ def _positive_float(text: str) -> float:
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 IMAGE_OPTIONS = ("gantt", "memory", "plot")
+TABLE_SUFFIXES = (".csv", ".parquet")
 
 
 def _check_writable(args: argparse.Namespace, *options: str) -> None:
@@ -536,6 +537,70 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Every planner on one problem, simulated: a row each with its makespan, traffic, memory,
+    planning time, its plan's lower bound and its gap to the problem's."""
+    from ..core.machine import machine_from_spec
+    from .compare import compare_planners
+
+    _check_writable(args, "out", "plot")
+    if args.out and Path(args.out).suffix.lower() not in TABLE_SUFFIXES:
+        raise SpecError(f"--out: cannot write {args.out!r}: a table needs one of the suffixes "
+                        f"{', '.join(TABLE_SUFFIXES)}")
+    if args.out and args.out.lower().endswith(".parquet"):
+        _need_pyarrow()
+    from ..planner.registry import check_spec
+    for spec in args.planner or ():
+        check_spec(spec)
+    graph = _taskgraph(args)
+    machine = machine_from_spec(args.machine)
+    say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
+    table = compare_planners(graph, machine, args.planner, policy=args.policy, progress=say)
+    table.insert(0, "workload", args.workload or args.taskgraph)
+    table.insert(1, "machine", machine.name)
+    written = []
+    if args.out:
+        with args.outputs.file(args.out) as tmp:
+            if args.out.lower().endswith(".parquet"):
+                table.to_parquet(tmp, index=False)
+            else:
+                table.to_csv(tmp, index=False)
+        written.append(args.out)
+    if args.plot:
+        from .plots import compare_plot
+        with args.outputs.file(args.plot) as tmp:
+            compare_plot(table, tmp, title=f"{graph.name} on {machine.name} "
+                                            f"({args.policy} dispatch)")
+        written.append(args.plot)
+    args.outputs.commit()
+    if args.json:
+        records = table.astype(object).where(table.notna(), None).to_dict("records")
+        print(_json_text(records))
+        return 0
+    print(f"{graph.name} on {machine.name}, {args.policy} dispatch; no plan can beat "
+          f"{table['problem_bound'].iloc[0]:.4g} s ({table['bound_limit'].iloc[0]} binds)")
+    failed = table["error"].notna() if "error" in table else table["planner"].isna()
+    shown = table[~failed].drop(columns=["workload", "machine", "policy", "problem_bound",
+                                         "bound_limit", "error"], errors="ignore")
+    if len(shown):
+        for column in ("bytes_h2d", "bytes_d2h", "peak_memory", "peak_host_memory"):
+            shown[column] = shown[column].map(lambda b: fmt_bytes(int(b)))
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    for _, row in table[failed].iterrows():
+        print(f"{row['planner']}: {row['error']}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _need_pyarrow() -> None:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise SpecError("writing Parquet needs pyarrow: pip install pyarrow (or write .csv)"
+                        ) from None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Simulate and execute the same MemGraphs; report the makespan's error and each
     component's, and draw both timelines."""
@@ -759,6 +824,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--planner", default="buildmemgraph", metavar="SPEC",
                    help="planner and its options (buildmemgraph)")
     p.add_argument("--out", required=True, metavar="FILE", help="MemGraph JSON to write")
+
+    p = add("compare", cmd_compare, "every planner on one problem, simulated: makespan, "
+            "traffic, memory, planning time, and the gap to the problem's lower bound")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
+    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+    p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. disco-example")
+    p.add_argument("--planner", action="append", metavar="SPEC",
+                   help="planner and its options (repeatable; default: every planner)")
+    p.add_argument("--policy", choices=POLICIES, default="dynamic",
+                   help="dispatch policy (dynamic)")
+    p.add_argument("--json", action="store_true", help="print one JSON list, a row per planner")
+    p.add_argument("--out", metavar="FILE", help="write the table (.csv, or .parquet)")
+    p.add_argument("--plot", metavar="PNG", help="draw each planner's makespan and bounds")
 
     p = add("simulate", cmd_simulate, "verify and simulate a MemGraph JSON file")
     p.add_argument("memgraph", metavar="MEMGRAPH", help="MemGraph JSON written by 'plan'")

@@ -86,3 +86,70 @@ def compare(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]],
     """Plan and simulate each ``(planner_spec, policy)`` pair; one row per pair
     (:data:`COLUMNS`)."""
     return table(run_all(graph, machine, runs, noise=noise, seed=seed, verify=verify))
+
+
+def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None = None,
+                     *, policy: str = "dynamic",
+                     progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Every planner (default: all registered, with their default options) on one problem,
+    simulated with ``policy``: one row each with the makespan, each GPU's idle share
+    (``idle_gpu0``, ...), bytes moved host->GPU and GPU->host, the offload/reload/load counts,
+    peak GPU and host memory, planning seconds, the plan's own lower bound
+    (:func:`offloadlab.core.bound.lower_bound`) and its gap to the problem's
+    (:func:`offloadlab.core.bound.problem_bound`, the same in every row).  A planner that cannot
+    plan the problem gets a row with ``error`` and no figures; an unknown planner or option
+    raises :class:`SpecError` before any work."""
+    import time
+
+    import pandas as pd
+
+    from ..core.bound import lower_bound, problem_bound
+    from ..core.errors import OffloadlabError
+    from ..core.verify import verify
+    from ..planner import PLANNERS, plan
+    from ..planner.registry import check_spec
+    from ..simulator import makespan, simulate
+
+    say = progress or (lambda line: None)
+    specs = list(planners) if planners is not None else sorted(PLANNERS)
+    for spec in specs:
+        check_spec(spec)                    # a typo stops here, not as an error row
+    best = problem_bound(graph, machine)
+    rows: list[dict[str, object]] = []
+    for spec in specs:
+        row: dict[str, object] = {"planner": spec, "policy": policy, "problem_bound": best.value,
+                                  "bound_limit": best.limit}
+        say(f"{spec}: planning ...")
+        start = time.perf_counter()
+        try:
+            mg = plan(graph, machine, spec, evaluate=makespan)
+        except OffloadlabError as exc:
+            say(f"{spec}: {exc}")
+            rows.append(row | {"error": str(exc)})
+            continue
+        seconds = time.perf_counter() - start
+        verify(mg, graph, machine)
+        say(f"{spec}: simulating {len(mg)} vertices ...")
+        result = simulate(mg, machine, policy=policy)
+        moved = mg.moved_bytes()
+        span = float(result.makespan)
+        row.update(
+            makespan=span, bytes_h2d=moved["load"] + moved["reload"], bytes_d2h=moved["offload"],
+            offloads=mg.count("offload"), reloads=mg.count("reload"), loads=mg.count("load"),
+            peak_memory=max((b for d, b in result.peak_memory.items() if is_gpu(d)), default=0),
+            peak_host_memory=result.peak_memory.get("host", 0), plan_seconds=seconds,
+            lower_bound=lower_bound(mg, machine),
+            gap=span / best.value - 1 if best.value > 0 else 0.0,
+            **{f"idle_{gpu}": 1 - result.busy.get(gpu, 0.0) / span if span > 0 else 0.0
+               for gpu in machine.gpu_names()})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for column in COUNTS:
+        if column in table:
+            table[column] = table[column].astype("Int64")   # integers, missing in error rows
+    return table
+
+
+#: The integer columns of :func:`compare_planners`.
+COUNTS = ("bytes_h2d", "bytes_d2h", "offloads", "reloads", "loads", "peak_memory",
+          "peak_host_memory")

@@ -136,3 +136,26 @@ def memory_plot(memory: pd.DataFrame, path: str | Path, capacity: float | None =
     axes[-1, 0].set_xlabel("time (s)")
     axes[0, 0].set_title(title, loc="left")
     return _save(fig, path)
+
+
+def compare_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """``offloadlab compare``'s figure: a bar per planner with its simulated makespan, a tick
+    at its plan's own lower bound, and the problem's lower bound dashed.  Planners that could
+    not plan the problem are left out."""
+    plt = _pyplot()
+    ok = table[table["makespan"].notna()] if "makespan" in table else table.iloc[:0]
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * max(len(ok), 1)))
+    y = range(len(ok))
+    ax.barh(y, ok["makespan"], color=KIND_COLORS["compute"], label="makespan (simulated)")
+    ax.scatter(ok["lower_bound"], y, marker="|", s=300, color="black",
+               label="the plan's lower bound")
+    if len(table) and table["problem_bound"].notna().any():
+        ax.axvline(float(table["problem_bound"].iloc[0]), linestyle="--", color="grey",
+                   label="the problem's lower bound")
+    ax.set_yticks(list(y), list(ok["planner"]))
+    ax.set_ylim(len(ok) - 0.5, -0.5)
+    ax.set_xlabel("time (s)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, loc="left", fontsize=10)
+    return _save(fig, path)

@@ -49,6 +49,14 @@ def get_planner(name: str) -> Planner:
     return PLANNERS[name]
 
 
+def check_spec(spec: str) -> None:
+    """Raise :class:`SpecError` if ``spec`` names no planner or an option it does not take
+    (or a value of the wrong type), before any work is done."""
+    name, raw = parse_spec(spec)
+    get_planner(name)
+    apply_options(planner_options(name), raw, f"planner {name!r}")
+
+
 def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
          progress: Callable[[int], None] | None = None, evaluate: Evaluate | None = None,
          **options) -> MemGraph:
