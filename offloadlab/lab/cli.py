@@ -744,6 +744,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 # -- parser -------------------------------------------------------------------------------
+def _problem_options(p: argparse.ArgumentParser) -> None:
+    """``--workload SPEC`` or ``--taskgraph FILE``, one of them required."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
+    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+
+
 def _executor_options(p: argparse.ArgumentParser) -> None:
     """The options of the commands that execute MemGraphs."""
     p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
@@ -817,9 +824,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output directory (./offloadlab-out)")
 
     p = add("plan", cmd_plan, "plan a workload on a machine, verify the MemGraph, write its JSON")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
-    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+    _problem_options(p)
     p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. disco-example")
     p.add_argument("--planner", default="buildmemgraph", metavar="SPEC",
                    help="planner and its options (buildmemgraph)")
@@ -827,9 +832,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("compare", cmd_compare, "every planner on one problem, simulated: makespan, "
             "traffic, memory, planning time, and the gap to the problem's lower bound")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
-    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+    _problem_options(p)
     p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. disco-example")
     p.add_argument("--planner", action="append", metavar="SPEC",
                    help="planner and its options (repeatable; default: every planner)")
@@ -895,9 +898,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("validate", cmd_validate, "simulate and execute the same MemGraphs: the makespan's "
             "error and each component's (busy and idle time per resource, mean duration per "
             "vertex kind), and both timelines")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
-    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+    _problem_options(p)
     p.add_argument("--machine", required=True, metavar="SPEC",
                    help="a calibrated Machine JSON file (offloadlab calibrate) or a preset")
     p.add_argument("--planner", action="append", metavar="SPEC",
