@@ -153,3 +153,44 @@ def test_compare_cli_bad_arguments(capsys, tmp_path, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("offloadlab: error: ") and message in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+# -- offloadlab ablate determinism (issue 18) ------------------------------------------------
+def test_replayed_fixed_order_equals_dynamic_without_noise():
+    from offloadlab.lab.ablate import replayed
+    from offloadlab.planner import plan
+    from offloadlab.simulator import makespan
+    graph = build_workload("random:vertices=200,gpus=2,seed=4")
+    machine = machine_from_spec("p100x4:gpus=2,gpu_memory=60MB")
+    mg = plan(graph, machine, "buildmemgraph")
+    again = replayed(mg, machine)
+    assert makespan(again, machine, "fixed") == pytest.approx(makespan(mg, machine, "dynamic"))
+    assert sorted(v.id for v in again) == sorted(v.id for v in mg)
+
+
+def test_ablate_determinism_no_difference_without_noise_and_a_gain_with():
+    from offloadlab.lab.ablate import ablate_determinism
+    graph = build_workload("random:vertices=300,gpus=4,seed=2")
+    machine = machine_from_spec("p100x4:gpu_memory=200MB")
+    rows = ablate_determinism(graph, machine, ["buildmemgraph"], noises=(0.0, 0.5), seeds=12)
+    quiet, noisy = rows.iloc[0], rows.iloc[1]
+    assert quiet.mean_speedup == 0 and quiet.ci_low == 0 and quiet.ci_high == 0
+    assert noisy.ci_low <= noisy.mean_speedup <= noisy.ci_high
+    assert {"policy_a", "policy_b", "noise", "mean_speedup", "ci_low", "ci_high",
+            "seeds"} <= set(rows.columns)
+
+
+def test_ablate_cli(capsys, tmp_path):
+    import json
+
+    from offloadlab.lab.cli import main
+    assert main(["ablate", "determinism", "--workload", "matmul-chain:layers=3", "--machine",
+                 "disco-example", "--seeds", "3", "--noise", "0,0.1", "--json",
+                 "--out", str(tmp_path / "a.csv"), "--plot", str(tmp_path / "a.png")]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["planner"], r["noise"]) for r in rows] == [
+        ("levelwise", 0.0), ("levelwise", 0.1), ("buildmemgraph", 0.0), ("buildmemgraph", 0.1)]
+    assert (tmp_path / "a.png").stat().st_size > 0 and len(pd.read_csv(tmp_path / "a.csv")) == 4
+    assert main(["ablate", "determinism", "--workload", "matmul-chain:layers=3", "--machine",
+                 "disco-example", "--noise", "0,-1"]) == 2
+    assert "noise levels must be finite and >= 0" in capsys.readouterr().err

@@ -541,15 +541,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Every planner on one problem, simulated: a row each with its makespan, traffic, memory,
     planning time, its plan's lower bound and its gap to the problem's."""
     from ..core.machine import machine_from_spec
+    from ..planner.registry import check_spec
     from .compare import compare_planners
 
     _check_writable(args, "out", "plot")
-    if args.out and Path(args.out).suffix.lower() not in TABLE_SUFFIXES:
-        raise SpecError(f"--out: cannot write {args.out!r}: a table needs one of the suffixes "
-                        f"{', '.join(TABLE_SUFFIXES)}")
-    if args.out and args.out.lower().endswith(".parquet"):
-        _need_pyarrow()
-    from ..planner.registry import check_spec
+    _check_table_suffix(args.out)
     for spec in args.planner or ():
         check_spec(spec)
     graph = _taskgraph(args)
@@ -558,21 +554,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table = compare_planners(graph, machine, args.planner, policy=args.policy, progress=say)
     table.insert(0, "workload", args.workload or args.taskgraph)
     table.insert(1, "machine", machine.name)
-    written = []
-    if args.out:
-        with args.outputs.file(args.out) as tmp:
-            if args.out.lower().endswith(".parquet"):
-                table.to_parquet(tmp, index=False)
-            else:
-                table.to_csv(tmp, index=False)
-        written.append(args.out)
-    if args.plot:
-        from .plots import compare_plot
-        with args.outputs.file(args.plot) as tmp:
-            compare_plot(table, tmp, title=f"{graph.name} on {machine.name} "
-                                            f"({args.policy} dispatch)")
-        written.append(args.plot)
-    args.outputs.commit()
+    written = _write_table_and_plot(args, table, "compare_plot",
+                                    f"{graph.name} on {machine.name} ({args.policy} dispatch)")
     if args.json:
         records = table.astype(object).where(table.notna(), None).to_dict("records")
         print(_json_text(records))
@@ -591,6 +574,69 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    """TURNIP's determinism ablation in the simulator: the same MemGraph under dynamic and a
+    replayed fixed order, many noisy seeds per noise level."""
+    from ..core.machine import machine_from_spec
+    from ..planner.registry import check_spec
+    from .ablate import ablate_determinism
+
+    _check_writable(args, "out", "plot")
+    _check_table_suffix(args.out)
+    planners = args.planner or list(DEMO_PLANNERS)
+    for spec in planners:
+        check_spec(spec)
+    graph = _taskgraph(args)
+    machine = machine_from_spec(args.machine)
+    say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
+    table = ablate_determinism(graph, machine, planners, args.noise, args.seeds, progress=say)
+    table.insert(0, "workload", args.workload or args.taskgraph)
+    table.insert(1, "machine", machine.name)
+    written = _write_table_and_plot(args, table, "ablation_plot",
+                                    f"{graph.name} on {machine.name}: dynamic vs fixed "
+                                    f"dispatch, {args.seeds} seeds")
+    if args.json:
+        print(_json_text(table.to_dict("records")))
+        return 0
+    shown = table[["planner", "noise", "mean_speedup", "ci_low", "ci_high"]].copy()
+    for column in ("mean_speedup", "ci_low", "ci_high"):
+        shown[column] = shown[column].map(lambda x: f"{100 * x:+.2f}%")
+    print(f"{graph.name} on {machine.name}: dynamic over a fixed order (the noiseless dynamic "
+          f"run's), mean of {args.seeds} seeds, 95% bootstrap interval")
+    print(shown.to_string(index=False))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _check_table_suffix(path: str | None) -> None:
+    if path and Path(path).suffix.lower() not in TABLE_SUFFIXES:
+        raise SpecError(f"--out: cannot write {path!r}: a table needs one of the suffixes "
+                        f"{', '.join(TABLE_SUFFIXES)}")
+    if path and path.lower().endswith(".parquet"):
+        _need_pyarrow()
+
+
+def _write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: str,
+                          title: str) -> list[str]:
+    """Write ``--out`` (CSV or Parquet) and ``--plot`` (``plots.<plot>``); the paths."""
+    from . import plots
+    written = []
+    if args.out:
+        with args.outputs.file(args.out) as tmp:
+            if args.out.lower().endswith(".parquet"):
+                table.to_parquet(tmp, index=False)
+            else:
+                table.to_csv(tmp, index=False)
+        written.append(args.out)
+    if args.plot:
+        with args.outputs.file(args.plot) as tmp:
+            getattr(plots, plot)(table, tmp, title=title)
+        written.append(args.plot)
+    args.outputs.commit()
+    return written
 
 
 def _need_pyarrow() -> None:
@@ -744,6 +790,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 # -- parser -------------------------------------------------------------------------------
+def _noise_levels(text: str) -> tuple[float, ...]:
+    """``0,0.05,0.1``: noise levels, each a finite number >= 0."""
+    try:
+        levels = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}"
+                                         ) from None
+    if not all(math.isfinite(x) and x >= 0 for x in levels):
+        raise argparse.ArgumentTypeError(f"noise levels must be finite and >= 0, got {text!r}")
+    return levels
+
+
 def _problem_options(p: argparse.ArgumentParser) -> None:
     """``--workload SPEC`` or ``--taskgraph FILE``, one of them required."""
     src = p.add_mutually_exclusive_group(required=True)
@@ -841,6 +899,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON list, a row per planner")
     p.add_argument("--out", metavar="FILE", help="write the table (.csv, or .parquet)")
     p.add_argument("--plot", metavar="PNG", help="draw each planner's makespan and bounds")
+
+    p = add("ablate", cmd_ablate, "TURNIP's determinism ablation in the simulator: dynamic "
+            "dispatch against a fixed order under noise, with confidence intervals")
+    p.add_argument("what", choices=("determinism",))
+    _problem_options(p)
+    p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. p100x4:gpus=2")
+    p.add_argument("--planner", action="append", metavar="SPEC",
+                   help="planner (repeatable; default: levelwise and buildmemgraph)")
+    p.add_argument("--noise", type=_noise_levels, default=(0.0, 0.05, 0.1, 0.2),
+                   metavar="X,Y,...", help="noise levels (0,0.05,0.1,0.2)")
+    p.add_argument("--seeds", type=_positive_int, default=30,
+                   help="noisy runs per policy and noise level (30)")
+    p.add_argument("--json", action="store_true", help="print one JSON list of rows")
+    p.add_argument("--out", metavar="FILE", help="write the table (.csv, or .parquet)")
+    p.add_argument("--plot", metavar="PNG", help="draw the speedups with their intervals")
 
     p = add("simulate", cmd_simulate, "verify and simulate a MemGraph JSON file")
     p.add_argument("memgraph", metavar="MEMGRAPH", help="MemGraph JSON written by 'plan'")

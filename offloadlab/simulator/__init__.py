@@ -81,11 +81,15 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
                      memory=memory, peak_memory=peaks)
 
 
-def makespan(memgraph: MemGraph, machine: Machine, policy: str = "dynamic") -> float:
-    """The simulated makespan alone (no trace, no memory accounting): how planners that
-    search (``buildmemgraph:search=N``) score a candidate, passed to them as ``evaluate``."""
+def makespan(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", noise: float = 0.0,
+             seed: int = 0) -> float:
+    """The simulated makespan alone (no trace, no memory accounting; ``noise`` and ``seed`` as
+    in :func:`simulate`): how planners that search (``buildmemgraph:search=N``) score a
+    candidate, passed to them as ``evaluate``, and what ablations repeat many times."""
     check_policy(policy)
+    if noise < 0:
+        raise ValueError(f"noise must be >= 0, got {noise}")
     with no_gc():
-        model = Model(memgraph, machine, policy, 0.0, 0, machine.streams)
+        model = Model(memgraph, machine, policy, noise, seed, machine.streams)
         model.run()
     return max(model.end, default=0.0)
