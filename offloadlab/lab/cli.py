@@ -130,12 +130,19 @@ def _user_path_error(exc: OSError, path: Path) -> OSError:
 
 
 def _positive_int(text: str) -> int:
+    value = _nonnegative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -611,6 +618,36 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Plan, verify and simulate every point of a grid on dask.distributed; finished points
+    are kept in ``--store`` and never rerun."""
+    from .sweep import Store, grid, sweep
+
+    _check_writable(args, "out", "plot", "store")
+    _check_table_suffix(args.out)
+    points = grid(args.workload, args.taskgraph, args.machine,
+                  args.planner or list(DEMO_PLANNERS), args.policy or ["dynamic"], args.grid)
+    store = Store(args.store)
+    say = (lambda line: print(line, file=sys.stderr)) if not args.quiet else None
+    with _phases(args).phase("sweeping", total=len(points), unit="point") as report:
+        table = sweep(points, store, cluster=args.cluster, workers=args.workers,
+                      progress=lambda done, total: report(done), say=say)
+    axes = [c for c in table.columns if c.startswith(("machine.", "workload."))]
+    what = args.workload or args.taskgraph
+    written = _write_table_and_plot(args, table, "sweep_plot", f"{what} on {args.machine}",
+                                    x=axes[0] if axes else None)
+    if args.json:
+        print(_json_text(table.astype(object).where(table.notna(), None).to_dict("records")))
+        return 0
+    shown = table[[*axes, "planner", "policy",
+                   *[c for c in ("makespan", "problem_bound", "gap", "bytes_h2d", "bytes_d2h",
+                                 "error") if c in table]]]
+    print(shown.to_string(index=False, na_rep="", float_format=lambda x: f"{x:.4g}"))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
 def _check_table_suffix(path: str | None) -> None:
     if path and Path(path).suffix.lower() not in TABLE_SUFFIXES:
         raise SpecError(f"--out: cannot write {path!r}: a table needs one of the suffixes "
@@ -620,7 +657,7 @@ def _check_table_suffix(path: str | None) -> None:
 
 
 def _write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: str,
-                          title: str) -> list[str]:
+                          title: str, **options: object) -> list[str]:
     """Write ``--out`` (CSV or Parquet) and ``--plot`` (``plots.<plot>``); the paths."""
     from . import plots
     written = []
@@ -633,7 +670,7 @@ def _write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: s
         written.append(args.out)
     if args.plot:
         with args.outputs.file(args.plot) as tmp:
-            getattr(plots, plot)(table, tmp, title=title)
+            getattr(plots, plot)(table, tmp, title=title, **options)
         written.append(args.plot)
     args.outputs.commit()
     return written
@@ -802,6 +839,13 @@ def _noise_levels(text: str) -> tuple[float, ...]:
     return levels
 
 
+def _table_options(p: argparse.ArgumentParser, plot: str) -> None:
+    """``--json``, ``--out`` and ``--plot`` of the commands that make a table."""
+    p.add_argument("--json", action="store_true", help="print one JSON list of rows")
+    p.add_argument("--out", metavar="FILE", help="write the table (.csv, or .parquet)")
+    p.add_argument("--plot", metavar="PNG", help=plot)
+
+
 def _problem_options(p: argparse.ArgumentParser) -> None:
     """``--workload SPEC`` or ``--taskgraph FILE``, one of them required."""
     src = p.add_mutually_exclusive_group(required=True)
@@ -896,9 +940,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="planner and its options (repeatable; default: every planner)")
     p.add_argument("--policy", choices=POLICIES, default="dynamic",
                    help="dispatch policy (dynamic)")
-    p.add_argument("--json", action="store_true", help="print one JSON list, a row per planner")
-    p.add_argument("--out", metavar="FILE", help="write the table (.csv, or .parquet)")
-    p.add_argument("--plot", metavar="PNG", help="draw each planner's makespan and bounds")
+    _table_options(p, "draw each planner's makespan and bounds")
 
     p = add("ablate", cmd_ablate, "TURNIP's determinism ablation in the simulator: dynamic "
             "dispatch against a fixed order under noise, with confidence intervals")
@@ -911,9 +953,26 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="X,Y,...", help="noise levels (0,0.05,0.1,0.2)")
     p.add_argument("--seeds", type=_positive_int, default=30,
                    help="noisy runs per policy and noise level (30)")
-    p.add_argument("--json", action="store_true", help="print one JSON list of rows")
-    p.add_argument("--out", metavar="FILE", help="write the table (.csv, or .parquet)")
-    p.add_argument("--plot", metavar="PNG", help="draw the speedups with their intervals")
+    _table_options(p, "draw the speedups with their intervals")
+
+    p = add("sweep", cmd_sweep, "plan and simulate a grid of workload, machine, planner and "
+            "policy parameters on dask.distributed; resumable")
+    _problem_options(p)
+    p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. p100x4:gpus=2")
+    p.add_argument("--grid", action="append", default=[], metavar="AXIS=V1,V2",
+                   help="a grid axis (repeatable): machine.FIELD=..., workload.OPTION=..., "
+                        "planner=SPEC;SPEC or policy=P,P")
+    p.add_argument("--planner", action="append", metavar="SPEC",
+                   help="planner (repeatable; default: levelwise and buildmemgraph)")
+    p.add_argument("--policy", action="append", choices=POLICIES,
+                   help="dispatch policy (repeatable; default: dynamic)")
+    p.add_argument("--store", default="sweep.sqlite", metavar="FILE",
+                   help="where finished points are kept (./sweep.sqlite); a rerun skips them")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="a dask.distributed scheduler to run on (default: a LocalCluster)")
+    p.add_argument("--workers", type=_nonnegative_int, metavar="N",
+                   help="LocalCluster worker processes (default: one per core; 0: run here)")
+    _table_options(p, "draw makespan against the first axis")
 
     p = add("simulate", cmd_simulate, "verify and simulate a MemGraph JSON file")
     p.add_argument("memgraph", metavar="MEMGRAPH", help="MemGraph JSON written by 'plan'")

@@ -177,3 +177,35 @@ def ablation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Pat
     ax.legend(fontsize=8)
     ax.set_title(title, loc="left", fontsize=10)
     return _save(fig, path)
+
+
+def sweep_plot(table: pd.DataFrame, path: str | Path, title: str = "", x: str | None = None
+               ) -> Path:
+    """``offloadlab sweep``'s figure: makespan against the first grid axis (``x``), a line per
+    planner and policy (and per value of any other axis), the problem's lower bound dashed."""
+    import pandas as pd
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ok = table[table["makespan"].notna()] if "makespan" in table else table.iloc[:0]
+    if x is None or x not in ok:
+        x = "planner"
+    numeric = pd.to_numeric(ok[x], errors="coerce")
+    xs = numeric if numeric.notna().all() else ok[x].astype(str)
+    others = [c for c in ok.columns if c.startswith(("machine.", "workload.")) and c != x]
+    def ordered(rows: pd.DataFrame) -> pd.Index:
+        return xs[rows.index].sort_values().index if xs is numeric else rows.index
+
+    for label, rows in ok.groupby(["planner", "policy", *others], sort=False):
+        name = " ".join(str(v) for v in (label if isinstance(label, tuple) else (label,)))
+        ax.plot(xs[ordered(rows)], rows.loc[ordered(rows), "makespan"], marker="o", label=name)
+    bounds = ok.drop_duplicates([x, *others])
+    for k, (_, rows) in enumerate(bounds.groupby(others, sort=False) if others
+                                  else [(None, bounds)]):
+        ax.plot(xs[ordered(rows)], rows.loc[ordered(rows), "problem_bound"], linestyle="--",
+                color="grey", label="lower bound (any plan)" if k == 0 else None)
+    ax.set_xlabel(x)
+    ax.set_ylabel("makespan (s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title, loc="left", fontsize=10)
+    return _save(fig, path)

@@ -1,0 +1,261 @@
+"""Sweeps: one problem's parameters over a grid, each point planned, verified and simulated on
+``dask.distributed``, finished points kept in a store so that a sweep resumes where it stopped.
+
+A grid axis is ``machine.FIELD=v1,v2,...`` (any Machine field), ``workload.OPTION=...`` (an
+option of the workload), ``planner=spec1;spec2`` or ``policy=dynamic,fixed``.  Each point has
+a content hash of everything that determines its result (the workload spec or the TaskGraph
+file's bytes, the machine's fields, the planner spec, the policy and the toolkit's version);
+the store, an SQLite file written by this process only, maps hashes to finished rows, and a
+point whose hash is there is never run again.  The table is the store's rows in grid order, so
+an interrupted sweep that is run again ends with the same table as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import SpecError
+from ..core.spec import parse_spec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: the full specs it runs and its grid coordinates."""
+
+    workload: str
+    machine: str
+    planner: str
+    policy: str
+    coordinates: tuple[tuple[str, str], ...]
+    taskgraph: str | None = None      # a TaskGraph file, read where the point runs
+
+    def key(self, salt: str) -> str:
+        """The content hash of everything that determines this point's row."""
+        from .. import __version__
+        from ..core.machine import machine_from_spec
+        text = json.dumps([self.workload, salt, machine_from_spec(self.machine).to_dict(),
+                           self.planner, self.policy, __version__], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_axis(text: str) -> tuple[str, list[str]]:
+    """``machine.h2d_bandwidth=4e9,12e9`` -> ``("machine.h2d_bandwidth", ["4e9", "12e9"])``;
+    planner specs, which contain commas, are separated by ``;``."""
+    key, eq, values = text.partition("=")
+    key = key.strip()
+    field = key.partition(".")[2]
+    if not eq or not (key in ("planner", "policy") or (
+            key.startswith(("machine.", "workload.")) and field.isidentifier())):
+        raise SpecError(f"--grid {text!r}: expected machine.FIELD=..., workload.OPTION=..., "
+                        f"planner=SPEC;SPEC or policy=P,P")
+    items = [v.strip() for v in values.split(";" if key == "planner" else ",")]
+    if not all(items):
+        raise SpecError(f"--grid {text!r}: an empty value")
+    if len(set(items)) != len(items):
+        raise SpecError(f"--grid {text!r}: a value given twice")
+    return key, items
+
+
+def _with(spec: str, key: str, value: str) -> str:
+    """``spec`` with option ``key`` set to ``value``."""
+    name, options = parse_spec(spec)
+    options[key] = value
+    return name + ":" + ",".join(f"{k}={v}" for k, v in options.items())
+
+
+def grid(workload: str | None, taskgraph: str | None, machine: str, planners: Sequence[str],
+         policies: Sequence[str], axes: Sequence[str]) -> list[Point]:
+    """Every point of the grid, in order (the last axis varies fastest), each spec checked
+    before anything runs."""
+    from ..core.dispatch import check_policy
+    from ..core.machine import machine_from_spec
+    from ..core.workloads import build_workload
+    from ..planner.registry import check_spec
+
+    parsed = [parse_axis(a) for a in axes]
+    names = [k for k, _ in parsed]
+    if len(set(names)) != len(names):
+        raise SpecError(f"--grid: an axis given twice: {', '.join(names)}")
+    if taskgraph and any(k.startswith("workload.") for k in names):
+        raise SpecError("--grid: workload.* axes need --workload, not --taskgraph")
+    if "planner" not in names:
+        parsed.insert(0, ("planner", list(planners)))
+    if "policy" not in names:
+        parsed.insert(1, ("policy", list(policies)))
+    points = []
+    for values in itertools.product(*(v for _, v in parsed)):
+        w, m = workload or "", machine
+        chosen = dict(zip((k for k, _ in parsed), values))
+        for key, value in chosen.items():
+            if key.startswith("machine."):
+                m = _with(m, key[len("machine."):], value)
+            elif key.startswith("workload."):
+                w = _with(w, key[len("workload."):], value)
+        coordinates = tuple((k, chosen[k]) for k in names if k not in ("planner", "policy"))
+        points.append(Point(w, m, chosen["planner"], chosen["policy"], coordinates, taskgraph))
+    checked: set[str] = set()
+    for p in points:                      # each distinct spec once, before any work
+        for spec, check in ((p.machine, machine_from_spec), (p.planner, check_spec),
+                            (p.policy, check_policy)):
+            if spec not in checked:
+                check(spec)
+                checked.add(spec)
+        if p.workload and p.workload not in checked:
+            _check_workload(p.workload, build_workload)
+            checked.add(p.workload)
+    return points
+
+
+def _check_workload(spec: str, build: Callable[[str], Any]) -> None:
+    from ..core.spec import apply_options
+    from ..core.workloads import WORKLOADS, workload_options
+    name, options = parse_spec(spec)
+    if name not in WORKLOADS:
+        build(spec)                       # raises the usual error naming the known workloads
+    apply_options(workload_options(name), options, f"workload {name!r}")
+
+
+def run_point(point: Point) -> dict[str, object]:
+    """Plan, verify and simulate one point: its row (the grid coordinates, then the figures of
+    :func:`offloadlab.lab.compare.compare_planners`)."""
+    from ..core.errors import OffloadlabError
+    from ..core.machine import machine_from_spec
+    from ..core.taskgraph import TaskGraph
+    from ..core.workloads import build_workload
+    from .compare import compare_planners
+
+    try:
+        graph = TaskGraph.from_json(point.taskgraph) if point.taskgraph else \
+            build_workload(point.workload)
+    except OffloadlabError as exc:        # e.g. a grid value the workload cannot be built with
+        return {**dict(point.coordinates), "planner": point.planner, "policy": point.policy,
+                "error": str(exc)}
+    table = compare_planners(graph, machine_from_spec(point.machine), [point.planner],
+                             policy=point.policy)
+    row = table.astype(object).where(table.notna(), None).to_dict("records")[0]
+    return {**dict(point.coordinates), **row}
+
+
+class Store:
+    """Finished points of a sweep: an SQLite file mapping each point's hash to its row,
+    written by one process (the one running the sweep) and committed point by point."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        with closing(self._connect()) as db, db:
+            db.execute("CREATE TABLE IF NOT EXISTS points (key TEXT PRIMARY KEY, row TEXT)")
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            return sqlite3.connect(self.path)
+        except sqlite3.Error as exc:
+            raise SpecError(f"--store: cannot open {str(self.path)!r}: {exc}") from None
+
+    def rows(self, keys: Sequence[str]) -> dict[str, dict]:
+        """The finished rows among ``keys``."""
+        with closing(self._connect()) as db:
+            try:
+                found = dict(db.execute("SELECT key, row FROM points"))
+            except sqlite3.DatabaseError as exc:
+                raise SpecError(f"--store {str(self.path)!r} is not a sweep store: {exc}"
+                                ) from None
+        return {k: json.loads(found[k]) for k in keys if k in found}
+
+    def add(self, db: sqlite3.Connection, key: str, row: dict) -> None:
+        with db:
+            db.execute("INSERT OR REPLACE INTO points VALUES (?, ?)",
+                       (key, json.dumps(row, allow_nan=False)))
+
+
+def sweep(points: Sequence[Point], store: Store, *, cluster: str | None = None,
+          workers: int | None = None, progress: Callable[[int, int], None] | None = None,
+          say: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Run the points not yet in ``store`` on ``dask.distributed`` (a ``LocalCluster`` of
+    ``workers`` processes, default one per core; or the scheduler at ``cluster``; or, with
+    ``workers=0``, in this process), storing each row as it finishes; return every point's row
+    in grid order.  ``progress(done, total)`` hears of each finished point."""
+    import pandas as pd
+
+    salt = _salts(points)
+    keys = [p.key(salt.get(p.taskgraph or "", "")) for p in points]
+    done = store.rows(keys)
+    todo = list({k: p for k, p in zip(keys, points) if k not in done}.items())  # each once
+    with _runner(cluster, workers if todo else 0) as run, closing(store._connect()) as db:
+        (say or (lambda line: None))(f"{len(points)} points: {len(points) - len(todo)} "
+                                     f"already in {store.path}, {len(todo)} to run")
+        for n, (key, row) in enumerate(run(todo), 1):
+            store.add(db, key, row)
+            done[key] = row
+            if progress is not None:
+                progress(n, len(todo))
+    return pd.DataFrame([done[k] for k in keys])
+
+
+def _salts(points: Sequence[Point]) -> dict[str, str]:
+    """The SHA-256 of each TaskGraph file the points read (so that an edited file reruns)."""
+    out = {}
+    for path in {p.taskgraph for p in points if p.taskgraph}:
+        try:
+            out[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError as exc:
+            raise SpecError(f"cannot read TaskGraph file {path!r}: {exc.strerror}") from None
+    return out
+
+
+Runner = Callable[[Sequence[tuple[str, Point]]], Iterator[tuple[str, dict]]]
+
+
+@contextmanager
+def _runner(cluster: str | None, workers: int | None) -> Iterator[Runner]:
+    """A function from ``(key, point)`` pairs to ``(key, row)`` pairs as points finish: in
+    this process (``workers=0`` and no ``cluster``), or on dask.distributed, connected (or the
+    LocalCluster started) before anything runs and closed after."""
+    if workers == 0 and cluster is None:
+        yield lambda todo: ((key, run_point(point)) for key, point in todo)
+        return
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise SpecError("sweep runs on dask.distributed: pip install \"offloadlab[dist]\" "
+                        "(or --workers 0 to run in this process)") from None
+    local = None
+    if cluster is None:
+        import logging
+        import os
+        import signal
+        # The workers ignore Ctrl-C (SIGINT reaches the whole process group): this process
+        # stops them, and Python keeps an ignored SIGINT ignored in the processes it starts.
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            local = LocalCluster(n_workers=workers or os.cpu_count() or 1,
+                                 threads_per_worker=1, processes=True, dashboard_address=None,
+                                 silence_logs=logging.ERROR)
+        finally:
+            signal.signal(signal.SIGINT, handler)
+        client = Client(local)
+    else:
+        try:
+            client = Client(cluster, timeout=5)
+        except (OSError, TimeoutError) as exc:
+            raise SpecError(f"--cluster {cluster}: no scheduler answers ({exc})") from None
+
+    def run(todo: Sequence[tuple[str, Point]]) -> Iterator[tuple[str, dict]]:
+        futures = {client.submit(run_point, point, pure=False): key for key, point in todo}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+    try:
+        yield run
+    finally:
+        client.close()
+        if local is not None:
+            local.close()

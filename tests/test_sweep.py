@@ -1,0 +1,116 @@
+"""offloadlab sweep (issue 18): grids, the store, resuming, dask.distributed."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from offloadlab.core.errors import SpecError
+from offloadlab.lab.cli import main
+from offloadlab.lab.sweep import Store, grid, parse_axis, sweep
+
+WORKLOAD = "random:vertices=30,gpus=2"
+MACHINE = "p100x4:gpus=2,gpu_memory=40MB"
+
+
+def points(*axes, planners=("levelwise", "buildmemgraph"), policies=("dynamic",)):
+    return grid(WORKLOAD, None, MACHINE, list(planners), list(policies), list(axes))
+
+
+def test_grid_is_the_product_of_its_axes_in_order():
+    ps = points("machine.h2d_bandwidth=4e9,12e9", "workload.seed=0,1,2")
+    assert len(ps) == 2 * 2 * 3
+    assert ps[0].planner == "levelwise" and ps[0].policy == "dynamic"
+    assert ps[0].coordinates == (("machine.h2d_bandwidth", "4e9"), ("workload.seed", "0"))
+    assert ps[1].workload == "random:vertices=30,gpus=2,seed=1"
+    assert ps[3].machine == "p100x4:gpus=2,gpu_memory=40MB,h2d_bandwidth=12e9"
+    assert [p.planner for p in points("planner=l2l;buildmemgraph:victim=lru,ahead=false")] == \
+        ["l2l", "buildmemgraph:victim=lru,ahead=false"]
+
+
+@pytest.mark.parametrize("axis,message", [
+    ("machine.colour=1,2", "unknown option.*colour"), ("workload.nope=1", "unknown option"),
+    ("machine.h2d_bandwidth=4e9,,2", "an empty value"), ("machine.h2d_bandwidth=1,1", "twice"),
+    ("speed=1,2", "expected machine.FIELD"), ("machine.=1", "expected machine.FIELD"),
+    ("planner=nope", "unknown planner"), ("policy=eager", "unknown"),
+    ("machine.h2d_bandwidth=fast", "cannot read 'fast'")])
+def test_bad_axes_are_refused_before_any_work(axis, message):
+    with pytest.raises(SpecError, match=message):
+        points(axis)
+
+
+def test_an_axis_twice_and_workload_axes_on_a_file():
+    with pytest.raises(SpecError, match="an axis given twice"):
+        points("workload.seed=1", "workload.seed=2")
+    with pytest.raises(SpecError, match="need --workload"):
+        grid(None, "tg.json", MACHINE, ["levelwise"], ["dynamic"], ["workload.seed=1"])
+    assert parse_axis("planner=a:x=1,y=2;b") == ("planner", ["a:x=1,y=2", "b"])
+
+
+def figures(table: pd.DataFrame) -> pd.DataFrame:
+    return table.drop(columns="plan_seconds")        # the only field that depends on timing
+
+
+def test_an_interrupted_sweep_resumes_and_ends_with_the_same_table(tmp_path):
+    ps = points("machine.h2d_bandwidth=4e9,12e9,25e9", "workload.seed=0,1")
+    whole = sweep(ps, Store(tmp_path / "whole.sqlite"), workers=0)
+    assert len(whole) == 12 and whole.makespan.notna().all()
+
+    store = Store(tmp_path / "resumed.sqlite")
+
+    def stop_after_five(done, total):
+        if done == 5:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        sweep(ps, store, workers=0, progress=stop_after_five)
+    lines: list[str] = []
+    resumed = sweep(ps, store, workers=0, say=lines.append)
+    assert lines == [f"12 points: 5 already in {store.path}, 7 to run"]
+    pd.testing.assert_frame_equal(figures(resumed), figures(whole))
+    again: list[str] = []
+    sweep(ps, store, workers=0, say=again.append)
+    assert again == [f"12 points: 12 already in {store.path}, 0 to run"]
+
+
+def test_a_point_whose_parameters_change_is_run_again(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    sweep(points("workload.seed=0"), store, workers=0)
+    said: list[str] = []
+    sweep(points("workload.seed=0", planners=("levelwise", "buildmemgraph:victim=lru")), store,
+          workers=0, say=said.append)
+    assert said == [f"2 points: 1 already in {store.path}, 1 to run"]
+
+
+def test_two_hundred_points_on_a_local_cluster(tmp_path):
+    pytest.importorskip("dask.distributed")
+    ps = points(",".join(["machine.h2d_bandwidth=" + ",".join(f"{b}e9" for b in range(1, 11))]),
+                "workload.seed=" + ",".join(map(str, range(10))))
+    assert len(ps) == 200
+    table = sweep(ps, Store(tmp_path / "s.sqlite"), workers=2)
+    ran = table.makespan.notna()
+    assert len(table) == 200 and ran.sum() >= 150
+    assert table.error[~ran].str.contains("has a capacity of 40000000 bytes").all()  # seed 2
+    assert (table.makespan[ran] >= table.problem_bound[ran] * (1 - 1e-9)).all()
+    serial = sweep(ps[:20], Store(tmp_path / "serial.sqlite"), workers=0)
+    pd.testing.assert_frame_equal(figures(table.iloc[:20]), figures(serial))
+
+
+def test_sweep_cli_json_and_bad_cluster(capsys, tmp_path):
+    store = tmp_path / "s.sqlite"
+    argv = ["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--grid",
+            "workload.seed=0,1", "--store", str(store), "--workers", "0"]
+    assert main([*argv, "--json", "--out", str(tmp_path / "t.csv"),
+                 "--plot", str(tmp_path / "t.png")]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["workload.seed"], r["planner"]) for r in rows] == [
+        ("0", "levelwise"), ("1", "levelwise"), ("0", "buildmemgraph"), ("1", "buildmemgraph")]
+    assert (tmp_path / "t.png").stat().st_size > 0
+    assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--store",
+                 str(tmp_path / "new.sqlite"), "--cluster", "tcp://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("offloadlab: error: --cluster tcp://127.0.0.1:9: no scheduler")
+    assert main([*argv, "--grid", "machine.colour=red"]) == 2
+    assert "unknown option(s) colour" in capsys.readouterr().err
+    assert len(Store(store).rows([])) == 0 and store.stat().st_size > 0   # nothing lost
