@@ -72,10 +72,20 @@ def test_gantt_single_and_several_traces(tmp_path):
 
 
 def test_memory_plot(tmp_path):
-    memory = pd.DataFrame({"time": [0.0, 1.0, 2.0, 0.0, 1.5], "device": ["gpu0"] * 3 + ["host"] * 2,
-                           "bytes": [2**20, 3 * 2**20, 0, 0, 2**20]})
-    path = memory_plot(memory, tmp_path / "mem.png", capacity=4 * 2**20)
+    path = memory_plot(MEMORY, tmp_path / "mem.png", capacity=4 * 2**20)
     assert path.read_bytes()[:8] == PNG
+
+
+MEMORY = pd.DataFrame({"time": [0.0, 1.0, 2.0, 0.0, 1.5], "device": ["gpu0"] * 3 + ["host"] * 2,
+                       "bytes": [2**20, 3 * 2**20, 0, 0, 2**20]})
+
+
+def test_gantt_with_memory_panels(tmp_path):
+    """The demo's figure: each schedule with each GPU's memory in use under it."""
+    plain = gantt({"A": _trace(), "B": _trace(0.5)}, tmp_path / "plain.png")
+    both = gantt({"A": _trace(), "B": _trace(0.5)}, tmp_path / "both.png",
+                 memory={"A": MEMORY, "B": MEMORY}, capacity=4 * 2**20)
+    assert both.read_bytes()[:8] == PNG and both.stat().st_size > plain.stat().st_size
 
 
 # -- README and CI ----------------------------------------------------------------------------

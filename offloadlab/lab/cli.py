@@ -263,13 +263,15 @@ def _check_makespan(makespan: float, what: str) -> None:
 
 def _write_plots_and_traces(outputs: Outputs, runs: Mapping[str, pd.DataFrame],
                             gantt_path: Path | None, chrome_paths: dict[str, Path],
-                            title: str) -> list[Path]:
-    """Stage a Gantt chart of all ``runs`` (label -> Trace) and one Chrome trace per label."""
+                            title: str, memory: Mapping[str, pd.DataFrame] | None = None,
+                            capacity: float | None = None) -> list[Path]:
+    """Stage a Gantt chart of all ``runs`` (label -> Trace; with ``memory``, label -> memory
+    in use, a memory panel under each) and one Chrome trace per label."""
     written: list[Path] = []
     if gantt_path is not None:
         from .plots import gantt
         with outputs.file(gantt_path) as tmp:
-            gantt(runs, tmp, title=title)
+            gantt(runs, tmp, title=title, memory=memory, capacity=capacity)
         written.append(gantt_path)
     if chrome_paths:
         from ..core.trace import write_chrome_trace
@@ -311,7 +313,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     written = _write_plots_and_traces(
         args.outputs, {r.planner: r.result.trace for r in runs}, out / "gantt.png",
         {r.planner: out / f"{r.planner}.trace.json" for r in runs},
-        title=f"DISCO example, {args.layers} layers on {machine.name} (dynamic dispatch)")
+        title=f"DISCO example, {args.layers} layers on {machine.name} (dynamic dispatch)",
+        memory={r.planner: r.result.memory for r in runs}, capacity=machine.gpu_memory)
     args.outputs.commit()
     for path in written:
         print(f"  wrote {path}")
@@ -413,7 +416,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     label = f"{args.memgraph} ({args.policy})"
     written = _write_plots_and_traces(
         args.outputs, {label: result.trace}, Path(args.gantt) if args.gantt else None,
-        {label: Path(args.chrome)} if args.chrome else {}, title=label)
+        {label: Path(args.chrome)} if args.chrome else {}, title=label,
+        memory={label: result.memory}, capacity=machine.gpu_memory)
     if args.memory:
         from .plots import memory_plot
         with args.outputs.file(args.memory) as tmp:
@@ -478,7 +482,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     label = f"{mg.graph.get('planner')} ({args.backend}, {args.policy})"
     written = _write_plots_and_traces(
         args.outputs, {label: result.trace}, Path(args.gantt) if args.gantt else None,
-        {label: Path(args.chrome)} if args.chrome else {}, title=label)
+        {label: Path(args.chrome)} if args.chrome else {}, title=label,
+        memory={label: result.memory}, capacity=machine.gpu_memory)
     args.outputs.commit()
     summary = {
         "source": args.memgraph or args.workload or args.taskgraph,

@@ -60,26 +60,42 @@ def _save(fig, path: str | Path) -> Path:
 
 
 def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path,
-          title: str = "Simulated schedule") -> Path:
+          title: str = "Simulated schedule",
+          memory: Mapping[str, pd.DataFrame] | None = None,
+          capacity: float | None = None) -> Path:
     """Draw one horizontal lane per resource with a bar per executed vertex, coloured by kind.
 
     ``traces`` is one Trace DataFrame or a mapping of label -> Trace, drawn as subplots one
-    above the other that share the time axis.  Returns ``path``.
+    above the other that share the time axis.  ``memory`` (label -> memory in use over time,
+    as :func:`offloadlab.core.trace.memory_over_time` gives it) adds a panel under each
+    schedule with each GPU's memory in use and, if given, the GPU ``capacity`` dashed.
+    Returns ``path``.
     """
     import pandas as pd
     if isinstance(traces, pd.DataFrame):
         traces = {"": traces}
+    memory = memory or {}
     plt = _pyplot()
     lanes = {label: sorted(df["resource"].dropna().unique(), key=lane_key)
              for label, df in traces.items()}
-    heights = [max(len(names), 1) for names in lanes.values()]
-    fig, axes = plt.subplots(len(traces), 1, sharex=True, squeeze=False,
+    panels: list[tuple[str, str]] = []          # (label, "lanes" | "memory"), top to bottom
+    heights: list[float] = []
+    for label, names in lanes.items():
+        panels.append((label, "lanes"))
+        heights.append(max(len(names), 1))
+        if label in memory:
+            panels.append((label, "memory"))
+            heights.append(2.5)
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
                              figsize=(11, 1.0 + 0.45 * sum(heights) + 0.4 * len(traces)),
                              gridspec_kw={"height_ratios": heights})
     kinds_seen: set[str] = set()
     edge = 0.5 if max(len(df) for df in traces.values()) <= 500 else 0.0  # separate few bars
-    for ax, (label, df) in zip(axes[:, 0], traces.items()):
-        names = lanes[label]
+    for ax, (label, what) in zip(axes[:, 0], panels):
+        if what == "memory":
+            _memory_panel(ax, memory[label], capacity)
+            continue
+        df, names = traces[label], lanes[label]
         for y, resource in enumerate(names):
             rows = df[df["resource"] == resource]
             for kind, group in rows.groupby("kind", sort=False):
@@ -98,6 +114,23 @@ def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path,
     fig.legend(handles, order, loc="upper right", ncols=max(len(order), 1), frameon=False)
     fig.suptitle(title, x=0.01, ha="left")
     return _save(fig, path)
+
+
+def _memory_panel(ax, memory: pd.DataFrame, capacity: float | None) -> None:
+    """Each GPU's memory in use over time (steps), the capacity dashed."""
+    rows = memory[memory["device"] != "host"]
+    top = float(rows["bytes"].max()) if len(rows) else 0.0
+    unit, scale = _byte_unit(max(top, capacity or 0.0))
+    for device in sorted(rows["device"].unique(), key=lane_key):
+        one = rows[rows["device"] == device].sort_values("time", kind="stable")
+        ax.step(one["time"], one["bytes"] / scale, where="post", label=device)
+    if capacity is not None:
+        ax.axhline(capacity / scale, color="black", linestyle="--", linewidth=1,
+                   label="capacity")
+    ax.set_ylabel(f"in use ({unit})")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
 
 
 def _byte_unit(peak: float) -> tuple[str, float]:
