@@ -111,3 +111,55 @@ def test_memory_needs_a_single_run():
     trace = make_trace([row("C1", 1.0, 2.0, run=0), row("C1", 1.0, 2.0, run=1)])
     with pytest.raises(ValueError, match="several runs"):
         memory_over_time(trace, _graph())
+
+
+# -- the rules every Perfetto trace the CLI writes follows (issue 18) -----------------------
+def check_perfetto(text: str, flows: bool = False) -> dict:
+    """Strict JSON; every slice on a named thread of a named, sorted process, finite and
+    non-negative, and the slices of a thread never overlap; every GPU that ran something has a
+    memory counter track; with ``flows``, each flow starts no later than it ends."""
+    from offloadlab.core.devices import is_gpu, lane_key
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in a trace"))
+    events = data["traceEvents"]
+    assert {e["ph"] for e in events} <= {"M", "X", "C", "s", "f"}
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    order = {e["pid"]: e["args"]["sort_index"] for e in events
+             if e["name"] == "process_sort_index"}
+    threads = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
+    slices = [e for e in events if e["ph"] == "X"]
+    lanes = sorted({e["pid"] for e in slices}, key=order.__getitem__)
+    assert [names[p] for p in lanes] == sorted((names[p] for p in lanes), key=lane_key)
+    by_thread: dict = {}
+    for e in slices:
+        assert e["pid"] in names and (e["pid"], e["tid"]) in threads
+        assert e["ts"] >= 0 and e["dur"] >= 0
+        by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_thread.values():
+        spans.sort()
+        assert all(b[0] >= a[1] - 1e-6 for a, b in zip(spans, spans[1:])), spans
+    counters = {e["pid"] for e in events if e["ph"] == "C"}
+    assert {p for p in lanes if is_gpu(names[p])} <= counters
+    assert all(e["args"]["bytes"] >= 0 for e in events if e["ph"] == "C")
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert set(starts) == set(ends) and (bool(starts) or not flows)
+    assert all(starts[i]["ts"] <= ends[i]["ts"] + 1e-6 for i in starts)
+    return data
+
+
+def test_every_trace_the_cli_writes_follows_the_rules(tmp_path, capsys):
+    from offloadlab.lab.cli import main
+    assert main(["demo", "--layers", "3", "--out", str(tmp_path / "demo"), "-q"]) == 0
+    for plan in ("levelwise", "buildmemgraph"):
+        check_perfetto((tmp_path / "demo" / f"{plan}.trace.json").read_text(), flows=True)
+    mg = tmp_path / "mg.json"
+    assert main(["plan", "--workload", "random:vertices=60,gpus=2,seed=3", "--machine",
+                 "p100x4:gpus=2,gpu_memory=40MB", "--out", str(mg), "-q"]) == 0
+    for extra in ([], ["--flows"], ["--noise", "0.3", "--seed", "2", "--policy", "random"]):
+        assert main(["simulate", str(mg), "--chrome", str(tmp_path / "s.json"), "-q",
+                     *extra]) == 0
+        check_perfetto((tmp_path / "s.json").read_text(), flows="--flows" in extra)
+    assert main(["run", str(mg), "--chrome", str(tmp_path / "r.json"), "--no-rate-limit",
+                 "--flows", "-q"]) == 0
+    check_perfetto((tmp_path / "r.json").read_text(), flows=True)
+    capsys.readouterr()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 HOST = "host"
 CPU = "cpu"
 
@@ -31,3 +33,27 @@ def split_transfer(device: str) -> tuple[str, str]:
     """``"gpu0->gpu1"`` -> ``("gpu0", "gpu1")``."""
     src, _, dst = device.partition("->")
     return src, dst
+
+
+_INDEX = re.compile(r"(\d+)")
+
+
+def lane_key(resource: str) -> tuple:
+    """Sort key for the lanes of a schedule (Gantt charts, Perfetto traces): GPUs, then their
+    h2d/d2h links, shared buses, GPU->GPU links, the CPU, anything else; numbers inside names
+    compare numerically (gpu2 < gpu10)."""
+    if resource.startswith(("h2d:", "d2h:")):
+        group = 1
+    elif resource.startswith("bus:"):
+        group = 2
+    elif "->" in resource:
+        group = 3
+    elif resource.startswith("gpu"):
+        group = 0
+    elif resource == "cpu":
+        group = 4
+    else:
+        group = 5
+    indices = tuple(int(n) for n in _INDEX.findall(resource))
+    direction = 1 if "d2h" in resource else 0
+    return group, indices, direction, resource

@@ -8,11 +8,11 @@ and the MemGraph it ran (:func:`memory_over_time`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .devices import HOST, is_gpu, split_transfer
+from .devices import HOST, is_gpu, lane_key, split_transfer
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,38 +74,73 @@ def run_trace(vertices: Sequence[MemVertex], resource: Sequence[str | None],
 
 
 # -- Chrome trace-event JSON ----------------------------------------------------------------
-def to_chrome_trace(trace: pd.DataFrame) -> dict:
+def to_chrome_trace(trace: pd.DataFrame, memory: pd.DataFrame | None = None,
+                    edges: Iterable[tuple[str, str]] = ()) -> dict:
     """Chrome trace-event JSON (opens in Perfetto and chrome://tracing).
 
-    One complete (``"X"``) event per row, ``ts``/``dur`` in microseconds; one process lane per
-    resource (prefixed with the run when the trace holds several), one thread per stream.
-    """
+    One process per resource (prefixed with the run when the trace holds several), named and
+    sorted as the Gantt chart sorts its lanes (:func:`~offloadlab.core.devices.lane_key`);
+    one thread per stream of a GPU's engine (a link direction or a CPU has one), named
+    ``stream k``, so that the slices of a thread never overlap; one complete (``"X"``) event
+    per row, ``ts``/``dur`` in microseconds.  ``memory`` (as :func:`memory_over_time` gives
+    it) adds a counter track ``memory in use`` to each GPU's process and a ``host`` process
+    for pinned host memory; ``edges`` (``(source, target)`` vertex ids, e.g. a MemGraph's data
+    edges) adds a flow arrow from each source's slice to its target's where they lie on
+    different threads.  Every number is finite (strict JSON)."""
     several_runs = trace["run"].nunique() > 1
-    pids: dict[tuple[int, str], int] = {}
+    lanes = sorted({(int(r), str(s)) for r, s in zip(trace["run"], trace["resource"])},
+                   key=lambda lane: (lane[0], lane_key(lane[1])))
+    pids = {lane: i + 1 for i, lane in enumerate(lanes)}
     events: list[dict] = []
+
+    def process(pid: int, name: str) -> None:
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                       "args": {"name": name}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                       "args": {"sort_index": pid}})
+
+    for (run, resource), pid in pids.items():
+        process(pid, f"run {run} {resource}" if several_runs else resource)
+        rows = trace[(trace["run"] == run) & (trace["resource"] == resource)]
+        for stream in sorted(set(rows["stream"].astype(int))):
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": stream,
+                           "args": {"name": f"stream {stream}"}})
+    where: dict[str, tuple[int, int, float, float]] = {}   # vertex -> pid, tid, start, end
     for row in trace.itertuples(index=False):
-        lane = (int(row.run), str(row.resource))
-        pid = pids.get(lane)
-        if pid is None:
-            pid = pids[lane] = len(pids) + 1
-            name = f"run {lane[0]} {lane[1]}" if several_runs else lane[1]
-            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                           "args": {"name": name}})
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                           "args": {"sort_index": pid}})
+        pid, tid = pids[int(row.run), str(row.resource)], int(row.stream)
+        start, end = float(row.start) * 1e6, float(row.end) * 1e6
+        where[str(row.vertex)] = (pid, tid, start, end)
         events.append({
-            "name": str(row.vertex), "cat": str(row.kind), "ph": "X", "pid": pid,
-            "tid": int(row.stream), "ts": float(row.start) * 1e6,
-            "dur": (float(row.end) - float(row.start)) * 1e6,
+            "name": str(row.vertex), "cat": str(row.kind), "ph": "X", "pid": pid, "tid": tid,
+            "ts": start, "dur": end - start,
             "args": {"device": str(row.device), "bytes": int(row.bytes), "flops": float(row.flops),
                      "source": str(row.source), "run": int(row.run)}})
+    if memory is not None and len(memory):
+        run = int(trace["run"].iloc[0]) if len(trace) else 0
+        for device, rows in memory.groupby("device", sort=False):
+            pid = pids.get((run, str(device)), 0)
+            if not pid:                          # host RAM, or a GPU that ran nothing
+                pid = pids[run, str(device)] = len(pids) + 1
+                process(pid, str(device))
+            for t, nbytes in zip(rows["time"], rows["bytes"]):
+                events.append({"ph": "C", "name": "memory in use", "pid": pid, "tid": 0,
+                               "ts": float(t) * 1e6, "args": {"bytes": int(nbytes)}})
+    for n, (u, v) in enumerate(edges):
+        if u in where and v in where and where[u][:2] != where[v][:2]:
+            (pu, tu, _, end), (pv, tv, start, _) = where[u], where[v]
+            events.append({"ph": "s", "id": n, "name": "data", "cat": "data", "pid": pu,
+                           "tid": tu, "ts": end})
+            events.append({"ph": "f", "bp": "e", "id": n, "name": "data", "cat": "data",
+                           "pid": pv, "tid": tv, "ts": start})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(trace: pd.DataFrame, path: str | Path) -> None:
+def write_chrome_trace(trace: pd.DataFrame, path: str | Path,
+                       memory: pd.DataFrame | None = None,
+                       edges: Iterable[tuple[str, str]] = ()) -> None:
     """Write :func:`to_chrome_trace` to ``path``."""
     from .checks import dumps
-    Path(path).write_text(dumps(to_chrome_trace(trace), "the Chrome trace"))
+    Path(path).write_text(dumps(to_chrome_trace(trace, memory, edges), "the Chrome trace"))
 
 
 # -- memory -------------------------------------------------------------------------------

@@ -24,12 +24,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from ..core.devices import lane_key
 from ..core.dispatch import POLICIES
 from ..core.errors import GraphError, OffloadlabError, SpecError, VerificationError
-from .plots import lane_key
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..core.memgraph import MemGraph
 
 DEMO_PLANNERS = ("levelwise", "buildmemgraph")
 
@@ -264,9 +266,11 @@ def _check_makespan(makespan: float, what: str) -> None:
 def _write_plots_and_traces(outputs: Outputs, runs: Mapping[str, pd.DataFrame],
                             gantt_path: Path | None, chrome_paths: dict[str, Path],
                             title: str, memory: Mapping[str, pd.DataFrame] | None = None,
-                            capacity: float | None = None) -> list[Path]:
+                            capacity: float | None = None,
+                            flows: Mapping[str, MemGraph] | None = None) -> list[Path]:
     """Stage a Gantt chart of all ``runs`` (label -> Trace; with ``memory``, label -> memory
-    in use, a memory panel under each) and one Chrome trace per label."""
+    in use, a memory panel under each) and one Chrome trace per label (with its memory as
+    counter tracks, and flow arrows along the data edges of the ``flows`` MemGraph)."""
     written: list[Path] = []
     if gantt_path is not None:
         from .plots import gantt
@@ -276,8 +280,10 @@ def _write_plots_and_traces(outputs: Outputs, runs: Mapping[str, pd.DataFrame],
     if chrome_paths:
         from ..core.trace import write_chrome_trace
         for label, path in chrome_paths.items():
+            mg = (flows or {}).get(label)
+            edges = [(u, v) for u, v, kind in mg.edges() if kind == "data"] if mg else []
             with outputs.file(path) as tmp:
-                write_chrome_trace(runs[label], tmp)
+                write_chrome_trace(runs[label], tmp, (memory or {}).get(label), edges)
             written.append(path)
     return written
 
@@ -314,7 +320,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.outputs, {r.planner: r.result.trace for r in runs}, out / "gantt.png",
         {r.planner: out / f"{r.planner}.trace.json" for r in runs},
         title=f"DISCO example, {args.layers} layers on {machine.name} (dynamic dispatch)",
-        memory={r.planner: r.result.memory for r in runs}, capacity=machine.gpu_memory)
+        memory={r.planner: r.result.memory for r in runs}, capacity=machine.gpu_memory,
+        flows={r.planner: r.memgraph for r in runs})
     args.outputs.commit()
     for path in written:
         print(f"  wrote {path}")
@@ -417,7 +424,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     written = _write_plots_and_traces(
         args.outputs, {label: result.trace}, Path(args.gantt) if args.gantt else None,
         {label: Path(args.chrome)} if args.chrome else {}, title=label,
-        memory={label: result.memory}, capacity=machine.gpu_memory)
+        memory={label: result.memory}, capacity=machine.gpu_memory,
+        flows={label: mg} if args.flows else None)
     if args.memory:
         from .plots import memory_plot
         with args.outputs.file(args.memory) as tmp:
@@ -483,7 +491,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     written = _write_plots_and_traces(
         args.outputs, {label: result.trace}, Path(args.gantt) if args.gantt else None,
         {label: Path(args.chrome)} if args.chrome else {}, title=label,
-        memory={label: result.memory}, capacity=machine.gpu_memory)
+        memory={label: result.memory}, capacity=machine.gpu_memory,
+        flows={label: mg} if args.flows else None)
     args.outputs.commit()
     summary = {
         "source": args.memgraph or args.workload or args.taskgraph,
@@ -994,6 +1003,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+    p.add_argument("--flows", action="store_true",
+                   help="draw the data edges as flow arrows in the --chrome trace (off: they "
+                        "crowd the view of large graphs)")
 
     p = add("run", cmd_run, "execute a MemGraph for real (planning a workload or TaskGraph "
             "first) on the numpy or cupy backend and measure it")
@@ -1019,6 +1031,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+    p.add_argument("--flows", action="store_true",
+                   help="draw the data edges as flow arrows in the --chrome trace (off: they "
+                        "crowd the view of large graphs)")
 
     p = add("calibrate", cmd_calibrate, "measure a backend's kernel rates, copy bandwidths, "
             "duplex factor and dispatch overhead through the executor; write a Machine JSON")

@@ -5,10 +5,11 @@ matplotlib is imported lazily (Agg backend), so importing this module costs noth
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..core.devices import lane_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,27 +23,6 @@ KIND_COLORS: dict[str, str] = {
     "offload": "#c44e52",
 }
 _OTHER = "#999999"
-_INDEX = re.compile(r"(\d+)")
-
-
-def lane_key(resource: str) -> tuple:
-    """Sort key for Gantt lanes: GPUs, then their h2d/d2h links, shared buses, GPU->GPU links,
-    the CPU, anything else; numbers inside names compare numerically (gpu2 < gpu10)."""
-    if resource.startswith(("h2d:", "d2h:")):
-        group = 1
-    elif resource.startswith("bus:"):
-        group = 2
-    elif "->" in resource:
-        group = 3
-    elif resource.startswith("gpu"):
-        group = 0
-    elif resource == "cpu":
-        group = 4
-    else:
-        group = 5
-    indices = tuple(int(n) for n in _INDEX.findall(resource))
-    direction = 1 if "d2h" in resource else 0
-    return group, indices, direction, resource
 
 
 def _pyplot():
