@@ -1,4 +1,4 @@
-"""The studies in ``notebooks/`` run top to bottom (DESIGN.md: executed by the tests)."""
+"""The studies in ``notebooks/`` run top to bottom (docs/design.md: executed by the tests)."""
 
 import json
 from pathlib import Path
@@ -10,8 +10,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 
 def test_the_studies_are_there():
-    assert {p.stem for p in NOTEBOOKS} >= {"compare_planners", "dynamic_vs_fixed",
-                                           "simulated_vs_measured"}
+    assert {p.stem for p in NOTEBOOKS} == {"compare_strategies", "sim_vs_measured",
+                                           "determinism_ablation"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -144,6 +144,7 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
                for gpu in machine.gpu_names()})
         rows.append(row)
     table = pd.DataFrame(rows)
+    table["error"] = table.pop("error") if "error" in table else None   # always, and last
     for column in COUNTS:
         if column in table:
             table[column] = table[column].astype("Int64")   # integers, missing in error rows
