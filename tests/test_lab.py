@@ -204,3 +204,42 @@ def test_ablate_cli(capsys, tmp_path):
     assert main(["ablate", "determinism", "--workload", "matmul-chain:layers=3", "--machine",
                  "disco-example", "--noise", "0,-1"]) == 2
     assert "noise levels must be finite and >= 0" in capsys.readouterr().err
+
+
+def test_compare_and_ablate_measured_on_the_executor():
+    from offloadlab.lab.ablate import ablate_determinism
+    from offloadlab.lab.compare import compare_planners
+    graph = build_workload("matmul-chain:layers=3,gpus=2,batch=64,hidden=256")
+    machine = machine_from_spec("p100x4:gpus=2,gpu_memory=1MiB")
+    rows = compare_planners(graph, machine, ["levelwise", "buildmemgraph"], measured=True,
+                            rate_limit=False)
+    assert rows.correct.all() and (rows.measured_makespan > 0).all()
+    assert rows.sim_error.tolist() == pytest.approx(
+        list(rows.makespan / rows.measured_makespan - 1))
+    ablation = ablate_determinism(graph, machine, ["buildmemgraph"], noises=(0.0,), seeds=3,
+                                  measured=True, rate_limit=False)
+    assert list(ablation.source) == ["sim", "measured"] and ablation.noise.isna().tolist() == [
+        False, True]
+    measured = ablation.iloc[1]
+    assert measured.seeds == 3 and measured.ci_low <= measured.mean_speedup <= measured.ci_high
+
+
+def test_ablate_parts(capsys):
+    import json
+
+    from offloadlab.lab.ablate import PARTS, ablate_parts
+    from offloadlab.lab.cli import main
+    graph = build_workload("random:vertices=200,gpus=2,seed=4")
+    machine = machine_from_spec("p100x4:gpus=2,gpu_memory=60MB")
+    rows = ablate_parts(graph, machine)
+    assert len(rows) == sum(len(settings) for _, settings in PARTS)
+    defaults = rows[rows.default]
+    assert len(set(defaults.makespan)) == 1 and (defaults.change == 0).all()
+    assert rows.change.tolist() == pytest.approx(list(rows.makespan / defaults.makespan.iloc[0]
+                                                      - 1))
+    assert main(["ablate", "parts", "--workload", "random:vertices=200,gpus=2,seed=4",
+                 "--machine", "p100x4:gpus=2,gpu_memory=60MB", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == len(rows)
+    assert main(["ablate", "parts", "--workload", "random:vertices=20", "--machine",
+                 "p100x4", "--planner", "levelwise"]) == 2
+    assert "--planner does not apply" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Ablations: how much a work-conserving runtime gains over a fixed order (TURNIP Sec. 8,
-Figure 14), in the simulator.
+Figure 14), in the simulator (and on the executor), and what each part of BuildMemGraph
+contributes (:func:`ablate_parts`).
 
 The fixed order is the one a static scheduler with a perfect cost model would pick: each
 resource runs its vertices in the order in which they started in a noiseless ``dynamic`` run of
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..core.machine import Machine
@@ -54,10 +56,15 @@ def mean_ci(values: Sequence[float], level: float = 0.95, seed: int = 0
 
 def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[str],
                        noises: Iterable[float] = (0.0, 0.05, 0.1, 0.2), seeds: int = 30,
+                       measured: bool = False, backend: str = "numpy",
+                       rate_limit: bool = True,
                        progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Each planner's MemGraph under ``dynamic`` and a replayed ``fixed`` order
     (:func:`replayed`), ``seeds`` noisy runs per noise level: one row per planner and noise
-    with the mean speedup of ``dynamic`` over ``fixed`` and its 95% confidence interval."""
+    with the mean speedup of ``dynamic`` over ``fixed`` and its 95% confidence interval
+    (``source`` ``sim``).  ``measured`` adds a row per planner from the executor
+    (``backend``), where the noise is real: ``seeds`` runs of each policy, alternating, the
+    ``noise`` column empty (``source`` ``measured``)."""
     import pandas as pd
 
     from ..core.verify import verify
@@ -75,9 +82,66 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
             say(f"{spec}: noise {noise:g}, {seeds} seeds ...")
             a = [makespan(mg, machine, "dynamic", noise, seed) for seed in range(seeds)]
             b = [makespan(mg, machine, "fixed", noise, seed) for seed in range(seeds)]
-            mean, low, high = mean_ci([fb / fa - 1 for fa, fb in zip(a, b)])
-            rows.append({"planner": spec, "policy_a": "dynamic", "policy_b": "fixed",
-                         "noise": noise, "seeds": seeds, "mean_speedup": mean, "ci_low": low,
-                         "ci_high": high, "mean_makespan_a": sum(a) / seeds,
-                         "mean_makespan_b": sum(b) / seeds})
+            rows.append(_row(spec, noise, a, b, "sim"))
+        if measured:
+            from ..executor import execute
+            say(f"{spec}: {seeds} runs of each policy on the {backend} backend ...")
+            a, b = [], []
+            for _ in range(seeds):
+                for policy, out in (("dynamic", a), ("fixed", b)):
+                    out.append(execute(mg, machine, backend=backend, policy=policy,
+                                       rate_limit=rate_limit).makespan)
+            rows.append(_row(spec, None, a, b, "measured"))
+    return pd.DataFrame(rows)
+
+
+def _row(planner: str, noise: float | None, a: Sequence[float], b: Sequence[float],
+         source: str) -> dict[str, object]:
+    """A row of :func:`ablate_determinism` from the paired makespans under ``dynamic`` (a)
+    and ``fixed`` (b)."""
+    mean, low, high = mean_ci([fb / fa - 1 for fa, fb in zip(a, b)])
+    return {"planner": planner, "source": source, "policy_a": "dynamic", "policy_b": "fixed",
+            "noise": noise, "seeds": len(a), "mean_speedup": mean, "ci_low": low,
+            "ci_high": high, "mean_makespan_a": sum(a) / len(a),
+            "mean_makespan_b": sum(b) / len(b)}
+
+
+#: The parts of BuildMemGraph :func:`ablate_parts` varies one at a time: (part, settings);
+#: the first setting of each is the default.
+PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("victim", ("cost", "belady", "lru")), ("ahead", ("true", "false")),
+    ("order", ("given", "topological")), ("streams", ("default", "1", "2")))
+
+
+def ablate_parts(graph: TaskGraph, machine: Machine, policy: str = "dynamic",
+                 progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """BuildMemGraph with its defaults, then with one part changed at a time (:data:`PARTS`:
+    the victim policy, allocation ahead, the serial order, and the number of streams per GPU
+    that the plan runs with): one row per setting with the simulated makespan, host<->GPU
+    traffic, and ``change``, the makespan over the default's less one."""
+    import pandas as pd
+
+    from ..core.verify import verify
+    from ..planner import plan
+    from ..simulator import makespan
+
+    say = progress or (lambda line: None)
+    rows = []
+    base: float | None = None
+    for part, settings in PARTS:
+        for setting in settings:
+            spec = "buildmemgraph" if part == "streams" or setting == settings[0] else \
+                f"buildmemgraph:{part}={setting}"
+            say(f"{part}={setting}: planning and simulating ...")
+            mg = plan(graph, machine, spec)
+            verify(mg, graph, machine)
+            run_on = machine if setting == "default" or part != "streams" else \
+                replace(machine, streams=int(setting))
+            span = makespan(mg, run_on, policy)
+            base = span if base is None else base
+            moved = mg.moved_bytes()
+            rows.append({"part": part, "setting": setting if setting != "default" else
+                         str(machine.streams), "default": setting == settings[0],
+                         "makespan": span, "change": span / base - 1,
+                         "bytes_moved": moved["load"] + moved["reload"] + moved["offload"]})
     return pd.DataFrame(rows)

@@ -572,7 +572,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
     say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
-    table = compare_planners(graph, machine, args.planner, policy=args.policy, progress=say)
+    table = compare_planners(graph, machine, args.planner, policy=args.policy,
+                             measured=args.measured, backend=args.backend,
+                             rate_limit=not args.no_rate_limit, progress=say)
     table.insert(0, "workload", args.workload or args.taskgraph)
     table.insert(1, "machine", machine.name)
     written = _write_table_and_plot(args, table, "compare_plot",
@@ -598,8 +600,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    """TURNIP's determinism ablation in the simulator: the same MemGraph under dynamic and a
-    replayed fixed order, many noisy seeds per noise level."""
+    """``determinism``: TURNIP's ablation, the same MemGraph under dynamic and a replayed
+    fixed order, many noisy seeds per noise level (and on the executor with --measured);
+    ``parts``: BuildMemGraph with one part changed at a time."""
     from ..core.machine import machine_from_spec
     from ..planner.registry import check_spec
     from .ablate import ablate_determinism
@@ -612,7 +615,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
     say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
-    table = ablate_determinism(graph, machine, planners, args.noise, args.seeds, progress=say)
+    if args.what == "parts":
+        return _ablate_parts(args, graph, machine, say)
+    table = ablate_determinism(graph, machine, planners, args.noise, args.seeds,
+                               measured=args.measured, backend=args.backend,
+                               rate_limit=not args.no_rate_limit, progress=say)
     table.insert(0, "workload", args.workload or args.taskgraph)
     table.insert(1, "machine", machine.name)
     written = _write_table_and_plot(args, table, "ablation_plot",
@@ -621,7 +628,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_text(table.to_dict("records")))
         return 0
-    shown = table[["planner", "noise", "mean_speedup", "ci_low", "ci_high"]].copy()
+    shown = table[["planner", "source", "noise", "mean_speedup", "ci_low", "ci_high"]].copy()
+    shown["noise"] = shown["noise"].map(lambda x: "real" if x is None or x != x else f"{x:g}")
     for column in ("mean_speedup", "ci_low", "ci_high"):
         shown[column] = shown[column].map(lambda x: f"{100 * x:+.2f}%")
     print(f"{graph.name} on {machine.name}: dynamic over a fixed order (the noiseless dynamic "
@@ -657,6 +665,32 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                    *[c for c in ("makespan", "problem_bound", "gap", "bytes_h2d", "bytes_d2h",
                                  "error") if c in table]]]
     print(shown.to_string(index=False, na_rep="", float_format=lambda x: f"{x:.4g}"))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _ablate_parts(args: argparse.Namespace, graph, machine, say) -> int:
+    """``ablate parts``: BuildMemGraph's parts one at a time."""
+    from .ablate import ablate_parts
+    for flag, given in (("--plot", args.plot), ("--planner", args.planner),
+                        ("--measured", args.measured)):
+        if given:
+            raise SpecError(f"{flag} does not apply to ablate parts (it varies buildmemgraph's "
+                            f"parts in the simulator)")
+    table = ablate_parts(graph, machine, args.policy, progress=say)
+    table.insert(0, "workload", args.workload or args.taskgraph)
+    table.insert(1, "machine", machine.name)
+    written = _write_table_and_plot(args, table, "", "")
+    if args.json:
+        print(_json_text(table.to_dict("records")))
+        return 0
+    shown = table[["part", "setting", "makespan", "change", "bytes_moved"]].copy()
+    shown["change"] = shown["change"].map(lambda x: f"{100 * x:+.1f}%")
+    shown["bytes_moved"] = shown["bytes_moved"].map(fmt_bytes)
+    print(f"{graph.name} on {machine.name}: BuildMemGraph with one part changed at a time "
+          f"({args.policy} dispatch, simulated; change against the defaults)")
+    print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -853,6 +887,16 @@ def _noise_levels(text: str) -> tuple[float, ...]:
     return levels
 
 
+def _measured_options(p: argparse.ArgumentParser) -> None:
+    """``--measured`` and how: the executor's backend and its copies' pacing."""
+    p.add_argument("--measured", action="store_true",
+                   help="also run each plan on the executor and report what it measured")
+    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+                   help="executor backend for --measured (numpy)")
+    p.add_argument("--no-rate-limit", action="store_true",
+                   help="numpy backend: copy at memcpy speed instead of the machine's links")
+
+
 def _table_options(p: argparse.ArgumentParser, plot: str) -> None:
     """``--json``, ``--out`` and ``--plot`` of the commands that make a table."""
     p.add_argument("--json", action="store_true", help="print one JSON list of rows")
@@ -954,11 +998,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="planner and its options (repeatable; default: every planner)")
     p.add_argument("--policy", choices=POLICIES, default="dynamic",
                    help="dispatch policy (dynamic)")
+    _measured_options(p)
     _table_options(p, "draw each planner's makespan and bounds")
 
-    p = add("ablate", cmd_ablate, "TURNIP's determinism ablation in the simulator: dynamic "
-            "dispatch against a fixed order under noise, with confidence intervals")
-    p.add_argument("what", choices=("determinism",))
+    p = add("ablate", cmd_ablate, "determinism: dynamic dispatch against a fixed order under "
+            "noise, with confidence intervals (TURNIP's ablation); parts: BuildMemGraph with "
+            "one part changed at a time")
+    p.add_argument("what", choices=("determinism", "parts"))
     _problem_options(p)
     p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. p100x4:gpus=2")
     p.add_argument("--planner", action="append", metavar="SPEC",
@@ -966,7 +1012,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", type=_noise_levels, default=(0.0, 0.05, 0.1, 0.2),
                    metavar="X,Y,...", help="noise levels (0,0.05,0.1,0.2)")
     p.add_argument("--seeds", type=_positive_int, default=30,
-                   help="noisy runs per policy and noise level (30)")
+                   help="noisy runs per policy and noise level (30); with --measured also "
+                        "the executor's runs per policy")
+    p.add_argument("--policy", choices=POLICIES, default="dynamic",
+                   help="parts: the dispatch policy the plans are simulated with (dynamic)")
+    _measured_options(p)
     _table_options(p, "draw the speedups with their intervals")
 
     p = add("sweep", cmd_sweep, "plan and simulate a grid of workload, machine, planner and "

@@ -89,7 +89,8 @@ def compare(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]],
 
 
 def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None = None,
-                     *, policy: str = "dynamic",
+                     *, policy: str = "dynamic", measured: bool = False,
+                     backend: str = "numpy", rate_limit: bool = True,
                      progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Every planner (default: all registered, with their default options) on one problem,
     simulated with ``policy``: one row each with the makespan, each GPU's idle share
@@ -98,7 +99,9 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     (:func:`offloadlab.core.bound.lower_bound`) and its gap to the problem's
     (:func:`offloadlab.core.bound.problem_bound`, the same in every row).  A planner that cannot
     plan the problem gets a row with ``error`` and no figures; an unknown planner or option
-    raises :class:`SpecError` before any work."""
+    raises :class:`SpecError` before any work.  ``measured`` also runs each plan on the
+    executor (``backend``): ``measured_makespan``, ``sim_error`` (simulated over measured,
+    less one) and ``correct`` (its outputs against a NumPy evaluation of the graph)."""
     import time
 
     import pandas as pd
@@ -114,6 +117,9 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     specs = list(planners) if planners is not None else sorted(PLANNERS)
     for spec in specs:
         check_spec(spec)                    # a typo stops here, not as an error row
+    if measured:
+        from ..executor import check_outputs, execute, reference_outputs
+    reference = None
     best = problem_bound(graph, machine)
     rows: list[dict[str, object]] = []
     for spec in specs:
@@ -142,6 +148,12 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
             gap=span / best.value - 1 if best.value > 0 else 0.0,
             **{f"idle_{gpu}": 1 - result.busy.get(gpu, 0.0) / span if span > 0 else 0.0
                for gpu in machine.gpu_names()})
+        if measured:
+            say(f"{spec}: running on the {backend} backend ...")
+            run = execute(mg, machine, backend=backend, policy=policy, rate_limit=rate_limit)
+            reference = reference if reference is not None else reference_outputs(graph)
+            row.update(measured_makespan=run.makespan, sim_error=span / run.makespan - 1,
+                       correct=check_outputs(run.outputs, reference, backend) is None)
         rows.append(row)
     table = pd.DataFrame(rows)
     table["error"] = table.pop("error") if "error" in table else None   # always, and last

@@ -179,7 +179,8 @@ def ablation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Pat
     over ``fixed`` dispatch (percent) against the noise level, with 95% confidence bars."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
-    for planner, rows in table.groupby("planner", sort=False):
+    simulated = table[table["source"] == "sim"] if "source" in table else table
+    for planner, rows in simulated.groupby("planner", sort=False):
         mean = 100 * rows["mean_speedup"]
         err = [mean - 100 * rows["ci_low"], 100 * rows["ci_high"] - mean]
         ax.errorbar(rows["noise"], mean, yerr=err, marker="o", capsize=3, label=str(planner))
