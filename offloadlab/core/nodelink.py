@@ -13,7 +13,7 @@ from typing import Any, BinaryIO, TypeVar
 import orjson
 
 from .checks import write_node_link
-from .errors import GraphError
+from .errors import GraphError, OffloadlabError
 from .util import no_gc
 
 T = TypeVar("T")
@@ -59,6 +59,9 @@ class Items:
                 stop = buf.find(end)
                 if stop >= 0:
                     yield from _parse(buf[:stop + 1])
+                    if self.which == "edges" and (buf[stop + len(end):] + more + f.read()
+                                                  ).strip():
+                        raise Unstreamable("data after the end of the graph")
                     return
                 if not more:
                     raise Unstreamable(f"no {end!r} after the {self.which}")
@@ -96,7 +99,9 @@ def load(build: Callable[[Any, str], T], text_or_path: str | Path, what: str) ->
     if type(data) is dict and type(data.get("nodes")) is Items:
         try:
             return build(data, where)
-        except Unstreamable:
+        except (Unstreamable, OffloadlabError):
+            # read whole, which names the problem it meets first in the file, not the first
+            # one in the order the blocks were read (a TaskGraph reads its edges first)
             data, where = read(text_or_path, what)
     return build(data, where)
 
