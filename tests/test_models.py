@@ -188,3 +188,33 @@ def test_from_torch_errors_name_the_problem():
         from_torch(nn.Linear(2, 2), x, train=True, loss="l2")
     with pytest.raises(SpecError, match="needs a target"):
         from_torch(nn.Linear(2, 2), x, train=True, loss="cross_entropy")
+
+
+def test_import_torch_cli(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from offloadlab.lab.cli import main
+    models = tmp_path / "models.py"
+    models.write_text("from torch import nn\n\n"
+                      "def mlp():\n    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(),"
+                      " nn.Linear(128, 64))\n\n"
+                      "def broken():\n    raise RuntimeError('no config')\n\n"
+                      "def not_a_module():\n    return 3\n")
+    out = tmp_path / "tg.json"
+    assert main(["import-torch", f"{models}:mlp", "--input", "8,64", "--train", "--gpus", "2",
+                 "--out", str(out)]) == 0
+    graph = TaskGraph.from_json(out)
+    assert graph.meta["mode"] == "train" and graph.gpus() == ["gpu0", "gpu1"]
+    assert sum(t.op in ("adam_update", "mix") for t in graph if t.kind == "compute") >= 4
+    assert main(["plan", "--taskgraph", str(out), "--machine", "p100x4:gpus=2",
+                 "--out", str(tmp_path / "mg.json")]) == 0
+    capsys.readouterr()
+    for factory, message in ((f"{models}:broken", "raised RuntimeError: no config"),
+                             (f"{models}:not_a_module", "returned a int, not a torch.nn.Module"),
+                             (f"{models}:nope", "has no callable 'nope'"),
+                             ("no.such.module:f", "No module named 'no'"),
+                             ("nocolon", "expected MODULE:FACTORY")):
+        assert main(["import-torch", factory, "--input", "8,64",
+                     "--out", str(tmp_path / "x.json")]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x.json").exists()
