@@ -237,6 +237,40 @@ PRESETS: dict[str, Machine] = {
         gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_mem_bandwidth=1555e9,
         h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48, gpu_gpu_bandwidth=300e9,
         cpu_flops=2e12),
+    "titan-rtx": Machine(
+        name="titan-rtx", source="CoTrain's evaluation server (its slides): one TITAN RTX, PCIe "
+        "3.0, a 14-core Xeon E5-2683 at 2.0 GHz; 24 GB GDDR6 at 672 GB/s and 16.3 TFLOP/s fp32 "
+        "from NVIDIA's TITAN RTX datasheet (the slides' 'HBM2' is a slip); PCIe 3.0 x16 at "
+        "~12 GB/s each way in practice (15.75 GB/s raw); the CPU's AVX2 peak 14 x 2.0 GHz x 32 "
+        "fp32 flop/cycle = 896 GFLOP/s",
+        gpus=1, gpu_memory=24 * GiB, gpu_flops=16.3e12, gpu_mem_bandwidth=672e9,
+        h2d_bandwidth=12e9, d2h_bandwidth=12e9, cpu_flops=896e9),
+    "h100-pcie": Machine(
+        name="h100-pcie", source="one H100 PCIe 80 GB: 51 TFLOP/s fp32 and 2.0 TB/s HBM2e from "
+        "NVIDIA's H100 PCIe product brief (PB-11133-001); PCIe 5.0 x16, 64 GB/s raw each way, "
+        "taken as 50 GB/s of pinned copies; a pair joined by an NVLink bridge at 600 GB/s "
+        "(300 each way)",
+        gpus=1, gpu_memory=80 * GiB, gpu_flops=51e12, gpu_mem_bandwidth=2.0e12,
+        h2d_bandwidth=50e9, d2h_bandwidth=50e9, gpu_gpu_bandwidth=300e9),
+    "h100-sxm": Machine(
+        name="h100-sxm", source="an HGX H100 board, 8x H100 SXM5 80 GB: 66.9 TFLOP/s fp32 and "
+        "3.35 TB/s HBM3 (NVIDIA's H100 datasheet); NVLink 4 through NVSwitch, 900 GB/s per GPU "
+        "(450 each way); PCIe 5.0 x16 to the host, taken as 50 GB/s of pinned copies",
+        gpus=8, gpu_memory=80 * GiB, gpu_flops=66.9e12, gpu_mem_bandwidth=3.35e12,
+        h2d_bandwidth=50e9, d2h_bandwidth=50e9, gpu_gpu_bandwidth=450e9),
+    "h200": Machine(
+        name="h200", source="an HGX H200 board, 8x H200 141 GB: the H100 SXM's compute "
+        "(66.9 TFLOP/s fp32) with 141 GB of HBM3e at 4.8 TB/s (NVIDIA's H200 datasheet); "
+        "NVLink 4, 900 GB/s per GPU (450 each way); PCIe 5.0 host links as h100-sxm",
+        gpus=8, gpu_memory=141 * 10**9, gpu_flops=66.9e12, gpu_mem_bandwidth=4.8e12,
+        h2d_bandwidth=50e9, d2h_bandwidth=50e9, gpu_gpu_bandwidth=450e9),
+    "rtx4090": Machine(
+        name="rtx4090", source="a desktop GeForce RTX 4090 24 GB: 82.6 TFLOP/s fp32 and "
+        "1008 GB/s GDDR6X (NVIDIA's Ada whitepaper); PCIe 4.0 x16, 31.5 GB/s raw each way, "
+        "taken as 25 GB/s of pinned copies; no NVLink and no peer access on GeForce, so a "
+        "second card is reached through host RAM (taken as 12 GB/s)",
+        gpus=1, gpu_memory=24 * GiB, gpu_flops=82.6e12, gpu_mem_bandwidth=1008e9,
+        h2d_bandwidth=25e9, d2h_bandwidth=25e9, gpu_gpu_bandwidth=12e9),
 }
 
 
