@@ -1,7 +1,8 @@
 """The MILP lower bound of Beaumont et al., Section 6 (eqs. 2-8, Theorem 2).
 
-Operations are numbered ``1..2L`` starting from ``B_L``: operation ``L - i + 1`` is ``B_i``
-and operation ``L + i`` is ``F_i``; all sums over operations are cyclic.  For operation ``j``
+Operations are numbered ``1..2L`` in the chain's cycle ``B_L..B_1, F_1..F_L``
+(``TrainingChain.cycle``): operation ``j`` is the cycle's ``(j-1)``-th, so ``B_i`` is
+``L - i + 1`` and ``F_i`` is ``L + i``; all sums over operations are cyclic.  For operation ``j``
 the model looks at the interval from the start of ``j`` to the start of ``j + 1`` and has,
 for every layer ``i``, the amounts ``O[i, j]`` offloaded, ``P[i, j]`` prefetched and
 ``D[i, j]`` deleted of ``w_i`` in it, and ``idle[j]``, the idle time after ``j``.  Binaries
@@ -50,12 +51,12 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
+from ..core.cycle import TrainingChain
 from ..core.errors import PlanError, SpecError
-from ..core.workloads.training import TrainingChain
 
 SOLVERS = ("auto", "highs", "cbc")
 GAP_REL = 1e-9
@@ -100,8 +101,8 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
     With ``time_limit`` seconds the solver may stop early; ``bound`` is then the best proven
     bound: HiGHS's MIP dual bound, CBC's last "best possible" from its log
     (rounded down), or, when CBC prints none, the LP relaxation's value; never less than
-    :func:`transfer_bound`, which a solver stopped early may not have proven yet.  CBC checks the time
-    limit only between phases: on large models its root LP alone may take longer.
+    :func:`transfer_bound`, which a solver stopped early may not have proven yet.  CBC checks
+    the time limit only between phases: on large models its root LP alone may take longer.
 
     Raises :class:`PlanError` if an operation does not fit even with no other weight on the
     GPU (``M_k`` of eq. (1) above ``memory``).  Otherwise the MILP is feasible (delete every
@@ -115,7 +116,11 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
     if time_limit is not None and not time_limit > 0:
         raise SpecError(f"time_limit must be > 0 seconds, got {time_limit}")
     solver_name, solve = _solver(solver)
-    _check_fits(chain, memory)
+    misfit = chain.misfit(memory)
+    if misfit is not None:
+        kind, i = misfit
+        raise PlanError(f"{chain.name}: {kind}_{i} of layer {i} needs {chain.memory(kind, i)} "
+                        f"bytes (eq. 1) but the GPU has {memory} bytes")
 
     start = time.perf_counter()
     model = Milp(chain, memory, bandwidth, beta_o)
@@ -145,19 +150,9 @@ def transfer_bound(chain: TrainingChain, memory: int, bandwidth: float) -> float
     bytes are away; each comes back whole before its next use (eq. 5), and prefetches run at
     ``bandwidth`` during the cycle (eq. 2).  Returns that volume over the bandwidth (s)."""
     weights = sum(chain.w)
-    away = max(weights - chain.w[i - 1] + need(i) - memory
-               for need in (chain.memory_forward, chain.memory_backward)
-               for i in range(1, chain.L + 1))
+    away = max(weights - chain.w[i - 1] + chain.memory(kind, i) - memory
+               for kind, i in chain.operations())
     return max(away, 0) / bandwidth
-
-
-def _check_fits(chain: TrainingChain, memory: int) -> None:
-    """Each operation needs its eq. (1) memory with only its own weight on the GPU."""
-    for kind, need in (("F", chain.memory_forward), ("B", chain.memory_backward)):
-        for i in range(1, chain.L + 1):
-            if need(i) > memory:
-                raise PlanError(f"{chain.name}: {kind}_{i} of layer {i} needs {need(i)} bytes "
-                                f"(eq. 1) but the GPU has {memory} bytes")
 
 
 class Milp:
@@ -166,14 +161,13 @@ class Milp:
     def __init__(self, chain: TrainingChain, memory: int, beta: float, beta_o: float):
         import pulp
 
+        self.chain = chain
         L, n = chain.L, 2 * chain.L
         self.L, self.ops, self.layers = L, range(1, n + 1), range(1, L + 1)
         w = {i: chain.w[i - 1] for i in self.layers}
         u, activity = {}, {}  # u_j and M_j - |w_l|: the non-weight memory of operation j
-        for i in self.layers:
-            u[self.op_B(i)], u[self.op_F(i)] = chain.uB[i - 1], chain.uF[i - 1]
-            activity[self.op_B(i)] = chain.memory_backward(i) - w[i]
-            activity[self.op_F(i)] = chain.memory_forward(i) - w[i]
+        for j, (kind, i) in enumerate(chain.cycle(), 1):
+            u[j], activity[j] = chain.duration(kind, i), chain.memory(kind, i) - w[i]
         scale = max(w.values())
         self.tau = max(max(u.values()), scale / min(beta, beta_o)) or 1.0
         cost_P = {i: w[i] / (beta * self.tau) for i in self.layers}  # seconds/tau per unit
@@ -185,7 +179,7 @@ class Milp:
         def grid(name: str) -> dict[tuple[int, int], pulp.LpVariable]:
             return {(i, j): new(f"{name}_{i}_{j}", 0, 1) for i in self.layers for j in self.ops}
 
-        O, P, D, m, o = grid("O"), grid("P"), grid("D"), grid("m"), grid("o")
+        O, P, D, m, o = grid("O"), grid("P"), grid("D"), grid("m"), grid("o")  # noqa: E741
         idle = {j: new(f"idle_{j}", 0) for j in self.ops}
         self.D1 = {i: new(f"D1_{i}", cat=pulp.LpBinary) for i in self.layers}
         self.D0 = {i: new(f"D0_{i}", cat=pulp.LpBinary) for i in self.layers}
@@ -205,11 +199,11 @@ class Milp:
             add(f"eq4_{k}", [(m[i, k], w[i] / scale) for i in self.layers], LE,
                 (memory - activity[k]) / scale)
         for i in self.layers:
-            a = self.op_B(i)
+            a = self.op("B", i)
             order = self.cycle_from(a)  # intervals B_i .. F_i-1 (D^(0)), then F_i .. B_i-1 (D^(1))
             add(f"eq3_{i}", [(idle[a], 1.0), (O[i, a], -cost_O[i])], GE)
             # eq. (5): w_i whole at the starts of B_i and F_i; eq. (6) first part: m <= |w_i|
-            m[i, a].lowBound = m[i, self.op_F(i)].lowBound = 1
+            m[i, a].lowBound = m[i, self.op("F", i)].lowBound = 1
             o[i, a].upBound = 0  # nothing offloaded yet at the start of B_i
             for j in order:  # running sums of eqs. (5)-(6): m and the offloaded part o
                 add(f"m_{i}_{j}", [(m[i, self.next(j)], 1.0), (m[i, j], -1.0), (P[i, j], -1.0),
@@ -220,15 +214,13 @@ class Milp:
                 add(f"eq6_{i}_{k}", [(m[i, k], 1.0), (o[i, k], 1.0)], GE, 1.0)
             last = order[-1]  # eq. (7): everything offloaded over the cycle is w_i, once
             add(f"eq7_{i}", [(o[i, last], 1.0), (O[i, last], 1.0), (self.Ostar[i], -1.0)], EQ)
-            split = 2 * i - 1  # position of F_i in ``order``; eq. (8)
+            split = self.op("F", i) - a  # position of F_i in ``order``; eq. (8)
             add(f"eq8_1_{i}", [(D[i, j], 1.0) for j in order[split:]] + [(self.D1[i], -1.0)], EQ)
             add(f"eq8_0_{i}", [(D[i, j], 1.0) for j in order[:split]] + [(self.D0[i], -1.0)], EQ)
 
-    def op_B(self, i: int) -> int:
-        return self.L - i + 1
-
-    def op_F(self, i: int) -> int:
-        return self.L + i
+    def op(self, kind: str, i: int) -> int:
+        """The number ``j`` of ``kind_i`` (1-based, in the chain's cycle)."""
+        return self.chain.position(kind, i) + 1
 
     def next(self, j: int) -> int:
         return j % (2 * self.L) + 1

@@ -1,14 +1,15 @@
 """A weight-offloading :class:`Schedule` laid out as the MemGraph of an unrolled TaskGraph.
 
-The TaskGraph of ``TrainingChain.to_taskgraph(T)`` runs ``F@1`` (the *preamble*), then
+The TaskGraph of ``unroll(chain, T)`` runs ``F@1`` (the *preamble*), then
 ``T - 1`` cycles ``B@t, F@t+1`` and finally ``B@T`` (the cycle's backward half).  Every
 cycle is the schedule's cycle, with the same blocks; the preamble brings the weights from
 host RAM (``load`` vertices) into the blocks they have during the cycle's forward half.
 
-Locations (see :mod:`.schedule`): the batches ``a0@t`` at the bottom, ``t``-th at
-``(t-1)·max(|a^0|, 1)`` (``B1@t``'s ``δ^0`` then overwrites ``a0@t``); ``F{i}@t`` in
-activation slot i, ``B{i}@t`` (``δ^{i-1}``) in slot i-1 over ``a^{i-1}``, ``G{i}@t`` on top of
-slot i; a prefetch in its block; the update ``w{i}@t`` in place of the copy it reads.
+Vertices are named by the chain (``TrainingChain.vertex``), as the builder names them.
+Locations (see :mod:`.schedule`): the batches a^0 at the bottom, the t-th at
+``(t-1)·max(|a^0|, 1)`` (``B_1``'s δ^0 then overwrites it); ``F_i`` in activation slot i of
+``TrainingChain.stack``, ``B_i`` (δ^{i-1}) in slot i-1 over a^{i-1}, ``G_i`` on top of slot i;
+a prefetch in its block; the update ``w_i`` in place of the copy it reads.
 
 Edges:
 
@@ -33,8 +34,8 @@ from __future__ import annotations
 
 from ...core.devices import HOST
 from ...core.errors import PlanError
-from ...core.memgraph import Loc, MemGraph, MemVertex
 from ...core.intervals import LastWriter
+from ...core.memgraph import Loc, MemGraph, MemVertex
 from ...core.taskgraph import TaskGraph
 from .schedule import GPU, Event, Schedule
 
@@ -50,15 +51,14 @@ class Emitter:
         if schedule.base != self.T * self.batch:
             raise PlanError(f"the schedule reserves {schedule.base} bytes for batches, the "
                             f"TaskGraph's {self.T} iterations need {self.T * self.batch}")
-        self.S = [schedule.base]
-        for a in chain.a:
-            self.S.append(self.S[-1] + a)
+        self.S = chain.stack(schedule.base)
         self.mg = MemGraph()
         self.writers = LastWriter()
         self.waits: dict[str, list[str]] = {}         # writer -> what its deletion waited for
         self.gone: dict[int, list[str]] = {}          # layer -> what its last removal waited for
         self.gpu: dict[int, str | None] = {k: None for k in range(1, chain.L + 1)}
-        self.host: dict[int, str | None] = {k: f"w{k}@0" for k in range(1, chain.L + 1)}
+        self.host: dict[int, str | None] = {k: chain.vertex("w", k, 0)
+                                             for k in range(1, chain.L + 1)}
         self.version = {k: 0 for k in range(1, chain.L + 1)}
         self.last: dict[str, str] = {}                 # resource -> its last vertex
         self.barrier: list[str] = []
@@ -102,40 +102,50 @@ class Emitter:
 
     # -- the TaskGraph's vertices -------------------------------------------------------------
     def inputs(self) -> None:
+        v = self.chain.vertex
         for k in range(1, self.chain.L + 1):
-            self.add(f"w{k}@0", "input", self.g[f"w{k}@0"].bytes, resource=None, device=HOST)
+            self.add(v("w", k, 0), "input", self.g[v("w", k, 0)].bytes, resource=None,
+                     device=HOST)
         for t in range(1, self.T + 1):
-            self.add(f"a0@{t}", "input", self.batch, resource=None, offset=(t - 1) * self.batch)
+            self.add(self.chain.activation(0, t), "input", self.batch, resource=None,
+                     offset=(t - 1) * self.batch)
 
     def forward(self, k: int, t: int) -> str:
-        act = f"a0@{t}" if k == 1 else f"F{k - 1}@{t}"
-        return self.task(f"F{k}@{t}", (act, self.weight(k)), self.S[k - 1])
+        act = self.chain.activation(k - 1, t)
+        return self.task(self.chain.vertex("F", k, t), (act, self.weight(k)), self.S[k - 1])
 
     def backward(self, k: int, t: int) -> str:
         """``B_k`` as the paper's three atomic steps: dw_k, δ^{k-1}, the in-place update."""
-        act = f"a0@{t}" if k == 1 else f"F{k - 1}@{t}"
-        delta = f"F{k}@{t}" if k == self.chain.L else f"B{k + 1}@{t}"
+        chain, v = self.chain, self.chain.vertex
+        act, delta = chain.activation(k - 1, t), chain.delta(k, t)
         copy = self.weight(k)
-        self.task(f"G{k}@{t}", (act, delta), self.S[k])
-        self.mg.add_edge(copy, f"G{k}@{t}", "memory")     # B_k starts once w_k is there
-        self.task(f"B{k}@{t}", (delta, copy), self.S[k - 2] if k > 1 else (t - 1) * self.batch)
-        update = self.task(f"w{k}@{t}", (copy, f"G{k}@{t}"), self.mg[copy].loc.offset)
+        self.task(v("G", k, t), (act, delta), self.S[k])
+        self.mg.add_edge(copy, v("G", k, t), "memory")     # B_k starts once w_k is there
+        self.task(v("B", k, t), (delta, copy), self.S[k - 2] if k > 1 else (t - 1) * self.batch)
+        update = self.task(v("w", k, t), (copy, v("G", k, t)), self.offset(copy))
         self.gpu[k], self.host[k], self.version[k] = update, None, t
         return update
 
     def weight(self, k: int) -> str:
-        if self.gpu[k] is None:
+        copy = self.gpu[k]
+        if copy is None:
             raise PlanError(f"internal: w{k} is read while not on the GPU")
-        return self.gpu[k]
+        return copy
+
+    def offset(self, id: str) -> int:
+        loc = self.mg[id].loc
+        if loc is None:
+            raise PlanError(f"internal: {id} has no GPU location")
+        return loc.offset
 
     # -- moves ------------------------------------------------------------------------------
     def prefetch(self, k: int, offset: int, after: str | None = None) -> str:
-        if self.host[k] is None:
-            raise PlanError(f"internal: w{k}@{self.version[k]} is prefetched with no copy on host")
+        of, source = self.chain.vertex("w", k, self.version[k]), self.host[k]
+        if source is None:
+            raise PlanError(f"internal: {of} is prefetched with no copy on host")
         kind = "load" if self.version[k] == 0 else "reload"
-        of = f"w{k}@{self.version[k]}"
         id = self.add(f"{kind}:{of}#{self.moves}", kind, self.chain.w[k - 1], resource="h2d",
-                      offset=offset, inputs=(self.host[k],), of=of)
+                      offset=offset, inputs=(source,), of=of)
         self.moves += 1
         for u in [after, *self.gone.pop(k, ())]:
             if u is not None:
@@ -143,8 +153,10 @@ class Emitter:
         self.gpu[k] = id
         return id
 
-    def offload(self, k: int, after: str, drop: bool) -> str:
-        of = f"w{k}@{self.version[k]}"
+    def offload(self, k: int, after: str | None, drop: bool) -> str:
+        of = self.chain.vertex("w", k, self.version[k])
+        if after is None:
+            raise PlanError(f"internal: the offload of {of} follows no operation")
         id = self.add(f"offload:{of}#{self.moves}", "offload", self.chain.w[k - 1],
                       resource="d2h", inputs=(self.weight(k),), of=of)
         self.moves += 1
@@ -171,7 +183,7 @@ class Emitter:
         at_forward: dict[int, int] = {}
         for e in sorted(s.events, key=_start):
             if e.kind == "prefetch":
-                block[e.layer] = e.offset
+                block[e.layer] = _block(e)
             elif e.kind == "F":
                 at_forward[e.layer] = block[e.layer]
         for k in range(1, self.chain.L + 1):
@@ -196,7 +208,7 @@ class Emitter:
             elif e.kind == "F":
                 ids[i] = self.forward(e.layer, t + 1)
             elif e.kind == "prefetch":
-                ids[i] = self.prefetch(e.layer, e.offset, after)
+                ids[i] = self.prefetch(e.layer, _block(e), after)
             elif e.kind == "offload":
                 ids[i] = self.offload(e.layer, after, e.drop)
             else:
@@ -205,6 +217,13 @@ class Emitter:
 
 def _start(e: Event) -> float:
     return e.start
+
+
+def _block(e: Event) -> int:
+    """The block a prefetch writes."""
+    if e.offset is None:
+        raise PlanError(f"internal: the prefetch of w{e.layer} has no block")
+    return e.offset
 
 
 def to_memgraph(graph: TaskGraph, schedule: Schedule) -> MemGraph:

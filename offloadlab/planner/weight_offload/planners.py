@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
+from ...core.cycle import TrainingChain
 from ...core.errors import PlanError, SpecError
 from ...core.machine import Machine
 from ...core.memgraph import MemGraph
 from ...core.taskgraph import TaskGraph
-from ...core.workloads.training import TrainingChain
 from ..registry import register
 from .memgraph import to_memgraph
 from .schedule import Schedule, algorithm2, l2l
@@ -86,7 +86,7 @@ def plan_training(planner: str, graph: TaskGraph, machine: Machine, **options) -
     chain = TrainingChain.from_taskgraph(graph)
     machine.check_devices(graph.gpus())
     iterations = graph.meta.get("iterations", 0)
-    if len(graph) != chain.L + iterations * (1 + 4 * chain.L):
+    if len(graph) != chain.unrolled_size(iterations):
         raise PlanError(f"TaskGraph {graph.name!r} is not {iterations} unrolled iterations of "
                         f"its meta['chain'] (use training-chain, gpt2-train or bert-train)")
     reserved = iterations * max(chain.a0, 1) - chain.a0
@@ -141,4 +141,5 @@ def steady_state_iteration_time(result, graph: TaskGraph) -> float:
                          f"needs at least 2")
     end = dict(zip(trace["vertex"], trace["end"]))
     first = 2 if T >= 3 else 1
-    return (end[f"B1@{T}"] - end[f"B1@{first}"]) / (T - first)
+    last_b1, first_b1 = TrainingChain.vertex("B", 1, T), TrainingChain.vertex("B", 1, first)
+    return (end[last_b1] - end[first_b1]) / (T - first)

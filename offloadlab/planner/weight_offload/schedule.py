@@ -10,9 +10,10 @@ GPU memory (Sec. 3 and eq. 1) is an address line ``[0, M_GPU)``:
 
 * at the bottom ``base`` bytes of batches (``a^0``; one of them is eq. (1)'s ``|a^0|``,
   the others are held by the other iterations of an unrolled TaskGraph);
-* above, the activation stack: slot ``i`` holds ``a^i`` and then ``δ^i`` (``|δ^i| = |a^i|``)
-  from ``F_i`` to ``B_i``, and ``B_i``'s weight gradient sits on top of the stack, so that
-  the stack top during an operation is eq. (1)'s ``M_o`` less the weight ``|w_i|``;
+* above, the activation stack (``TrainingChain.stack``): slot ``i`` holds ``a^i`` and then
+  ``δ^i`` (``|δ^i| = |a^i|``) from ``F_i`` to ``B_i``, and ``B_i``'s weight gradient sits on
+  top of the stack, so that the stack top during an operation is eq. (1)'s ``M_o`` less the
+  weight ``|w_i|`` (``TrainingChain.stack_tops``);
 * weights occupy blocks of ``|w_k|`` contiguous bytes, reserved from the beginning of a
   prefetch until the end of an offload or the deletion (Sec. 3).
 
@@ -33,12 +34,12 @@ leave although another block may be free earlier, and a home stays reserved for 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
+from ...core.cycle import TrainingChain
 from ...core.errors import PlanError
 from ...core.machine import Machine
-from ...core.workloads.training import TrainingChain
 from .selection import Choice
 
 INF = math.inf
@@ -225,7 +226,8 @@ class _RangeMax:
         span = 1
         while 2 * span <= len(values):
             prev = self.table[-1]
-            self.table.append([max(prev[i], prev[i + span]) for i in range(len(values) - 2 * span + 1)])
+            self.table.append([max(prev[i], prev[i + span])
+                               for i in range(len(values) - 2 * span + 1)])
             span *= 2
 
     def __call__(self, a: int, b: int) -> int:
@@ -235,11 +237,10 @@ class _RangeMax:
 
 
 class Cycle:
-    """One cycle being scheduled: positions, memory, the links' T_ava and the events.
+    """One cycle being scheduled: memory, the links' T_ava and the events.
 
-    Operations are numbered in cycle order from 0: ``B_k`` is ``L - k`` and ``F_k`` is
-    ``L + k - 1``.  ``levels[p]`` is the stack top while operation ``p`` runs (eq. 1's
-    ``M_p`` less its weight, above the batches).
+    Operations are at their positions in ``chain.cycle()`` (``chain.position``);
+    ``levels[p]`` is the stack top while operation ``p`` runs (``chain.stack_tops``).
     """
 
     def __init__(self, chain: TrainingChain, machine: Machine, capacity: int, reserved: int,
@@ -247,14 +248,11 @@ class Cycle:
         self.chain, self.machine, self.bound = chain, machine, bound
         L = self.L = chain.L
         self.base = reserved + chain.a0
-        self.S = [self.base]
-        for a in chain.a:
-            self.S.append(self.S[-1] + a)
-        self.levels = [self.S[k] + chain.w[k - 1] for k in range(L, 0, -1)] + \
-                      [self.S[k] for k in range(1, L + 1)]
+        self.S = chain.stack(self.base)
+        self.levels = chain.stack_tops(self.base)
         self.max_level = _RangeMax(self.levels)
         self.capacity = capacity
-        self.memory: MemoryTimeline | None = None
+        self._memory: MemoryTimeline | None = None
         self.homes: dict[int, int] = {}
         self.events: list[Event] = []
         self.T_end_op = 0.0                   # T_end of the last operation scheduled
@@ -268,8 +266,12 @@ class Cycle:
         self.borrowable: list[tuple[int, int, int]] = []   # (position it is back at, lo, hi)
         self.op_index: dict[tuple[str, int], int] = {}
 
-    def pos(self, kind: str, k: int) -> int:
-        return self.L - k if kind == "B" else self.L + k - 1
+    @property
+    def memory(self) -> MemoryTimeline:
+        """GPU memory, from :meth:`place_homes` on."""
+        if self._memory is None:
+            raise RuntimeError("Cycle.place_homes must come first")
+        return self._memory
 
     def range_level(self, a: int, b: int) -> int:
         """Stack top over positions a..b of the cycle, wrapping around past F_L."""
@@ -294,7 +296,8 @@ class Cycle:
                 raise _Infeasible
             self.homes[k] = top
         permanent = [self.homes[k] for k, span in residents.items() if span is None]
-        self.memory = MemoryTimeline(self.base, min(permanent, default=self.capacity), self.S[-1])
+        self._memory = MemoryTimeline(self.base, min(permanent, default=self.capacity),
+                                      self.S[-1])
         for k, span in residents.items():
             if span is not None:
                 self.memory.reserve(k, self.homes[k], self.chain.w[k - 1])
@@ -316,8 +319,8 @@ class Cycle:
         t = self.memory.earliest_free(lo, hi, max(self.T_end_op, self.ready[k]), above_stack=False)
         if t is None:
             raise _Infeasible
-        u = self.chain.uB[k - 1] if kind == "B" else self.chain.uF[k - 1]
-        self.memory.stack(t, self.levels[self.pos(kind, k)])
+        u = self.chain.duration(kind, k)
+        self.memory.stack(t, self.levels[self.chain.position(kind, k)])
         self.memory.stack(t + u, self.S[k - 1] if kind == "B" else self.S[k])
         self.T_end_op = t + u
         if kind == "B":
@@ -429,7 +432,7 @@ def _algorithm2_cycle(chain: TrainingChain, machine: Machine, selection: frozens
                       precut: list[int], capacity: int, reserved: int, discount: bool,
                       planner: str, bound: float) -> Schedule:
     """One cutting point of Algorithm 2, its pseudo-code step by step."""
-    L = chain.L
+    L, pos = chain.L, chain.position
     c = Cycle(chain, machine, capacity, reserved, bound)
     residents: dict[int, tuple[int, int] | None] = {}
     returns: dict[int, int] = {}
@@ -438,16 +441,16 @@ def _algorithm2_cycle(chain: TrainingChain, machine: Machine, selection: frozens
         if not d0 and not d1:
             residents[k] = None
         elif d0 and not d1:               # resident from F_k to B_k, across the boundary
-            residents[k] = (c.pos("F", k), c.pos("B", k))
-            returns[k] = c.pos("F", k)
+            residents[k] = (pos("F", k), pos("B", k))
+            returns[k] = pos("F", k)
         elif k in precut:                 # prefetched before B_L, removed after B_k or F_k
-            residents[k] = (0, c.pos("B", k) if d0 else c.pos("F", k))
+            residents[k] = (0, pos("B", k) if d0 else pos("F", k))
     c.place_homes(residents, returns)
 
     WL: list[int] = []
     for k in range(L, 0, -1):
         if (k, 1) in selection and k not in precut:                  # B_k needs Prefetch
-            c.prefetch(k, c.pos("B", k), c.pos("B" if (k, 0) in selection else "F", k), "B")
+            c.prefetch(k, pos("B", k), pos("B" if (k, 0) in selection else "F", k), "B")
         b = c.run("B", k, "B")
         if (k, 0) in selection:                                      # B_k needs Offload
             while WL:                      # offload min |w_k'| from WL while it fits
@@ -463,7 +466,7 @@ def _algorithm2_cycle(chain: TrainingChain, machine: Machine, selection: frozens
     for k in range(1, L + 1):
         if (k, 0) in selection:                                      # F_k needs Prefetch
             home = c.homes[k] if (k, 1) not in selection else None
-            c.prefetch(k, c.pos("F", k), c.pos("F", k), "F", home=home)
+            c.prefetch(k, pos("F", k), pos("F", k), "F", home=home)
         f = c.run("F", k, "F")
         if (k, 1) in selection:                                      # F_k needs Offload
             in_cpu = c.has_cpu[k] if discount else c.copy_offloaded[k]
@@ -472,7 +475,7 @@ def _algorithm2_cycle(chain: TrainingChain, machine: Machine, selection: frozens
             else:
                 c.offload(k, f, drop=True, phase="F")
     for k in precut:                         # finish the communications before the cut
-        c.prefetch(k, c.pos("B", L), c.pos("B", k), "F", home=c.homes[k])
+        c.prefetch(k, pos("B", L), pos("B", k), "F", home=c.homes[k])
     return c.schedule(planner, selection, precut, reserved)
 
 
@@ -483,15 +486,15 @@ def l2l(chain: TrainingChain, machine: Machine, *, capacity: int, reserved: int 
     layer).  ``w_i`` is offloaded after ``B_i`` (updated), overlapping the next prefetch on the
     full-duplex link, and deleted after ``F_i``; it stays when the next operation is of the
     same layer (``F_L -> B_L``, ``B_1 -> F_1``)."""
-    L = chain.L
+    L, pos = chain.L, chain.position
     c = Cycle(chain, machine, capacity, reserved)
     try:
-        c.place_homes({L: (c.pos("F", L), c.pos("B", L))}, {})
-        ops = [("B", k) for k in range(L, 0, -1)] + [("F", k) for k in range(1, L + 1)]
+        c.place_homes({L: (pos("F", L), pos("B", L))}, {})
+        ops = chain.cycle()
         for p, (kind, k) in enumerate(ops):
             if p > 0 and (kind, k) != ("F", 1):
                 release = c.op_index[ops[p - 1]]
-                until = c.pos("F", 1) if (kind, k) == ("B", 1) else p
+                until = pos("F", 1) if (kind, k) == ("B", 1) else p
                 c.prefetch(k, p, until, kind, home=c.homes[L] if (kind, k) == ("F", L) else None,
                            after=release)
             op = c.run(kind, k, kind)

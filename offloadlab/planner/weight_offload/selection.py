@@ -19,50 +19,49 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...core.cycle import TrainingChain
 from ...core.errors import PlanError
-from ...core.workloads.training import TrainingChain
 
 Choice = tuple[int, int]
 
 
-def operation_memory(chain: TrainingChain, kind: str, i: int) -> int:
-    """M_o of eq. (1)."""
-    return chain.memory_forward(i) if kind == "F" else chain.memory_backward(i)
-
-
-def check_fits(chain: TrainingChain, capacity: int, reserved: int = 0, device: str = "gpu0") -> None:
+def check_fits(chain: TrainingChain, capacity: int, reserved: int = 0,
+               device: str = "gpu0") -> None:
     """Raise PlanError if some operation cannot run even with every other weight offloaded:
     ``M_o + reserved > capacity`` (``reserved``: bytes held by other iterations' batches)."""
-    for kind, i in chain.operations():
-        need = operation_memory(chain, kind, i) + reserved
-        if need > capacity:
-            formula = "2|w_i|" if kind == "B" else "|w_i|"
-            extra = f" plus {reserved} bytes held by the other iterations' batches" if reserved else ""
-            raise PlanError(
-                f"layer {i} does not fit on {device} even alone: {kind}{i} needs "
-                f"M_{kind}{i} = {formula} + Σ_{{k<={i}}}|a^k| = "
-                f"{operation_memory(chain, kind, i)} bytes (eq. 1){extra}, but {device} has a "
-                f"capacity of {capacity} bytes")
+    op = chain.misfit(capacity - reserved)
+    if op is not None:
+        kind, i = op
+        formula = "2|w_i|" if kind == "B" else "|w_i|"
+        extra = f" plus {reserved} bytes held by the other iterations' batches" if reserved else ""
+        raise PlanError(
+            f"layer {i} does not fit on {device} even alone: {kind}{i} needs "
+            f"M_{kind}{i} = {formula} + Σ_{{k<={i}}}|a^k| = "
+            f"{chain.memory(kind, i)} bytes (eq. 1){extra}, but {device} has a "
+            f"capacity of {capacity} bytes")
 
 
-def covers(L: int) -> np.ndarray:
+def covers(chain: TrainingChain) -> np.ndarray:
     """Boolean ``(L, 2, 2L)``: ``[k-1, d, o]`` is whether choice ``(k, d)`` covers operation
-    ``o`` (index in ``F_1..F_L, B_L..B_1``)."""
-    o = np.arange(2 * L)[None, :]
-    k = np.arange(1, L + 1)[:, None]
-    d1 = (o >= k) & (o <= 2 * L - 1 - k)             # F_{k+1} .. B_{k+1}
-    d0 = (o <= k - 2) | (o >= 2 * L - k + 1)          # F_1 .. F_{k-1} and B_{k-1} .. B_1
-    return np.stack([d0, d1], axis=1)
+    ``o`` (its index in :meth:`~offloadlab.core.cycle.TrainingChain.operations`)."""
+    L, at = chain.L, chain.index
+    cover = np.zeros((L, 2, 2 * L), dtype=bool)
+    for k in range(1, L + 1):
+        cover[k - 1, 1, at("F", k + 1):at("B", k + 1) + 1] = True    # F_{k+1} .. B_{k+1}
+        cover[k - 1, 0, :at("F", k)] = True                           # F_1 .. F_{k-1}
+        cover[k - 1, 0, at("B", k) + 1:] = True                       # B_{k-1} .. B_1
+    return cover
 
 
 def excess(chain: TrainingChain, memory: int) -> np.ndarray:
     """E_o = Σ_i |w_i| + M_o - M_GPU for o in ``F_1..F_L, B_L..B_1``."""
     total = sum(chain.w)
-    return np.array([total + operation_memory(chain, kind, i) - memory
-                     for kind, i in chain.operations()], dtype=float)
+    return np.array([total + chain.memory(kind, i) - memory for kind, i in chain.operations()],
+                    dtype=float)
 
 
-def greedy_selection(chain: TrainingChain, memory: int, *, discount: bool = True) -> frozenset[Choice]:
+def greedy_selection(chain: TrainingChain, memory: int, *,
+                     discount: bool = True) -> frozenset[Choice]:
     """Algorithm 1: while some operation exceeds ``memory`` (M_GPU, the bytes the chain may
     use), select the choice of largest profit = benefit / cost, where the benefit is
     ``Σ_{o in covers(k, d)} min(E_o, |w_k|)`` and the cost ``2|w_k|``, halved when the other
@@ -71,7 +70,7 @@ def greedy_selection(chain: TrainingChain, memory: int, *, discount: bool = True
     check_fits(chain, memory)
     L = chain.L
     w = np.array(chain.w, dtype=float)
-    cover = covers(L)
+    cover = covers(chain)
     E = excess(chain, memory)
     selected = np.zeros((L, 2), dtype=bool)
     while E.max() > 0:
