@@ -6,8 +6,16 @@ import pandas as pd
 import pytest
 
 from offloadlab.lab.cli import main
-from offloadlab.lab.reproduce import (PAPER_TABLE1, TABLE1, Setting, evaluate, parse_setting,
-                                      setting_chain, setting_machine, shape_checks)
+from offloadlab.lab.reproduce import (
+    PAPER_TABLE1,
+    TABLE1,
+    Setting,
+    evaluate,
+    parse_setting,
+    setting_chain,
+    setting_machine,
+    shape_checks,
+)
 from offloadlab.planner.weight_offload import schedule_for
 
 KEYS = ["network", "depth", "batch", "sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"]

@@ -12,11 +12,19 @@ from offloadlab.core import MemGraph, PlanError, SpecError
 from offloadlab.core.machine import PRESETS
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
-from offloadlab.core.workloads.training import (TrainingChain, bert_train, gpt2_train,
-                                                transformer_chain, transformer_workspace)
+from offloadlab.core.workloads.training import (
+    TrainingChain,
+    bert_train,
+    gpt2_train,
+    transformer_chain,
+    transformer_workspace,
+)
 from offloadlab.planner import PLANNERS, plan, planner_options
-from offloadlab.planner.weight_offload import (greedy_selection, schedule_for,
-                                               steady_state_iteration_time)
+from offloadlab.planner.weight_offload import (
+    greedy_selection,
+    schedule_for,
+    steady_state_iteration_time,
+)
 from offloadlab.simulator import simulate
 
 V100 = PRESETS["v100"]
@@ -144,7 +152,8 @@ def test_memgraph_metadata_and_json_roundtrip():
     machine = replace(V100, gpu_memory=2 * 10**9)
     mg = plan(g, machine, "greedy-offload")
     assert mg.graph["planner"] == "greedy-offload"
-    assert mg.graph["analytic_iteration_time"] >= TrainingChain.from_taskgraph(g).sum_u * (1 - 1e-12)
+    sum_u = TrainingChain.from_taskgraph(g).sum_u
+    assert mg.graph["analytic_iteration_time"] >= sum_u * (1 - 1e-12)
     assert all(1 <= k <= 8 and d in (0, 1) for k, d in mg.graph["selection"])
     assert mg.count("offload") > 0 and mg.count("reload") > 0
     again = MemGraph.from_json(mg.to_json())
@@ -188,7 +197,8 @@ FRACTIONS = st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 1.0))
 
 def random_case(chain: TrainingChain, fraction: float, iterations: int = 3):
     low, high = tightest(chain, iterations), generous(chain, iterations)
-    return chain.to_taskgraph(iterations), replace(V100, gpu_memory=int(low + fraction * (high - low)))
+    memory = int(low + fraction * (high - low))
+    return chain.to_taskgraph(iterations), replace(V100, gpu_memory=memory)
 
 
 @given(chains(), FRACTIONS, st.sampled_from(PLANNER_NAMES[:3]))
