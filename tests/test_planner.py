@@ -4,6 +4,7 @@ import pytest
 from conftest import tp_machine
 
 from offloadlab.core import MemGraph, PlanError, SpecError, VerificationError
+from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import Loc
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
@@ -181,3 +182,34 @@ def test_verifier_catches_order_against_edges(planned, tp_graph):
     mg["8"].order, mg["3"].order = mg["3"].order, mg["8"].order
     with pytest.raises(VerificationError, match="order: data edge '3' -> '8'"):
         verify(mg, tp_graph, m)
+
+
+# -- the planner contract (issue 20) -------------------------------------------------------
+def test_every_planner_follows_the_contract():
+    """Typed options with a default and a description each, and plan() closes every MemGraph
+    the same way: planner, TaskGraph, options and machine first in ``graph``."""
+    from dataclasses import fields
+
+    from offloadlab.planner import PLANNERS
+    from offloadlab.planner.registry import Options
+    chain, chain_machine = build_workload("training-chain"), machine_from_spec("v100")
+    dag, dag_machine = build_workload("matmul-chain:layers=3"), machine_from_spec("disco-example")
+    for name, planner in PLANNERS.items():
+        assert issubclass(planner.options, Options) and planner.doc
+        assert all(f.metadata["doc"] for f in fields(planner.options))
+        graph, machine = (chain, chain_machine) if planner.applies else (dag, dag_machine)
+        mg = plan(graph, machine, name)
+        assert list(mg.graph)[:4] == ["planner", "taskgraph", "options", "machine"]
+        assert mg.graph["planner"] == name and mg.graph["machine"] == machine.to_dict()
+        assert set(mg.graph["options"]) == {f.name for f in fields(planner.options)} - {"search"}
+
+
+def test_options_are_checked_before_any_work():
+    from offloadlab.planner.registry import check_spec
+    for spec, message in (("buildmemgraph:victim=fifo", "unknown victim policy 'fifo'"),
+                          ("buildmemgraph:search=0", "search must be an integer from 1"),
+                          ("buildmemgraph:colour=red", "unknown option"),
+                          ("ilp-select:time_limit=soon", "cannot read 'soon'"),
+                          ("levelwise:victim=fifo", "unknown victim policy 'fifo'")):
+        with pytest.raises((PlanError, SpecError), match=message):
+            check_spec(spec)

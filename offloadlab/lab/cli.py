@@ -932,7 +932,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 def _first_line(fn: Callable) -> str:
     """The first paragraph of ``fn``'s docstring, on one line."""
-    paragraph = " ".join((fn.__doc__ or "").strip().split("\n\n", 1)[0].split())
+    return _first_paragraph(fn.__doc__ or "")
+
+
+def _first_paragraph(doc: str) -> str:
+    """The first paragraph of a docstring, on one line."""
+    paragraph = " ".join(doc.strip().split("\n\n", 1)[0].split())
     return paragraph.rstrip(".;:").replace("``", "")
 
 
@@ -956,11 +961,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         for name, m in PRESETS.items():
             print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}; {m.source}")
     if what in ("all", "planners"):
-        from ..planner import PLANNERS, planner_options
+        from dataclasses import fields
+
+        from ..planner import PLANNERS
         print("planners (--planner NAME:key=value,...):")
         for name, planner in sorted(PLANNERS.items()):
-            print(f"  {name:<14} {_first_line(planner)}\n  {'':<14} "
-                  f"{_options(planner_options(name))}")
+            print(f"  {name:<14} {_first_paragraph(planner.doc)}")
+            options = fields(planner.options)
+            if not options:
+                print(f"  {'':<14} (no options)")
+            for f in options:
+                print(f"  {'':<14} {_options({f.name: f.default}):<18} {f.metadata['doc']}")
     return 0
 
 

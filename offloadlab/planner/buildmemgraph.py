@@ -49,13 +49,18 @@ class Resident:
     next_use: int = -1        # cache of the first item after execution that reads it
 
 
+def check_victim(victim: str) -> None:
+    """Raise :class:`PlanError` unless ``victim`` is one of :data:`VICTIMS`."""
+    if victim not in VICTIMS:
+        raise PlanError(f"unknown victim policy {victim!r}; use {', '.join(VICTIMS)}")
+
+
 class BuildMemGraph:
     """One run of the algorithm; :func:`buildmemgraph` is the registered entry point."""
 
     def __init__(self, graph: TaskGraph, machine: Machine, order: Sequence[str],
                  victim: str, ahead: bool, progress: Callable[[int], None] | None = None):
-        if victim not in VICTIMS:
-            raise PlanError(f"unknown victim policy {victim!r}; use {', '.join(VICTIMS)}")
+        check_victim(victim)
         self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
         self.task = graph.tasks
         self.mg = MemGraph()

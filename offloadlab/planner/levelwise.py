@@ -11,14 +11,14 @@ for each chain's tail.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..core.devices import HOST
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
-from .buildmemgraph import BuildMemGraph
-from .registry import register
+from .buildmemgraph import BuildMemGraph, check_victim
+from .registry import Hooks, Options, option, register
 
 
 def levels(graph: TaskGraph) -> list[list[str]]:
@@ -35,11 +35,19 @@ def levels(graph: TaskGraph) -> list[list[str]]:
             for level in nx.topological_generations(computed)]
 
 
-@register("levelwise")
-def levelwise(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
-              progress: Callable[[int], None] | None = None) -> MemGraph:
+@dataclass(frozen=True)
+class LevelwiseOptions(Options):
+    victim: str = option("belady", "which resident to evict when a level's tensors do not fit: "
+                                   "belady, cost or lru (BuildMemGraph's policies)")
+
+    def __post_init__(self) -> None:
+        check_victim(self.victim)
+
+
+@register("levelwise", LevelwiseOptions)
+def levelwise(graph: TaskGraph, machine: Machine, options: LevelwiseOptions,
+              hooks: Hooks) -> MemGraph:
     """Levelwise processing: load a level's weights, run the level, repeat (DISCO Fig. 2)."""
-    machine.check_devices(graph.gpus())
     by_level = levels(graph)
     first_level: dict[str, int] = {}
     for k, vertices in enumerate(by_level):
@@ -51,7 +59,8 @@ def levelwise(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
     for u, k in first_level.items():
         weights[k].append(u)
     order = [t for k, vertices in enumerate(by_level) for t in (*weights[k], *vertices)]
-    builder = BuildMemGraph(graph, machine, order, victim, ahead=False, progress=progress)
+    builder = BuildMemGraph(graph, machine, order, options.victim, ahead=False,
+                            progress=hooks.progress)
     mg = builder.run()
     chains: list[dict[str, list[str]]] = [{} for _ in by_level]   # level -> GPU -> its loads
     for i, (t, dev) in enumerate(builder.items):
@@ -65,6 +74,4 @@ def levelwise(graph: TaskGraph, machine: Machine, *, victim: str = "belady",
                 mg.add_edge(a, b, "memory")
             for w in by_level[k]:
                 mg.add_edge(loads[-1], w, "memory")
-    mg.graph.update(planner="levelwise", taskgraph=graph.name, options=dict(victim=victim),
-                    machine=machine.to_dict())
     return mg

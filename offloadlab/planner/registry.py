@@ -1,9 +1,21 @@
-"""The planner protocol and registry: ``offloadlab plan --planner NAME[:key=value,...]``."""
+"""The planner contract and registry: ``offloadlab plan --planner NAME[:key=value,...]``.
+
+A planner is a function ``run(graph, machine, options, hooks) -> MemGraph`` registered under a
+name with its options: a frozen dataclass (:class:`Options`) whose fields all have defaults,
+each with a one-line ``doc`` in its metadata, and whose ``__post_init__`` refuses bad values.
+:func:`plan` does what every planner shares: it parses the spec into the options, checks that
+the planner applies to the graph (if it declares ``applies``) and that the machine has the
+graph's GPUs, runs the planner, and closes the MemGraph (the planner's
+name, the TaskGraph's, the options and the machine in ``graph``; each tensor's shape and dtype
+on the vertices that write or move it).
+"""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Protocol
 
 from ..core.errors import SpecError
 from ..core.machine import Machine
@@ -11,36 +23,67 @@ from ..core.memgraph import MemGraph
 from ..core.spec import apply_options, parse_spec
 from ..core.taskgraph import TaskGraph
 
-Planner = Callable[..., MemGraph]
-"""``planner(graph: TaskGraph, machine: Machine, **options) -> MemGraph``.  Options are
-keyword-only arguments with defaults, so that ``NAME:key=value`` specs can be checked and
-coerced against them."""
-
-
 Evaluate = Callable[[MemGraph, Machine], float]
 """How a planner that searches scores a candidate plan (seconds; lower is better).  The
 planners cannot simulate (the simulator sits above them), so the caller passes one in,
 usually :func:`offloadlab.simulator.makespan`."""
 
-HOOKS = ("progress", "evaluate")
-"""Keyword arguments :func:`plan` hands to the planners that take them; not options."""
+
+def option(default: Any, doc: str) -> Any:
+    """A field of a planner's :class:`Options`: its default and what it does."""
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class Options:
+    """A planner's options (none here; planners with options subclass it)."""
+
+    def recorded(self) -> dict[str, object]:
+        """The options as the MemGraph records them (``graph["options"]``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What :func:`plan` hands to a planner besides its options: ``progress(done)`` hears now
+    and then how many TaskGraph vertices are planned; ``evaluate`` scores candidate plans for
+    planners that search."""
+
+    progress: Callable[[int], None] | None = None
+    evaluate: Evaluate | None = None
+
+
+class Run(Protocol):
+    def __call__(self, graph: TaskGraph, machine: Machine, options: Any, hooks: Hooks
+                 ) -> MemGraph: ...
+
+
+@dataclass(frozen=True)
+class Planner:
+    """A registered planner: its name, what runs it, its options' class, its description
+    (the run function's docstring) and, for planners that plan only some graphs, ``applies``,
+    which raises :class:`~offloadlab.core.errors.PlanError` saying why for the others."""
+
+    name: str
+    run: Run
+    options: type[Options]
+    doc: str
+    applies: Callable[[TaskGraph], object] | None = None
+
 
 PLANNERS: dict[str, Planner] = {}
 
 
-def register(name: str) -> Callable[[Planner], Planner]:
+def register(name: str, options: type[Options] = Options,
+             applies: Callable[[TaskGraph], object] | None = None) -> Callable[[Run], Run]:
     """Decorator adding a planner function to the registry under ``name``."""
-    def deco(fn: Planner) -> Planner:
-        PLANNERS[name] = fn
-        return fn
+    for f in fields(options):
+        assert f.default is not MISSING and "doc" in f.metadata, (name, f.name)
+
+    def deco(run: Run) -> Run:
+        PLANNERS[name] = Planner(name, run, options, inspect.getdoc(run) or "", applies)
+        return run
     return deco
-
-
-def planner_options(name: str) -> dict[str, object]:
-    """The options a planner takes, with their defaults."""
-    params = inspect.signature(get_planner(name)).parameters
-    return {p.name: p.default for p in params.values()
-            if p.kind is p.KEYWORD_ONLY and p.name not in HOOKS}
 
 
 def get_planner(name: str) -> Planner:
@@ -49,33 +92,48 @@ def get_planner(name: str) -> Planner:
     return PLANNERS[name]
 
 
+def planner_options(name: str) -> dict[str, object]:
+    """The options a planner takes, with their defaults."""
+    return {f.name: f.default for f in fields(get_planner(name).options)}
+
+
+def parse_options(spec: str, **overrides: object) -> tuple[Planner, Options]:
+    """The planner a spec names and its options; ``overrides`` win over the spec's.  Raises
+    :class:`SpecError` for an unknown planner, option or value."""
+    name, raw = parse_spec(spec)
+    planner = get_planner(name)
+    merged = apply_options(planner_options(name), raw, f"planner {name!r}")
+    unknown = sorted(set(overrides) - set(merged))
+    if unknown:
+        raise SpecError(f"planner {name!r}: unknown option(s) {', '.join(unknown)}")
+    merged.update(overrides)
+    return planner, planner.options(**merged)
+
+
 def check_spec(spec: str) -> None:
     """Raise :class:`SpecError` if ``spec`` names no planner or an option it does not take
-    (or a value of the wrong type), before any work is done."""
-    name, raw = parse_spec(spec)
-    get_planner(name)
-    apply_options(planner_options(name), raw, f"planner {name!r}")
+    (or a bad value), before any work is done."""
+    parse_options(spec)
 
 
 def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
          progress: Callable[[int], None] | None = None, evaluate: Evaluate | None = None,
-         **options) -> MemGraph:
+         **options: object) -> MemGraph:
     """Plan ``graph`` on ``machine`` with the planner ``spec`` (``NAME[:key=value,...]``);
     keyword ``options`` override the spec's.  ``progress(done)``, if given, hears now and then
-    how many of the TaskGraph's vertices are planned, from planners that take a ``progress``
-    keyword (BuildMemGraph and the planners built on it); ``evaluate`` scores candidate plans
-    for planners that search (``buildmemgraph:search=N``)."""
-    name, raw = parse_spec(spec)
-    planner = get_planner(name)
-    merged = apply_options(planner_options(name), raw, f"planner {name!r}")
-    unknown = sorted(set(options) - set(merged))
-    if unknown:
-        raise SpecError(f"planner {name!r}: unknown option(s) {', '.join(unknown)}")
-    merged.update(options)
-    takes = inspect.signature(planner).parameters
-    for key, hook in (("progress", progress), ("evaluate", evaluate)):
-        if hook is not None and key in takes:
-            merged[key] = hook
-    mg = planner(graph, machine, **merged)
+    how many of the TaskGraph's vertices are planned (BuildMemGraph and the planners built on
+    it report it); ``evaluate`` scores candidate plans for planners that search
+    (``buildmemgraph:search=N``)."""
+    planner, chosen = parse_options(spec, **options)
+    if planner.applies is not None:
+        planner.applies(graph)
+    machine.check_devices(graph.gpus())
+    mg = planner.run(graph, machine, chosen, Hooks(progress, evaluate))
+    recorded = mg.graph.pop("options", None)        # a planner may record what it chose
+    extras = dict(mg.graph)
+    mg.graph.clear()
+    mg.graph.update(planner=planner.name, taskgraph=graph.name,
+                    options=chosen.recorded() if recorded is None else recorded,
+                    machine=machine.to_dict(), **extras)
     mg.stamp_tensors(graph)
     return mg

@@ -7,14 +7,15 @@ build, where mypyc drops the docstrings of compiled functions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
-from .buildmemgraph import BuildMemGraph, serial_order
-from .registry import Evaluate, register
+from .buildmemgraph import BuildMemGraph, check_victim, serial_order
+from .registry import Hooks, Options, option, register
 
 PORTFOLIO: tuple[tuple[str, bool, str], ...] = (
     ("cost", True, "given"), ("belady", True, "given"), ("cost", False, "given"),
@@ -23,49 +24,60 @@ PORTFOLIO: tuple[tuple[str, bool, str], ...] = (
 """The settings ``search=N`` tries after the given ones: (victim, ahead, order)."""
 
 
-@register("buildmemgraph")
-def buildmemgraph(graph: TaskGraph, machine: Machine, *, victim: str = "cost",
-                  ahead: bool = True, order: str | Sequence[str] = "given", search: int = 1,
-                  progress: Callable[[int], None] | None = None,
-                  evaluate: Evaluate | None = None) -> MemGraph:
+@dataclass(frozen=True)
+class BuildMemGraphOptions(Options):
+    victim: str = option("cost", "which resident to evict: cost (fewest bytes moved per item "
+                                 "until its next use), belady (the paper's furthest next use) "
+                                 "or lru")
+    ahead: bool = option(True, "allocate as far ahead of execution as memory allows (false: "
+                               "just before execution)")
+    order: str | Sequence[str] = option("given", "the serial order V: given, topological, or "
+                                                 "(from Python) a list of vertex ids")
+    search: int = option(1, f"plan with these settings and up to N-1 others, simulate each "
+                            f"and keep the fastest (1-{1 + len(PORTFOLIO)})")
+
+    def __post_init__(self) -> None:
+        check_victim(self.victim)
+        if type(self.search) is not int or not 1 <= self.search <= 1 + len(PORTFOLIO):
+            raise PlanError(f"buildmemgraph: search must be an integer from 1 to "
+                            f"{1 + len(PORTFOLIO)}, got {self.search!r}")
+
+    def recorded(self) -> dict[str, object]:
+        return {"victim": self.victim, "ahead": self.ahead,
+                "order": self.order if isinstance(self.order, str) else "explicit"}
+
+
+@register("buildmemgraph", BuildMemGraphOptions)
+def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
+                  hooks: Hooks) -> MemGraph:
     """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU.
 
-    ``victim``: ``cost`` (evict what moves fewest bytes per item until its next use),
-    ``belady`` (evict what is used furthest in the future, as in the paper) or ``lru``;
-    ``ahead``: allocate as far ahead of execution as memory allows (off: just before
-    execution); ``order``: the serial order V (``given``, ``topological`` or a list of ids);
-    ``search``: plan with these settings and up to N-1 others (victim, ahead, order), simulate
-    each and keep the fastest.
+    With ``search`` > 1 it plans with its settings and up to N-1 others from
+    :data:`PORTFOLIO` (victim, ahead, order), scores each with ``hooks.evaluate`` and keeps
+    the fastest, recording the winner's settings.
     """
-    if type(search) is not int or not 1 <= search <= 1 + len(PORTFOLIO):
-        raise PlanError(f"buildmemgraph: search must be an integer from 1 to "
-                        f"{1 + len(PORTFOLIO)}, got {search!r}")
-    machine.check_devices(graph.gpus())
-    if search == 1:
-        return _plan(graph, machine, victim, ahead, order, progress)
-    if evaluate is None:
+    if options.search == 1:
+        return _plan(graph, machine, options, hooks)
+    if hooks.evaluate is None:
         raise PlanError("buildmemgraph: search needs to simulate each plan: pass "
                         "evaluate=offloadlab.simulator.makespan (the CLI does)")
-    settings = [(victim, ahead, order)]
-    settings += [s for s in PORTFOLIO if s != settings[0]][:search - 1]
+    first = (options.victim, options.ahead, options.order)
+    settings = [first] + [s for s in PORTFOLIO if s != first][:options.search - 1]
     best: tuple[float, MemGraph] | None = None
-    for k, (victim_k, ahead_k, order_k) in enumerate(settings):
-        mg = _plan(graph, machine, victim_k, ahead_k, order_k, progress if k == 0 else None)
-        mg.graph["options"]["search"] = search
-        seconds = evaluate(mg, machine)
+    for k, (victim, ahead, order) in enumerate(settings):
+        candidate = BuildMemGraphOptions(victim, ahead, order)
+        mg = _plan(graph, machine, candidate, hooks if k == 0 else Hooks())
+        mg.graph["options"] = {**candidate.recorded(), "search": options.search}
+        seconds = hooks.evaluate(mg, machine)
         if best is None or seconds < best[0]:
             best = seconds, mg
     assert best is not None
     return best[1]
 
 
-def _plan(graph: TaskGraph, machine: Machine, victim: str, ahead: bool,
-          order: str | Sequence[str], progress: Callable[[int], None] | None) -> MemGraph:
+def _plan(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
+          hooks: Hooks) -> MemGraph:
     tasks = graph.tasks
-    ids = [t for t in serial_order(graph, order) if tasks[t].kind != "input"]
-    mg = BuildMemGraph(graph, machine, ids, victim, ahead, progress).run()
-    mg.graph.update(planner="buildmemgraph", taskgraph=graph.name,
-                    options=dict(victim=victim, ahead=ahead,
-                                 order=order if isinstance(order, str) else "explicit"),
-                    machine=machine.to_dict())
-    return mg
+    ids = [t for t in serial_order(graph, options.order) if tasks[t].kind != "input"]
+    return BuildMemGraph(graph, machine, ids, options.victim, options.ahead,
+                         hooks.progress).run()

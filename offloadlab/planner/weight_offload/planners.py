@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ...core.cycle import TrainingChain
 from ...core.errors import PlanError, SpecError
 from ...core.machine import Machine
 from ...core.memgraph import MemGraph
 from ...core.taskgraph import TaskGraph
-from ..registry import register
+from ...ilp import lower_bound as milp_lower_bound
+from ..registry import Hooks, Options, option, register
 from .memgraph import to_memgraph
 from .schedule import Schedule, algorithm2, l2l
 from .selection import Choice, check_fits, greedy_selection
@@ -39,12 +41,7 @@ def ilp_selection(chain: TrainingChain, machine: Machine, memory: int, *, solver
     """The MILP's D(0), D(1) (Sec. 6) for ``memory`` bytes and the machine's bandwidths,
     less the choices of layers it never offloads (O* = 0: a deletion undone by a prefetch in
     the same interval, which saves nothing)."""
-    try:
-        from ...ilp import lower_bound
-    except ImportError:
-        raise PlanError("ilp-select needs offloadlab.ilp.lower_bound, which is not "
-                        "available") from None
-    result = lower_bound(chain, memory, machine.h2d_bandwidth,
+    result = milp_lower_bound(chain, memory, machine.h2d_bandwidth,
                          offload_bandwidth=machine.d2h_bandwidth, solver=solver,
                          time_limit=time_limit or None)
     return frozenset((int(k), int(d)) for k, d in result.selection if k in result.offloaded)
@@ -81,26 +78,33 @@ def schedule_for(planner: str, chain: TrainingChain, machine: Machine, *, reserv
     return SCHEDULERS[planner](chain, machine, reserved, **options)
 
 
-def plan_training(planner: str, graph: TaskGraph, machine: Machine, **options) -> MemGraph:
-    """Plan an unrolled training TaskGraph: the analytic schedule laid out as a MemGraph."""
+def training_chain(graph: TaskGraph) -> TrainingChain:
+    """The chain whose unrolled iterations ``graph`` is; PlanError if it is not one (the
+    weight-offloading planners plan only these)."""
     chain = TrainingChain.from_taskgraph(graph)
-    machine.check_devices(graph.gpus())
     iterations = graph.meta.get("iterations", 0)
     if len(graph) != chain.unrolled_size(iterations):
         raise PlanError(f"TaskGraph {graph.name!r} is not {iterations} unrolled iterations of "
                         f"its meta['chain'] (use training-chain, gpt2-train or bert-train)")
+    return chain
+
+
+def plan_training(planner: str, graph: TaskGraph, machine: Machine, **options) -> MemGraph:
+    """Plan an unrolled training TaskGraph: the analytic schedule laid out as a MemGraph,
+    recording the schedule's ``analytic_iteration_time``, ``selection`` and ``cut``."""
+    chain = training_chain(graph)
+    iterations = graph.meta.get("iterations", 0)
     reserved = iterations * max(chain.a0, 1) - chain.a0
     schedule = schedule_for(planner, chain, machine, reserved=reserved, **options)
     mg = to_memgraph(graph, schedule)
-    mg.graph.update(planner=planner, taskgraph=graph.name, options=options,
-                    machine=machine.to_dict(), analytic_iteration_time=schedule.iteration_time,
-                    selection=sorted([k, d] for k, d in schedule.selection),
-                    cut=schedule.cut)
+    mg.graph.update(analytic_iteration_time=schedule.iteration_time,
+                    selection=sorted([k, d] for k, d in schedule.selection), cut=schedule.cut)
     return mg
 
 
-@register("greedy-offload")
-def greedy_offload(graph: TaskGraph, machine: Machine) -> MemGraph:
+@register("greedy-offload", applies=training_chain)
+def greedy_offload(graph: TaskGraph, machine: Machine, options: Options,
+                   hooks: Hooks) -> MemGraph:
     """Beaumont et al.'s greedy: Algorithm 1's selection (profit = memory saved over the
     covered operations / bytes moved, a second choice of a layer at half cost), scheduled by
     Algorithm 2 (prefetch in order of need, FIFO offloads, early offloads, best cutting
@@ -108,25 +112,34 @@ def greedy_offload(graph: TaskGraph, machine: Machine) -> MemGraph:
     return plan_training("greedy-offload", graph, machine)
 
 
-@register("greedy-offload-nodiscount")
-def greedy_offload_nodiscount(graph: TaskGraph, machine: Machine) -> MemGraph:
+@register("greedy-offload-nodiscount", applies=training_chain)
+def greedy_offload_nodiscount(graph: TaskGraph, machine: Machine, options: Options,
+                              hooks: Hooks) -> MemGraph:
     """Greedy* of Sec. 7: no discount in the selection (every choice costs 2|w_k|) and a
     weight is offloaded every time it is deleted (the CPU copy is never reused)."""
     return plan_training("greedy-offload-nodiscount", graph, machine)
 
 
-@register("l2l")
-def l2l_planner(graph: TaskGraph, machine: Machine) -> MemGraph:
+@register("l2l", applies=training_chain)
+def l2l_planner(graph: TaskGraph, machine: Machine, options: Options, hooks: Hooks) -> MemGraph:
     """Layer-to-Layer [19]: only the layer being computed keeps its weights on the GPU."""
     return plan_training("l2l", graph, machine)
 
 
-@register("ilp-select")
-def ilp_select(graph: TaskGraph, machine: Machine, *, solver: str = "auto",
-               time_limit: float = 0.0) -> MemGraph:
-    """The MILP's selection (Sec. 6, ``offloadlab.ilp.lower_bound``) scheduled by Algorithm 2;
-    ``time_limit`` in seconds (0: none)."""
-    return plan_training("ilp-select", graph, machine, solver=solver, time_limit=time_limit)
+@dataclass(frozen=True)
+class IlpSelectOptions(Options):
+    solver: str = option("auto", "the MILP solver: auto (HiGHS if installed, else CBC), "
+                                 "highs or cbc")
+    time_limit: float = option(0.0, "seconds the MILP solver may take (0: no limit)")
+
+
+@register("ilp-select", IlpSelectOptions, applies=training_chain)
+def ilp_select(graph: TaskGraph, machine: Machine, options: IlpSelectOptions,
+               hooks: Hooks) -> MemGraph:
+    """The MILP's selection (Sec. 6, ``offloadlab.ilp.lower_bound``) scheduled by
+    Algorithm 2."""
+    return plan_training("ilp-select", graph, machine, solver=options.solver,
+                         time_limit=options.time_limit)
 
 
 def steady_state_iteration_time(result, graph: TaskGraph) -> float:
