@@ -309,12 +309,14 @@ def test_auto_prefers_highs():
 
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_time_limit_gives_a_valid_bound(solver):
+    """Whatever the machine's speed (a loaded machine may barely start the search, a fast one
+    may finish it), a time limit gives a valid bound: the status says which, and the bound
+    lies between Σu and the incumbent's value, below any planner's iteration time."""
     c = transformer_chain("gpt2", 36, batch=16, seq=128, dtype_bytes=4)
     r = lower_bound(c, 8 * 10**9, 3e9, solver=solver, time_limit=2)
-    assert r.status == "time_limit"
-    assert c.sum_u <= r.bound <= r.objective
-    # the search is far from over, but the bound already beats Σu by the transfers' excess
-    assert r.bound > 1.2 * c.sum_u and r.bound <= l2l(c, 8 * 10**9, 3e9)
+    assert r.status in ("time_limit", "optimal")
+    assert c.sum_u * (1 - 1e-6) <= r.bound <= r.objective * (1 + 1e-9)
+    assert r.bound <= l2l(c, 8 * 10**9, 3e9)
 
 
 def test_cbc_bound_helpers():
