@@ -19,8 +19,8 @@ from .checks import INF, MAX_COUNT, edge_ends, ids, number, short, strings, vert
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
 from .ops import DTYPES, OPS
-from .taskgraph import TaskGraph, _graph_meta
-from .taskgraph import _device_problem as _task_device_problem
+from .taskgraph import TaskGraph
+from .taskgraph import device_problem as task_device_problem
 from .util import no_gc
 
 TASK_KINDS = ("input", "compute", "transfer")
@@ -183,7 +183,7 @@ class MemGraph:
     @classmethod
     def _from_dict(cls, data: Any, where: str) -> MemGraph:
         nodes, edges = nodelink.node_link(data, where)
-        _, meta = _graph_meta(data, where, "MemGraph")
+        _, meta = nodelink.graph_meta(data, where, "MemGraph")
         mg = cls(meta)
         vertices = mg.vertices
         devices: dict[tuple[str, str], str | None] = {}   # (kind, device) -> problem or None
@@ -216,7 +216,7 @@ def _device_problem(kind: str, device: str) -> str | None:
         return None if is_gpu_name(device) else \
             f"an {kind} vertex's device must be a GPU ('gpu0', 'gpu1', ...), got {device!r}"
     if kind in TASK_KINDS:
-        return _task_device_problem(kind, device)
+        return task_device_problem(kind, device)
     return f"unknown kind {kind!r} (expected one of {', '.join(TASK_KINDS + MOVE_KINDS)})"
 
 

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import orjson
 
-from .checks import write_node_link
+from .checks import finite_tree, short, write_node_link
 from .errors import GraphError, OffloadlabError
 from .util import no_gc
 
@@ -210,3 +210,34 @@ def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any
         raise GraphError(f"{where}: malformed JSON (nested too deeply)") from None
     except ValueError as exc:   # e.g. an integer of more than 4300 digits
         raise GraphError(f"{where}: malformed JSON ({exc})") from None
+
+
+def graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
+    """The name and the other fields of node-link data's ``graph`` object, every number in
+    them finite; a ``type`` other than ``kind`` (a MemGraph given as a TaskGraph) is refused."""
+    meta = data.get("graph")
+    if meta is None:
+        meta = {}
+    if type(meta) is not dict:
+        raise GraphError(f"{where}: 'graph' must be a JSON object, got {short(meta)}")
+    meta = dict(meta)
+    found = meta.pop("type", kind)
+    if found != kind:
+        raise GraphError(f"{where}: holds a {short(found)}, not a {kind}"
+                         + (" (give it to simulate or run)" if found == "MemGraph" else
+                            " (plan it first: offloadlab plan --taskgraph)"
+                            if found == "TaskGraph" else ""))
+    name = meta.pop("name", "") if kind == "TaskGraph" else ""
+    if type(name) is not str:
+        raise GraphError(f"{where}: graph.name must be a string, got {short(name)}")
+    # a MemGraph's machine is Machine.from_dict's to check: older files wrote unlimited rates
+    # as Infinity
+    finite_tree(meta if kind == "TaskGraph" else {k: v for k, v in meta.items() if k != "machine"},
+                f"{where}: graph")
+    if kind == "TaskGraph" and "chain" in meta:
+        from .cycle import TrainingChain
+        try:
+            TrainingChain.from_dict(meta["chain"])
+        except OffloadlabError as exc:
+            raise GraphError(f"{where}: graph.chain: {exc}") from None
+    return name, meta

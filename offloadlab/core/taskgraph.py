@@ -18,14 +18,13 @@ from .checks import (
     INF,
     MAX_COUNT,
     edge_ends,
-    finite_tree,
     ids,
     number,
     short,
     vertex_id,
 )
 from .devices import CPU, HOST, is_gpu_name, split_transfer
-from .errors import GraphError, OffloadlabError
+from .errors import GraphError
 from .ops import DTYPES, OPS
 from .util import no_gc
 
@@ -165,7 +164,7 @@ class TaskGraph:
                                  f"{short(kind)} and {short(device)}")
             problem = devices.get((kind, device), "")
             if problem == "":
-                problem = devices[kind, device] = _device_problem(kind, device)
+                problem = devices[kind, device] = device_problem(kind, device)
             if problem is not None:
                 raise GraphError(f"vertex {t.id!r}: {problem}")
             _check_numbers(t)
@@ -256,7 +255,7 @@ class TaskGraph:
     @classmethod
     def _from_dict(cls, data: dict, where: str) -> TaskGraph:
         nodes, edges = nodelink.node_link(data, where)
-        name, meta = _graph_meta(data, where, "TaskGraph")
+        name, meta = nodelink.graph_meta(data, where, "TaskGraph")
         g = cls(name=name, meta=meta)
         edge_inputs: dict[str, list[str]] = {}
         for e in edges:
@@ -297,7 +296,7 @@ class TaskGraph:
         return nodelink.load(cls.from_dict, text_or_path, "TaskGraph JSON")
 
 
-def _device_problem(kind: str, device: str) -> str | None:
+def device_problem(kind: str, device: str) -> str | None:
     """What is wrong with a vertex of ``kind`` on ``device``, or None."""
     if kind not in KINDS:
         return f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})"
@@ -380,34 +379,3 @@ def _read_task(n: object, where: str, edge_inputs: dict[str, list[str]]) -> Task
     return Task(nid, n.get("kind"), n.get("device"), n.get("bytes"),  # type: ignore[arg-type]
                 tuple(map(str, inputs)), n.get("op"), flops, shape, n.get("dtype") or "float32",
                 n.get("time"))
-
-
-def _graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
-    """The name and the other fields of node-link data's ``graph`` object, every number in
-    them finite; a ``type`` other than ``kind`` (a MemGraph given as a TaskGraph) is refused."""
-    meta = data.get("graph")
-    if meta is None:
-        meta = {}
-    if type(meta) is not dict:
-        raise GraphError(f"{where}: 'graph' must be a JSON object, got {short(meta)}")
-    meta = dict(meta)
-    found = meta.pop("type", kind)
-    if found != kind:
-        raise GraphError(f"{where}: holds a {short(found)}, not a {kind}"
-                         + (" (give it to simulate or run)" if found == "MemGraph" else
-                            " (plan it first: offloadlab plan --taskgraph)"
-                            if found == "TaskGraph" else ""))
-    name = meta.pop("name", "") if kind == "TaskGraph" else ""
-    if type(name) is not str:
-        raise GraphError(f"{where}: graph.name must be a string, got {short(name)}")
-    # a MemGraph's machine is Machine.from_dict's to check: older files wrote unlimited rates
-    # as Infinity
-    finite_tree(meta if kind == "TaskGraph" else {k: v for k, v in meta.items() if k != "machine"},
-                f"{where}: graph")
-    if kind == "TaskGraph" and "chain" in meta:
-        from .workloads.training import TrainingChain
-        try:
-            TrainingChain.from_dict(meta["chain"])
-        except OffloadlabError as exc:
-            raise GraphError(f"{where}: graph.chain: {exc}") from None
-    return name, meta
