@@ -243,3 +243,18 @@ def test_ablate_parts(capsys):
     assert main(["ablate", "parts", "--workload", "random:vertices=20", "--machine",
                  "p100x4", "--planner", "levelwise"]) == 2
     assert "--planner does not apply" in capsys.readouterr().err
+
+
+def test_compare_adds_the_milp_bound_on_training_chains():
+    from offloadlab.lab.compare import compare_planners
+    graph = build_workload("training-chain")
+    rows = compare_planners(graph, machine_from_spec("v100:gpu_memory=1.3GB"),
+                            ["greedy-offload", "l2l", "ilp-select"])
+    assert rows.milp_bound.nunique() == 1 and (rows.milp_bound > 0).all()
+    # the weight-offloading planners schedule Beaumont et al.'s model: the MILP bounds them
+    assert (rows.iteration_time >= rows.milp_bound * (1 - 1e-6)).all()
+    assert rows.milp_gap.tolist() == pytest.approx(list(rows.iteration_time / rows.milp_bound
+                                                        - 1))
+    dag = compare_planners(build_workload("matmul-chain:layers=2"),
+                           machine_from_spec("disco-example"), ["levelwise"])
+    assert "milp_bound" not in dag

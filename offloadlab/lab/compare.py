@@ -90,7 +90,7 @@ def compare(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]],
 
 def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None = None,
                      *, policy: str = "dynamic", measured: bool = False,
-                     backend: str = "numpy", rate_limit: bool = True,
+                     backend: str = "numpy", rate_limit: bool = True, milp_time_limit: float = 60.0,
                      progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Every planner (default: all registered, with their default options) on one problem,
     simulated with ``policy``: one row each with the makespan, each GPU's idle share
@@ -101,7 +101,15 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     plan the problem gets a row with ``error`` and no figures; an unknown planner or option
     raises :class:`SpecError` before any work.  ``measured`` also runs each plan on the
     executor (``backend``): ``measured_makespan``, ``sim_error`` (simulated over measured,
-    less one) and ``correct`` (its outputs against a NumPy evaluation of the graph)."""
+    less one) and ``correct`` (its outputs against a NumPy evaluation of the graph).
+
+    On an unrolled training chain (``training-chain``, ``gpt2-train``, ``bert-train``), where
+    Beaumont et al.'s MILP applies, each row also has ``iteration_time`` (the simulated
+    steady state), ``milp_bound`` (the MILP's lower bound on it, solved within
+    ``milp_time_limit`` seconds: the best proven bound) and ``milp_gap``.  The MILP bounds
+    schedules of Beaumont et al.'s model, each iteration's operations in sequence; a plan of
+    the unrolled graph that overlaps iterations (BuildMemGraph runs ``B_1``, whose result
+    nobody reads, beside the next forward) can beat it: a negative ``milp_gap``."""
     import time
 
     import pandas as pd
@@ -121,6 +129,7 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
         from ..executor import check_outputs, execute, reference_outputs
     reference = None
     best = problem_bound(graph, machine)
+    milp = _milp_bound(graph, machine, milp_time_limit, say)
     rows: list[dict[str, object]] = []
     for spec in specs:
         row: dict[str, object] = {"planner": spec, "policy": policy, "problem_bound": best.value,
@@ -148,6 +157,10 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
             gap=span / best.value - 1 if best.value > 0 else 0.0,
             **{f"idle_{gpu}": 1 - result.busy.get(gpu, 0.0) / span if span > 0 else 0.0
                for gpu in machine.gpu_names()})
+        if milp is not None:
+            from ..planner.weight_offload import steady_state_iteration_time
+            period = steady_state_iteration_time(result, graph)
+            row.update(iteration_time=period, milp_bound=milp, milp_gap=period / milp - 1)
         if measured:
             say(f"{spec}: running on the {backend} backend ...")
             run = execute(mg, machine, backend=backend, policy=policy, rate_limit=rate_limit)
@@ -161,6 +174,28 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
         if column in table:
             table[column] = table[column].astype("Int64")   # integers, missing in error rows
     return table
+
+
+def _milp_bound(graph: TaskGraph, machine: Machine, time_limit: float,
+                say: Callable[[str], None]) -> float | None:
+    """The MILP's bound on the iteration time if ``graph`` is an unrolled training chain that
+    the MILP can take (every operation fits on the GPU), else None."""
+    from ..core.errors import PlanError
+    from ..ilp import lower_bound
+    from ..planner.weight_offload.planners import training_chain
+    try:
+        chain = training_chain(graph)
+    except PlanError:
+        return None
+    iterations = graph.meta.get("iterations", 0)
+    memory = machine.gpu_memory - (iterations * max(chain.a0, 1) - chain.a0)
+    say(f"solving the MILP bound ({chain.L} layers, at most {time_limit:g} s) ...")
+    try:
+        return lower_bound(chain, memory, machine.h2d_bandwidth,
+                           offload_bandwidth=machine.d2h_bandwidth,
+                           time_limit=time_limit or None).bound
+    except PlanError:
+        return None
 
 
 #: The integer columns of :func:`compare_planners`.
