@@ -19,11 +19,11 @@ from .checks import INF, MAX_COUNT, edge_ends, ids, number, short, strings, vert
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
 from .ops import DTYPES, OPS
-from .taskgraph import TaskGraph
+from .taskgraph import KINDS, TaskGraph
 from .taskgraph import device_problem as task_device_problem
 from .util import no_gc
 
-TASK_KINDS = ("input", "compute", "transfer")
+TASK_KINDS = KINDS             # a TaskGraph vertex's kinds, which it keeps in a MemGraph
 MOVE_KINDS = ("offload", "reload", "load")
 EDGE_KINDS = ("data", "memory")
 

@@ -201,19 +201,10 @@ class TaskGraph:
     def _check_acyclic(self) -> None:
         if self.out_of_order() is None:
             return                              # insertion order is topological
-        indeg = {t.id: len(set(t.inputs)) for t in self.tasks.values()}
-        ready = [t for t, d in indeg.items() if d == 0]
-        done = 0
-        while ready:
-            u = ready.pop()
-            done += 1
-            for w in self.succ[u]:
-                indeg[w] -= 1
-                if indeg[w] == 0:
-                    ready.append(w)
-        if done != len(self.tasks):
-            import networkx as nx
-            cycle = nx.find_cycle(self.to_networkx())
+        import networkx as nx
+        g = self.to_networkx()
+        if not nx.is_directed_acyclic_graph(g):
+            cycle = nx.find_cycle(g)
             raise GraphError("TaskGraph has a cycle: " + " -> ".join(str(e[0]) for e in cycle)
                              + f" -> {cycle[0][0]}")
 
