@@ -1,4 +1,4 @@
-"""The SimPy simulator against timings worked out by hand (DESIGN.md, Execution semantics).
+"""The SimPy simulator against timings worked out by hand (docs/design.md, Execution semantics).
 
 Machines use round numbers: 1 flop/s GPUs with memory bandwidth so high that kernels take
 exactly ``flops`` seconds, 1 B/s links and no latencies, so a vertex of ``b`` bytes moves in

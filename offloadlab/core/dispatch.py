@@ -1,4 +1,5 @@
-"""Dispatch policies (DESIGN.md, Execution semantics), shared by the simulator and the executor.
+"""Dispatch policies (docs/design.md, Execution semantics), shared by the simulator and the
+executor.
 
 Each resource (a GPU's compute engine, a link direction, a bus, the CPU) dispatches from a
 ready queue.  A vertex is pushed when it becomes ready; ``pop`` returns the vertex the resource

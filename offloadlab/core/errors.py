@@ -18,4 +18,4 @@ class SpecError(OffloadlabError):
 
 
 class VerificationError(OffloadlabError):
-    """A MemGraph breaks one of the correctness rules of DESIGN.md."""
+    """A MemGraph breaks one of the correctness rules of docs/design.md."""

@@ -1,4 +1,4 @@
-"""Machine: GPUs, host links, GPU<->GPU links, the CPU, and the cost model (DESIGN.md).
+"""Machine: GPUs, host links, GPU<->GPU links, the CPU, and the cost model (docs/design.md).
 
 Named presets reproduce the papers' servers; each carries a one-line source.  Select one as
 ``NAME`` or ``NAME:key=value,...`` (e.g. ``disco-example:gpu_memory=64MiB``) with
@@ -233,7 +233,7 @@ PRESETS: dict[str, Machine] = {
     "a100x8": Machine(
         name="a100x8", source="TURNIP Sec. 8: AWS p4d.24xlarge, 8x A100 40 GB; 19.5 TFLOP/s fp32, "
         "1.55 TB/s; host->GPU measured at ~25 GB/s on p4d, falling to 11-13 GB/s while "
-        "GPU->host runs (the project's design notes)",
+        "GPU->host runs (docs/design.md, Vocabulary)",
         gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_mem_bandwidth=1555e9,
         h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48, gpu_gpu_bandwidth=300e9,
         cpu_flops=2e12),

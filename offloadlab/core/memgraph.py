@@ -1,4 +1,4 @@
-"""MemGraph: the dependency DAG a planner produces (DESIGN.md, Vocabulary and Interchange).
+"""MemGraph: the dependency DAG a planner produces (docs/design.md, Vocabulary and Interchange).
 
 Every TaskGraph vertex appears once (``task`` names it); planners add ``offload`` (GPU -> host),
 ``reload`` (host -> GPU, of an offloaded tensor) and ``load`` (host -> GPU, of a host-resident

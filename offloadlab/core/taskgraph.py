@@ -1,4 +1,4 @@
-"""TaskGraph: the dataflow DAG a user hands to a planner (DESIGN.md, Vocabulary).
+"""TaskGraph: the dataflow DAG a user hands to a planner (docs/design.md, Vocabulary).
 
 Each vertex produces one tensor.  ``input`` vertices exist before the run (``device`` is their
 home, ``"host"`` or a GPU); ``compute`` vertices run an op on one GPU or on the CPU;

@@ -1,4 +1,4 @@
-"""Trace: one row per executed vertex, from the simulator or the executor (DESIGN.md, Trace).
+"""Trace: one row per executed vertex, from the simulator or the executor (docs/design.md, Trace).
 
 A trace is a pandas DataFrame with the columns :data:`TRACE_COLUMNS`; times are seconds from
 the start of the run.  ``input`` vertices are not executed and have no row; their tensors exist

@@ -1,4 +1,4 @@
-"""The MemGraph verifier: rules 1-4 of DESIGN.md ("Correctness of a MemGraph"), and that the
+"""The MemGraph verifier: rules 1-4 of docs/design.md ("Correctness of a MemGraph"), and that the
 planner's ``order`` is a topological order.
 
 Rule 5 (any edge-respecting order computes the TaskGraph's outputs) follows from rules 1-3;
@@ -80,7 +80,7 @@ def _check_order(mg: MemGraph) -> None:
 
 def _provides(mg: MemGraph, m: MemVertex, task: str) -> bool:
     """Whether ``m``'s output is ``task``'s tensor: ``task`` itself or a chain of
-    offload/reload/load vertices moving it (DESIGN.md rule 2)."""
+    offload/reload/load vertices moving it (docs/design.md rule 2)."""
     while True:
         if m.kind in TASK_KINDS:
             return m.task == task

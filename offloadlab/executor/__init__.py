@@ -1,4 +1,4 @@
-"""executor: run a MemGraph for real and measure it (DESIGN.md, Executor; TURNIP Sec. 5).
+"""executor: run a MemGraph for real and measure it (docs/design.md, Executor; TURNIP Sec. 5).
 
 :func:`execute` runs a MemGraph with real data on a device backend (``numpy``: arenas in host
 RAM, worker threads for streams, paced copy engines for links; ``cupy``: one arena per GPU,

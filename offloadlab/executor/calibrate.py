@@ -1,5 +1,5 @@
 """Calibration: measure a backend's rates through the executor itself and write them as a
-Machine, so that the simulator predicts what the executor measures (DESIGN.md, Executor).
+Machine, so that the simulator predicts what the executor measures (docs/design.md, Executor).
 
 Every measurement runs a small MemGraph built here, with one location per tensor (nothing is
 overwritten, so there are no memory edges), and reads the durations off the measured trace:

@@ -1,4 +1,4 @@
-"""The ``cupy`` backend: the executor on NVIDIA GPUs (TURNIP Sec. 5; DESIGN.md, Executor).
+"""The ``cupy`` backend: the executor on NVIDIA GPUs (TURNIP Sec. 5; docs/design.md, Executor).
 
 Each GPU gets one arena, a single ``cudaMalloc`` made before the run whose tensors are
 ``cupy.ndarray`` views at their planned offsets; the host gets one pinned (page-locked,

@@ -1,4 +1,4 @@
-"""The central event loop of the executor (TURNIP Sec. 5, DESIGN.md Execution semantics).
+"""The central event loop of the executor (TURNIP Sec. 5, docs/design.md Execution semantics).
 
 A vertex is launched when (a) every MemGraph predecessor has completed and (b) its resources
 are free: a slot (stream) of its engine (a GPU's compute engine, a link direction's copy engine,

@@ -1,4 +1,4 @@
-"""The ``numpy`` backend: a real executor on the CPU (DESIGN.md, Executor).
+"""The ``numpy`` backend: a real executor on the CPU (docs/design.md, Executor).
 
 Each GPU is an arena, one preallocated byte buffer whose tensors are ``np.ndarray`` views at
 their planned offsets; each stream is a worker thread (a :class:`~.device.Lane`) that runs

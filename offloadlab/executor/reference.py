@@ -1,6 +1,6 @@
 """The reference: a straightforward NumPy evaluation of a TaskGraph with unlimited memory.
 
-DESIGN.md rule 5: executing a correct MemGraph in any order that respects its edges yields the
+docs/design.md rule 5: executing a correct MemGraph in any order that respects its edges yields the
 outputs this evaluation computes.  It runs the executor's own kernels on fresh arrays, one
 vertex at a time in topological order, and frees each tensor after its last reader.
 """

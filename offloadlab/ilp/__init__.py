@@ -1,4 +1,4 @@
-"""ilp layer (see DESIGN.md): MILP models, solved with PuLP (CBC bundled, HiGHS optional)."""
+"""ilp layer (see docs/design.md): MILP models, solved with PuLP (CBC bundled, HiGHS optional)."""
 
 from .milp import IlpResult, lower_bound, transfer_bound
 

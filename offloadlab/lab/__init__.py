@@ -1,4 +1,4 @@
-"""lab layer (see DESIGN.md): experiments (compare), plots and the ``offloadlab`` CLI.
+"""lab layer (see docs/design.md): experiments (compare), plots and the ``offloadlab`` CLI.
 
 Importing it is cheap: pandas, matplotlib and the simulator load when first used.
 """

@@ -1,6 +1,6 @@
 """simulator: MemGraph + Machine -> Trace, a SimPy discrete-event model of GPUs, links, CPU.
 
-Follows DESIGN.md, Execution semantics.  A vertex starts once all its MemGraph predecessors
+Follows docs/design.md, Execution semantics.  A vertex starts once all its MemGraph predecessors
 (data and memory edges) have finished and its resources are free: a GPU's compute engine
 (one of ``streams`` slots; running kernels share its throughput equally), the CPU, a link
 direction (``h2d:gpuX``, ``d2h:gpuX``, ``gpuX->gpuY``; one at a time, first come first served)
