@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from offloadlab.core.errors import SpecError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.workloads import build_workload
 from offloadlab.lab import COLUMNS, compare, gantt, lane_key, memory_plot, run_all, table
@@ -258,3 +259,9 @@ def test_compare_adds_the_milp_bound_on_training_chains():
     dag = compare_planners(build_workload("matmul-chain:layers=2"),
                            machine_from_spec("disco-example"), ["levelwise"])
     assert "milp_bound" not in dag
+
+
+def test_compare_refuses_a_machine_without_the_graphs_gpus():
+    from offloadlab.lab.compare import compare_planners
+    with pytest.raises(SpecError, match="has 4 GPU"):
+        compare_planners(build_workload("random:vertices=30,gpus=6"), machine_from_spec("p100x4"))

@@ -114,3 +114,11 @@ def test_sweep_cli_json_and_bad_cluster(capsys, tmp_path):
     assert main([*argv, "--grid", "machine.colour=red"]) == 2
     assert "unknown option(s) colour" in capsys.readouterr().err
     assert len(Store(store).rows([])) == 0 and store.stat().st_size > 0   # nothing lost
+
+
+def test_a_store_that_is_not_one_is_refused(tmp_path):
+    other = tmp_path / "notes.txt"
+    other.write_text("not a database\n" * 100)
+    with pytest.raises(SpecError, match="is not a sweep store"):
+        Store(other)
+    assert other.read_text() == "not a database\n" * 100

@@ -125,6 +125,7 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     specs = list(planners) if planners is not None else sorted(PLANNERS)
     for spec in specs:
         check_spec(spec)                    # a typo stops here, not as an error row
+    machine.check_devices(graph.gpus())     # as does a machine without the graph's GPUs
     if measured:
         from ..executor import check_outputs, execute, reference_outputs
     reference = None

@@ -152,8 +152,11 @@ class Store:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        with closing(self._connect()) as db, db:
-            db.execute("CREATE TABLE IF NOT EXISTS points (key TEXT PRIMARY KEY, row TEXT)")
+        try:
+            with closing(self._connect()) as db, db:
+                db.execute("CREATE TABLE IF NOT EXISTS points (key TEXT PRIMARY KEY, row TEXT)")
+        except sqlite3.DatabaseError as exc:
+            raise SpecError(f"--store {str(self.path)!r} is not a sweep store: {exc}") from None
 
     def _connect(self) -> sqlite3.Connection:
         try:
