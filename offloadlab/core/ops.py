@@ -28,3 +28,8 @@ OPS: dict[str, str] = {
     "mix": "synthetic op of the random workload: a deterministic reduction of its inputs "
            "written into an output of the vertex's size",
 }
+
+UPDATE_OPS: dict[str, float] = {"adam_update": 12.0, "sgd_update": 2.0}
+"""Optimizer updates, which a planner may run on the CPU instead of the vertex's GPU
+(CoTrain), with their flop per element there: Adam's two moment updates, bias corrections,
+square root, division and step; SGD's scaled subtraction."""

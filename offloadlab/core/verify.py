@@ -7,11 +7,12 @@ the executor's tests check it numerically.
 
 from __future__ import annotations
 
-from .devices import HOST
+from .devices import CPU, HOST
 from .errors import VerificationError
 from .intervals import LastWriter
 from .machine import Machine
 from .memgraph import MOVE_KINDS, TASK_KINDS, MemGraph, MemVertex
+from .ops import UPDATE_OPS
 from .taskgraph import TaskGraph
 
 
@@ -105,9 +106,11 @@ def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
         v = by_task.get(t.id)
         if v is None:
             raise VerificationError(f"rule 2: TaskGraph vertex {t.id!r} is missing")
-        if v.kind != t.kind or v.device != t.device:
+        on_cpu = v.device == CPU and t.op in UPDATE_OPS   # an update may run there instead
+        if v.kind != t.kind or (v.device != t.device and not on_cpu):
             raise VerificationError(f"rule 2: vertex {t.id!r} is {v.kind} on {v.device}, "
                                     f"the TaskGraph says {t.kind} on {t.device}")
+        read_device = HOST if on_cpu else t.read_device
         if len(v.inputs) != len(t.inputs):
             raise VerificationError(f"rule 2: vertex {t.id!r} reads {len(v.inputs)} tensors, "
                                     f"the TaskGraph says {len(t.inputs)}")
@@ -116,9 +119,9 @@ def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
             if not _provides(mg, m, u):
                 raise VerificationError(f"rule 2: data edge {u!r} -> {t.id!r} is missing "
                                         f"({t.id!r} reads {m_id!r} instead)")
-            if m.out_device != t.read_device:
+            if m.out_device != read_device:
                 raise VerificationError(f"rule 2: {t.id!r} reads {u!r} from {m.out_device}, "
-                                        f"but runs on {t.read_device}")
+                                        f"but runs on {read_device}")
 
 
 def _rule3_no_races(mg: MemGraph, position: dict[str, int]) -> None:

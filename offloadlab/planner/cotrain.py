@@ -1,0 +1,121 @@
+"""CoTrain's split of the parameter update between GPU and CPU (CoTrain, Algorithm 1 and its
+task scheduler's SEPARATION), registered as ``cotrain``.
+
+CoTrain runs the backward pass on the GPU and the optimizer's update of each layer on the CPU
+as soon as its gradient is complete, so that the CPU updates layers while the GPU computes the
+gradients of the layers before them; only the first ``k`` layers (in forward order, whose
+gradients come last) are updated on the GPU, where nothing would overlap their update.  The
+slides' separation distance is ``k = (t_BWD + t_UPDATE) / (2 t_UPDATE)``, with ``t_BWD`` a
+layer's backward on the GPU and ``t_UPDATE`` a layer's update on the CPU.
+
+Here a "layer" is one optimizer update vertex (``adam_update`` or ``sgd_update``: one weight
+tensor); on an unrolled training chain it is layer ``i`` of every iteration.  The updates past
+the first ``k`` are placed on the CPU (``device="cpu"``, priced at
+:data:`~offloadlab.core.ops.UPDATE_OPS` flop per element at the machine's ``cpu_flops``), and
+the graph is planned by BuildMemGraph, which offloads each such gradient to host RAM, runs the
+update there, and loads the new weight where the next iteration reads it.  The verifier
+accepts an update on the CPU in place of its GPU (rule 2); the MemGraph records which
+(``graph["cpu_updates"]``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..core.cycle import TrainingChain
+from ..core.devices import CPU, is_gpu
+from ..core.errors import PlanError
+from ..core.machine import Machine
+from ..core.memgraph import MemGraph
+from ..core.ops import DTYPES, UPDATE_OPS
+from ..core.taskgraph import Task, TaskGraph
+from .buildmemgraph import BuildMemGraph
+from .registry import Hooks, Options, option, register
+
+
+@dataclass(frozen=True)
+class CoTrainOptions(Options):
+    k: int = option(-1, "layers (optimizer updates, in forward order) updated on the GPU; the "
+                        "rest run on the CPU; -1: the slides' separation distance "
+                        "(t_bwd + t_update) / (2 t_update)")
+
+    def __post_init__(self) -> None:
+        if type(self.k) is not int or self.k < -1:
+            raise PlanError(f"cotrain: k must be an integer >= 0 (or -1 for the separation "
+                            f"distance), got {self.k!r}")
+
+
+def layers(graph: TaskGraph) -> list[list[str]]:
+    """The update vertices on a GPU by layer, in forward order: on an unrolled training chain
+    layer i's update in every iteration; otherwise each update is a layer, the last one the
+    TaskGraph adds (the first weight, whose gradient comes last) first."""
+    updates = [t.id for t in graph if t.kind == "compute" and t.op in UPDATE_OPS
+               and is_gpu(t.device)]
+    if "chain" in graph.meta:
+        chain = TrainingChain.from_taskgraph(graph)
+        iterations = range(1, graph.meta.get("iterations", 0) + 1)
+        return [[u for t in iterations if (u := chain.vertex("w", i, t)) in graph.tasks]
+                for i in range(1, chain.L + 1)]
+    return [[u] for u in reversed(updates)]
+
+
+def applies(graph: TaskGraph) -> None:
+    if not any(layers(graph)):
+        raise PlanError(f"cotrain plans training steps: TaskGraph {graph.name!r} has no "
+                        f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
+
+
+def separation(graph: TaskGraph, machine: Machine, by_layer: list[list[str]]) -> int:
+    """The slides' k = (t_BWD + t_UPDATE) / (2 t_UPDATE), rounded up, at most the layers:
+    t_BWD is the backward pass's GPU time per layer (the vertices after the forward pass and
+    the loss, less the updates), t_UPDATE a layer's update on the CPU."""
+    backward = _backward(graph)
+    per_layer = len(by_layer)
+    t_bwd = sum(_seconds(graph, machine, graph[t]) for t in backward) / per_layer
+    on_cpu = [_on_cpu(graph[u]) for layer in by_layer for u in layer[:1]]
+    t_update = sum(_seconds(graph, machine, t) for t in on_cpu) / per_layer
+    if t_update <= 0:
+        return 0                                   # free on the CPU: update everything there
+    return min(per_layer, math.ceil((t_bwd + t_update) / (2 * t_update)))
+
+
+def _backward(graph: TaskGraph) -> list[str]:
+    """The backward pass's compute vertices (not the updates)."""
+    compute = [t for t in graph if t.kind == "compute" and t.op not in UPDATE_OPS]
+    if "chain" in graph.meta:
+        return [t.id for t in compute if t.op in ("layer_backward", "weight_grad")]
+    if "forward" in graph.meta:
+        return [t.id for t in compute[graph.meta["forward"]:]]
+    raise PlanError(f"cotrain: TaskGraph {graph.name!r} does not say where its forward pass "
+                    f"ends (meta['forward']); give k=")
+
+
+def _seconds(graph: TaskGraph, machine: Machine, t: Task) -> float:
+    touched = t.bytes + sum(graph[u].bytes for u in t.inputs)
+    return machine.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op)
+
+
+def _on_cpu(t: Task) -> Task:
+    """An update vertex moved to the CPU, priced there by its flop per element."""
+    elements = t.bytes // DTYPES[t.dtype]
+    assert t.op is not None
+    return replace(t, device=CPU, flops=UPDATE_OPS[t.op] * elements, time=None)
+
+
+@register("cotrain", CoTrainOptions, applies=applies)
+def cotrain(graph: TaskGraph, machine: Machine, options: CoTrainOptions,
+            hooks: Hooks) -> MemGraph:
+    """CoTrain: the optimizer updates of the layers past the first k run on the CPU while
+    the GPU continues the backward pass; planned by BuildMemGraph."""
+    by_layer = layers(graph)
+    k = separation(graph, machine, by_layer) if options.k == -1 else min(options.k,
+                                                                          len(by_layer))
+    moved = {u for layer in by_layer[k:] for u in layer}
+    placed = TaskGraph(name=graph.name, meta=dict(graph.meta))
+    for t in graph:
+        placed.add(_on_cpu(t) if t.id in moved else t)
+    ids = [t for t in placed.topological_order() if placed[t].kind != "input"]
+    mg = BuildMemGraph(placed, machine, ids, "cost", True, hooks.progress).run()
+    mg.graph.update(options={"k": k}, cpu_updates=sorted(moved))
+    return mg
