@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from sys import intern
 from typing import Any, NamedTuple, overload
 
 from . import nodelink
@@ -192,6 +193,15 @@ class MemGraph:
             if vertex.id in vertices:
                 raise GraphError(f"{where}: duplicate vertex id {vertex.id!r}")
             mg.add_vertex(vertex)
+        # Each id is one string object: the JSON parser makes a new one for every occurrence,
+        # and at a million vertices the copies in edges and inputs cost gigabytes.
+        for vertex in vertices.values():
+            vertex.inputs = tuple([vertices[x].id if x in vertices else x
+                                   for x in vertex.inputs])
+            if vertex.task == vertex.id:
+                vertex.task = vertex.id
+            elif vertex.of is not None and vertex.of in vertices:
+                vertex.of = vertices[vertex.of].id
         for e in edges:
             u, v = edge_ends(e, where)
             kind = e.get("kind", "data")
@@ -201,7 +211,7 @@ class MemGraph:
             if kind not in EDGE_KINDS:
                 raise GraphError(f"{where}: edge {u!r} -> {v!r} has unknown kind {short(kind)} "
                                  f"(expected one of {', '.join(EDGE_KINDS)})")
-            mg.add_edge(u, v, kind)
+            mg.add_edge(vertices[u].id, vertices[v].id, "data" if kind == "data" else "memory")
         return mg
 
     @classmethod
@@ -273,8 +283,9 @@ def _read_vertex(n: object, where: str, devices: dict[tuple[str, str], str | Non
     shape: Any = n.get("shape")
     if shape is not None:
         shape = _read_shape(shape, nbytes, dtype, f"{where}: vertex {nid!r}")
-    return MemVertex(nid, kind, device, nbytes, loc, task, of, op, flops,
-                     tuple(map(str, inputs)), order, time, shape, dtype)
+    return MemVertex(nid, intern(kind), intern(device), nbytes, loc, task, of,
+                     None if op is None else intern(op), flops, tuple(map(str, inputs)), order,
+                     time, shape, intern(dtype))
 
 
 def _read_loc(loc: object, where: str) -> Loc:
@@ -291,7 +302,7 @@ def _read_loc(loc: object, where: str) -> Loc:
         number(offset, where, "loc.offset", count=True)
     if type(size) is not int or not 0 < size <= MAX_COUNT:
         number(size, where, "loc.size", count=True, positive=True)
-    return Loc(device, offset, size)  # type: ignore[arg-type]
+    return Loc(intern(device), offset, size)  # type: ignore[arg-type]
 
 
 def _read_shape(shape: object, nbytes: int, dtype: str, where: str) -> tuple[int, ...]:

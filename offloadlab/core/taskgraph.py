@@ -275,6 +275,8 @@ class TaskGraph:
                 if u not in target.inputs:
                     raise GraphError(f"{where}: edge {u!r} -> {v!r}, but vertex {v!r} does "
                                      f"not list {u!r} among its inputs {list(target.inputs)}")
+        for task in tasks.values():      # one string object per id (see MemGraph._from_dict)
+            task.inputs = tuple([tasks[u].id if u in tasks else u for u in task.inputs])
         try:
             g.validate()
         except GraphError as exc:
