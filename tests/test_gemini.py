@@ -1,0 +1,231 @@
+"""Colossal-AI Gemini's memory manager as a planner (issue 21): plans verify and execute to the
+reference at generous and tight memory; nothing moves but the weights' first loads when
+everything fits; traffic grows as memory shrinks; OPT moves no more than LRU; chunks move
+whole, on demand, in program order; bad options and graphs are refused."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from offloadlab.core.bound import least_memgraph
+from offloadlab.core.errors import PlanError, SpecError
+from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.verify import verify
+from offloadlab.core.workloads import build_workload
+from offloadlab.executor import check_outputs, execute, reference_outputs
+from offloadlab.lab.cli import main
+from offloadlab.planner import plan
+from offloadlab.planner.buildmemgraph import min_capacity
+from offloadlab.planner.gemini import parameters, program
+
+CHAIN = ("training-chain:w=400KB;300KB;400KB;500KB,a=100KB;60KB;100KB;80KB,"
+         "uF=0.1;0.1;0.1;0.1,uB=0.2;0.2;0.2;0.2")
+SMALL = "depth=3,batch=1,seq=8,weight_bytes=300000,iterations=2"
+MLP, GPT2 = "model:name=mlp,mode=train,gpus=1", "model:name=gpt2,mode=train,gpus=2"
+# (workload, planner spec): every training workload small enough for a test; chunks of a few
+# parameters on the traced models, one parameter per chunk on the chains
+CASES = [
+    (MLP, "gemini:chunk_size=2MiB,warmup_share=1"),
+    (GPT2, "gemini:chunk_size=4MiB,warmup_share=1"),
+    ("model:name=bert,mode=train,gpus=1", "gemini:chunk_size=4MiB,warmup_share=1"),
+    ("model:name=resnet18,mode=train,gpus=2", "gemini:chunk_size=4MiB,warmup_share=1"),
+    ("model:name=llama,mode=train,gpus=3", "gemini:chunk_size=4MiB,warmup_share=1"),
+    (CHAIN, "gemini:chunk_size=1,warmup_share=1"),
+    (f"gpt2-train:{SMALL}", "gemini:chunk_size=1,warmup_share=1"),
+    (f"bert-train:{SMALL}", "gemini:chunk_size=1,warmup_share=1"),
+]
+IDS = [c[0].replace("model:name=", "").split(",")[0].split(":")[0] for c in CASES]
+
+
+def machine_with(graph, memory: int):
+    return replace(machine_from_spec("p100x4"), gpus=max(1, len(graph.gpus())),
+                   gpu_memory=memory)
+
+
+def tightest(graph, spec: str):
+    """The machine with the least memory (to 1%) in which ``spec`` plans ``graph``."""
+    lo, hi = min_capacity(graph) // 2, min_capacity(graph) * 64
+    while hi - lo > hi // 100:
+        mid = (lo + hi) // 2
+        try:
+            plan(graph, machine_with(graph, mid), spec)
+            hi = mid
+        except PlanError:
+            lo = mid
+    return machine_with(graph, hi)
+
+
+def generous(graph):
+    return machine_with(graph, 1 << 40)
+
+
+def moved(mg) -> int:
+    b = mg.moved_bytes()
+    return b["load"] + b["reload"] + b["offload"]
+
+
+@pytest.mark.parametrize("workload,spec", CASES, ids=IDS)
+def test_plans_verify_at_generous_and_tight_memory(workload, spec):
+    graph = build_workload(workload)
+    for machine in (generous(graph), tightest(graph, spec)):
+        mg = plan(graph, machine, spec)
+        verify(mg, graph, machine)
+        assert mg.graph["planner"] == "gemini" and mg.graph["chunks"] >= 1
+    # at tight memory chunks are evicted and brought back: more than the least traffic
+    assert moved(mg) > least_memgraph(graph).moved_bytes()["load"]
+
+
+@pytest.mark.parametrize("workload,spec", [CASES[0], CASES[1], CASES[5], CASES[6]],
+                         ids=["mlp", "gpt2", "training-chain", "gpt2-train"])
+def test_executed_outputs_and_updated_weights_equal_the_reference(workload, spec):
+    graph = build_workload(workload)
+    machine = tightest(graph, spec)
+    mg = plan(graph, machine, spec)
+    assert moved(mg) > least_memgraph(graph).moved_bytes()["load"]
+    reference = reference_outputs(graph)
+    updated = [t.id for t in graph if t.op == "adam_update" and t.id in reference]
+    assert updated, "the outputs include weights after an update step"
+    for policy, seeds in (("dynamic", [0]), ("fixed", [0]), ("random", range(20))):
+        for seed in seeds:
+            run = execute(mg, machine, policy=policy, seed=seed, rate_limit=False, poison=True)
+            assert check_outputs(run.outputs, reference) is None, (policy, seed)
+
+
+@pytest.mark.parametrize("workload", [MLP, GPT2, CHAIN, "gpt2-train:depth=4"])
+def test_nothing_moves_but_one_load_of_each_host_tensor_when_everything_fits(workload):
+    """Weights (and a traced step's batch) start in host RAM: with memory for everything,
+    "no bytes" means no offload and no reload, and exactly one load of each host-resident
+    tensor onto each GPU that reads it, the least any plan can move (least_memgraph)."""
+    graph = build_workload(workload)
+    mg = plan(graph, generous(graph), "gemini")
+    assert mg.count("offload") == mg.count("reload") == 0
+    loads = sorted((v.of, v.device) for v in mg if v.kind == "load")
+    least = least_memgraph(graph)
+    assert loads == sorted((v.of, v.device) for v in least if v.kind == "load")
+    assert mg.moved_bytes() == least.moved_bytes()
+
+
+@pytest.mark.parametrize("workload,spec", CASES, ids=IDS)
+def test_traffic_grows_as_memory_shrinks_and_opt_moves_no_more_than_lru(workload, spec):
+    """21 capacities from twice the tightest down to it: OPT's traffic never falls, and LRU,
+    where it can plan, never moves less."""
+    graph = build_workload(workload)
+    low = tightest(graph, spec).gpu_memory
+    opt, lru = [], []
+    for k in range(21):
+        machine = machine_with(graph, 2 * low - low * k // 20)
+        opt.append(moved(plan(graph, machine, spec)))
+        try:
+            lru.append(moved(plan(graph, machine, f"{spec},eviction=lru")))
+        except PlanError:
+            lru.append(None)
+    assert opt == sorted(opt), opt
+    assert least_memgraph(graph).moved_bytes()["load"] <= opt[0] < opt[-1]
+    assert all(o <= r for o, r in zip(opt, lru) if r is not None), (opt, lru)
+
+
+def test_opt_moves_no_more_bytes_than_lru():
+    graph = build_workload(GPT2)
+    machine = machine_with(graph, 28_000_000)
+    opt = plan(graph, machine, "gemini:chunk_size=1,warmup_share=1,eviction=opt")
+    lru = plan(graph, machine, "gemini:chunk_size=1,warmup_share=1,eviction=lru")
+    assert moved(opt) < moved(lru)
+    assert opt.graph["options"]["eviction"] == "opt" and lru.graph["options"]["eviction"] == "lru"
+
+
+def test_chunks_group_parameters_and_move_whole():
+    graph = build_workload(MLP)
+    machine = generous(graph)
+    params = set(parameters(graph).values())
+    assert plan(graph, machine, "gemini:chunk_size=1").graph["chunks"] == len(params) == 50
+    # one chunk holds everything: the first operator brings every weight in
+    mg = plan(graph, machine, "gemini:chunk_size=1GB")
+    first = min(v.order for v in mg if v.kind == "compute")
+    assert mg.graph["chunks"] == 1
+    assert all(v.order < first for v in mg if v.kind == "load")
+    # a chunk's parameters are consecutive in first use, and no chunk holds more than
+    # chunk_size bytes of parameters unless it holds a single one
+    prog = program(graph, 2 * 2**20)
+    param = parameters(graph)
+    for chunk in prog.chunks:
+        roots = list(dict.fromkeys(param[t] for t, _ in chunk.slots))
+        size = sum(max(graph[t].bytes for t, _ in chunk.slots if param[t] == r) for r in roots)
+        assert size <= 2 * 2**20 or len(roots) == 1
+
+
+def test_moves_wait_for_the_previous_operator_and_for_nothing_else():
+    """On demand, in program order: every chunk movement runs after the previous operator on
+    its GPU and before the operator it is made for, and operators keep the program order."""
+    graph = build_workload(CHAIN)
+    spec = "gemini:chunk_size=1,warmup_share=1"
+    mg = plan(graph, tightest(graph, spec), spec)
+    serial = sorted(mg, key=lambda v: v.order)
+    ops = [v.id for v in serial if v.kind == "compute"]
+    assert ops == [t.id for t in graph if t.kind == "compute"]
+    assert all(b in mg.succ[a] for a, b in zip(ops, ops[1:]))
+    previous = None
+    pending: list[str] = []
+    for v in serial:
+        if v.kind in ("load", "reload", "offload"):
+            pending.append(v.id)
+        elif v.kind == "compute":
+            assert all(v.id in mg.succ[m] for m in pending)
+            assert previous is None or all(m in mg.succ[previous] for m in pending)
+            previous, pending = v.id, []
+    assert mg.count("reload") > 0
+
+
+def test_an_operator_that_cannot_fit_is_named():
+    graph = build_workload(CHAIN)
+    spec = "gemini:chunk_size=1,warmup_share=1"
+    machine = tightest(graph, spec)
+    with pytest.raises(PlanError, match=r"operator '\w+@\d' needs \d+ bytes of non-model "
+                                        r"data, which stays on the GPU, and \d+ bytes of "
+                                        r"chunks on gpu0"):
+        plan(graph, replace(machine, gpu_memory=machine.gpu_memory * 9 // 10), spec)
+
+
+def test_the_warm_up_caps_model_data_at_its_share():
+    """One 32 MiB chunk holds the four weights (1.6 MB); with one parameter per chunk the first
+    operator needs only its own weight (400 KB)."""
+    graph = build_workload(CHAIN)
+    machine = machine_with(graph, 4_000_000)
+    for spec, need in (("gemini:warmup_share=0.05", 1_600_000),
+                       ("gemini:warmup_share=0.05,chunk_size=1", 400_000)):
+        with pytest.raises(PlanError, match=f"the warm-up iteration cannot run operator 'F1@1': "
+                                            f"its chunks need {need} bytes on gpu0, more than "
+                                            f"warmup_share=0.05 of its 4000000 bytes"):
+            plan(graph, machine, spec)
+    assert plan(graph, machine, "gemini:warmup_share=1").graph["options"]["warmup_share"] == 1
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("gemini:chunk_size=0", "chunk_size must be a positive number of bytes, got 0"),
+    ("gemini:chunk_size=-5", "chunk_size must be a positive number of bytes, got -5"),
+    ("gemini:warmup_share=0", r"warmup_share must be in \(0, 1\], got 0.0"),
+    ("gemini:warmup_share=1.5", r"warmup_share must be in \(0, 1\], got 1.5"),
+    ("gemini:eviction=fifo", "unknown eviction 'fifo'; use opt or lru"),
+    ("gemini:colour=red", "unknown option"),
+])
+def test_bad_options_are_refused_before_any_work(spec, message):
+    from offloadlab.planner.registry import check_spec
+    with pytest.raises((PlanError, SpecError), match=message):
+        check_spec(spec)
+
+
+def test_graphs_without_a_training_step_are_refused():
+    for workload in ("matmul-chain:layers=3", "model:name=gpt2,mode=infer,gpus=1"):
+        with pytest.raises(PlanError, match="gemini plans training steps: TaskGraph .* has no "
+                                            "optimizer update"):
+            plan(build_workload(workload), machine_from_spec("p100x4"), "gemini")
+
+
+def test_listed_with_its_options(capsys):
+    assert main(["list", "planners"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.split()[:1] == ["gemini"])
+    assert "Colossal-AI Gemini" in line
+    for name in ("chunk_size=33554432", "warmup_share=0.3", "eviction=opt"):
+        assert name in out
