@@ -195,7 +195,8 @@ def dispatch_table(sizes: list[int], repeat: int) -> pd.DataFrame:
 
 
 class InlineLane(Lane):
-    """A lane that runs each job at once on the thread that submits it (the loop's)."""
+    """A lane that runs each job at once on the thread that submits it (the one taking the
+    loop's turn), so that no job changes threads: the Python work alone."""
 
     def start(self) -> None:
         pass
@@ -211,7 +212,7 @@ class InlineLane(Lane):
         start, end = self.backend.timed(stream, work)
         if after is not None:
             after()
-        self.done.put((vertex, start, end, None))
+        self.report((vertex, start, end, None))
 
 
 @contextmanager

@@ -127,9 +127,9 @@ class CupyBackend:
             dst.set(value)
             self.cuda.get_current_stream().synchronize()
 
-    def download(self, src: Array) -> np.ndarray:
+    def download(self, src: Array, dst: np.ndarray) -> None:
         with self.cuda.Device(src.device.id):
-            return src.get()
+            src.get(out=dst)          # blocking: on return ``dst`` holds the values
 
     # -- streams --------------------------------------------------------------------------
     def stream(self, resource: str, slot: int) -> Slot | None:

@@ -4,7 +4,7 @@ A backend owns the memory (one arena per GPU, one host block) and knows how to r
 *stream* and time it; it does not know the MemGraph.  The event loop (:mod:`.loop`) gives
 every slot of every resource a :class:`Lane`: a thread that takes one job at a time, runs it
 on its stream through the backend, and reports the job's start and end (seconds since
-:meth:`Backend.begin`) or its exception to a completion queue.  A launched vertex holds its
+:meth:`Backend.begin`) or its exception through a callback.  A launched vertex holds its
 lane until it completes, as a TURNIP vertex holds its CUDA stream (TURNIP Sec. 5).
 """
 
@@ -49,8 +49,9 @@ class Backend(Protocol):
     def upload(self, dst: Array, value: np.ndarray) -> None:
         """Write a host array into a GPU tensor before the run (synchronous)."""
 
-    def download(self, src: Array) -> np.ndarray:
-        """A host copy of a GPU tensor (synchronous; called on the tensor's stream)."""
+    def download(self, src: Array, dst: np.ndarray) -> None:
+        """Copy a GPU tensor into a host array of its shape and dtype (synchronous; called on
+        the lane that wrote it, once its work is complete)."""
 
     def begin(self) -> None:
         """Time zero of the run."""
@@ -80,15 +81,17 @@ def ram_available() -> int | None:
 Job = tuple[int, Any, Callable[[], None], Callable[[], None] | None]
 """(vertex, stream, work, after): ``after`` runs once ``work`` is complete, untimed."""
 Done = tuple[int, float, float, BaseException | None]
+"""(vertex, start, end, exception or None): what a lane reports of a job."""
 
 
 class Lane(threading.Thread):
-    """One slot of a resource: runs jobs one at a time and reports them to ``done``."""
+    """One slot of a resource: runs jobs one at a time and hands each result to ``report``,
+    on this thread (which may submit this lane's next job before it returns)."""
 
-    def __init__(self, name: str, backend: Backend, done: queue.SimpleQueue[Done]):
+    def __init__(self, name: str, backend: Backend, report: Callable[[Done], None]):
         super().__init__(name=f"offloadlab-{name}", daemon=True)
         self.backend = backend
-        self.done = done
+        self.report = report
         self.jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.vertex: int | None = None     # the vertex running, for the watchdog
 
@@ -99,7 +102,7 @@ class Lane(threading.Thread):
         self.jobs.put(None)
 
     def run(self) -> None:
-        backend, done = self.backend, self.done
+        backend, report = self.backend, self.report
         while True:
             job = self.jobs.get()
             if job is None:
@@ -113,7 +116,8 @@ class Lane(threading.Thread):
                 if after is not None:
                     after()
             except BaseException as exc:   # reported to the loop, which raises it
-                done.put((vertex, 0.0, 0.0, exc))
+                done: Done = (vertex, 0.0, 0.0, exc)
             else:
-                done.put((vertex, start, end, None))
+                done = (vertex, start, end, None)
             self.vertex = None
+            report(done)

@@ -8,6 +8,16 @@ engine as the simulator takes it.  Each resource dispatches from the ready queue
 runs on the lane (thread) of its slot; completions come back through one queue, and the loop
 frees resources, wakes successors, and launches what became ready, until every vertex is done.
 
+There is one loop and one completion queue, but no thread of its own: the loop takes a *turn*
+(drain the queue, then one dispatch pass) on whichever thread holds its lock, and a lane that
+reports a completion takes the turn if the lock is free, or leaves its completion to the
+thread that holds it (which looks at the queue again after letting go: nothing is left
+behind).  A job the turn launches on the reporting lane itself is that lane's next job, with no
+thread hand-off (free slots are a stack, so the slot just freed is taken first); a vertex whose
+lane differs from its predecessor's costs one wake-up, not two (lane to loop, loop to lane).
+Decisions are those a loop thread would make: one turn at a time, in completion order.  The
+caller's thread only waits, runs the watchdog and reports progress.
+
 Memory never moves: GPU tensors live at their planned offsets in each GPU's arena; host
 tensors live in one host block whose allocator gives an offload its bytes when it starts and
 takes them back when its last reader (a reload) completes.  With ``poison`` every GPU
@@ -19,10 +29,10 @@ from __future__ import annotations
 
 import math
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
 from typing import TypeVar
 
 import numpy as np
@@ -57,7 +67,7 @@ class Resource:
     name: str
     queue: ReadyQueue
     lanes: list[Lane]
-    free: list[int] = field(default_factory=list)   # a heap of free slots
+    free: list[int] = field(default_factory=list)   # a stack of free slots, next on top
     streams: list = field(default_factory=list)     # the backend's stream of each slot
     dirty: bool = False
 
@@ -93,6 +103,9 @@ class EventLoop:
         self.running = 0
         self.outputs: dict[str, np.ndarray] = {}
         self.done: queue.SimpleQueue[Done] = queue.SimpleQueue()
+        self.lock = threading.Lock()         # held by the thread taking the loop's turn
+        self.over = threading.Event()        # set when every vertex is done or the run fails
+        self.error: BaseException | None = None
         self._build_resources(machine, policy, seed, streams)
         self._allocate(machine, host_memory)
 
@@ -114,10 +127,11 @@ class EventLoop:
         for name, sequence in sequences.items():
             is_bus = name.startswith("bus:")
             slots = streams if name.startswith("gpu") and "->" not in name else 1
-            lanes = [] if is_bus else [Lane(f"{name}#{s}", self.backend, self.done)
+            lanes = [] if is_bus else [Lane(f"{name}#{s}", self.backend, self._report)
                                        for s in range(slots)]
             self.lanes += lanes
-            self.resources[name] = Resource(name, queues.new(sequence), lanes, list(range(slots)))
+            self.resources[name] = Resource(name, queues.new(sequence), lanes,
+                                           list(range(slots))[::-1])
         self.engine = [self.resources[h[0]] if h else None for h in held]
         self.bus = [self.resources[h[1]] if len(h) > 1 else None for h in held]
         for name, r in self.resources.items():
@@ -150,7 +164,8 @@ class EventLoop:
         dynamic = sum(v.bytes for v, to_host in zip(vertices, self.to_host) if to_host)
         static = sum(vertices[i].bytes for i in host_inputs)
         size = static + dynamic if host_memory is None else host_memory
-        _check_ram(size + sum(v.bytes for v in vertices if v.kind == "input")
+        _check_ram(size + sum(v.bytes for v, c in zip(vertices, self.capture)
+                              if v.kind == "input" or c)
                    + (sum(extent.values()) if backend.arenas_in_ram else 0), extent, size)
         self.arenas = {gpu: _alloc(f"the arena of {gpu}", end,
                                    lambda: backend.arena(gpu, end))
@@ -177,6 +192,9 @@ class EventLoop:
                     backend.upload(self.tensor[i], value)
                 if self.capture[i]:
                     self.outputs[v.task or v.id] = value
+            elif self.capture[i]:       # the output's host copy, mapped before the run starts
+                self.outputs[v.task or v.id] = copy = np.empty(shape[i], v.dtype)
+                _fill(np, copy)
         self._scratch(machine)
 
     def _scratch(self, machine: Machine) -> None:
@@ -236,37 +254,76 @@ class EventLoop:
             self._shutdown()
 
     def _loop(self) -> None:
+        """Launch the sources, then wait: lanes take the loop's turns as they report."""
         self.backend.begin()
         self._last = time.perf_counter()
-        now = 0.0
-        for i in [i for i, count in enumerate(self.waiting) if count == 0]:
-            self._ready(i, now)
-        self._dispatch()
-        n = len(self.vertices)
-        done = self.done
-        report = self._last
-        while self.finished < n:
-            if not self.running:
-                raise StallError(self._stuck("no vertex is running and none can start"))
+        with self.lock:
             try:
-                item = done.get(timeout=min(0.1, self.watchdog))
-            except queue.Empty:
-                if time.perf_counter() - self._last > self.watchdog:
-                    raise StallError(self._stuck(f"no vertex completed for {self.watchdog:g} s")
-                                     ) from None
-                continue
-            self._complete(item)
-            while True:                    # every completion already queued, then one pass
-                try:
-                    self._complete(done.get_nowait())
-                except queue.Empty:
-                    break
-            self._dispatch()
-            if self.progress is not None and self._last >= report:
+                for i in [i for i, count in enumerate(self.waiting) if count == 0]:
+                    self._ready(i, 0.0)
+                self._dispatch()
+                self._settle()
+            except BaseException as exc:
+                self._fail(exc)
+        self._drain()
+        n = len(self.vertices)
+        report = self._last
+        while not self.over.wait(min(0.1, self.watchdog)):
+            now = time.perf_counter()
+            if now - self._last > self.watchdog:
+                with self.lock:
+                    self._fail(StallError(self._stuck(
+                        f"no vertex completed for {self.watchdog:g} s")))
+            elif self.progress is not None and now >= report:
                 self.progress(self.finished)      # at most four times a second
-                report = self._last + 0.25
+                report = now + 0.25
+        if self.error is not None:
+            raise self.error
         if self.progress is not None:
             self.progress(n)
+
+    def _report(self, item: Done) -> None:
+        """A lane's completion: queue it, and take the loop's turn unless a thread has it."""
+        self.done.put(item)
+        self._drain()
+
+    def _drain(self) -> None:
+        """Take turns while completions wait and the loop is free (an item queued during a
+        turn whose thread could not get the lock is seen here by the turn's thread)."""
+        done, lock = self.done, self.lock
+        while not done.empty() and lock.acquire(blocking=False):
+            try:
+                self._turn()
+            finally:
+                lock.release()
+
+    def _turn(self) -> None:
+        """Every completion queued, then one dispatch pass (under the lock)."""
+        done = self.done
+        if self.over.is_set():            # stopped: completions of cancelled jobs
+            while not done.empty():
+                done.get_nowait()
+            return
+        try:
+            while not done.empty():
+                self._complete(done.get_nowait())
+            self._dispatch()
+            self._settle()
+        except BaseException as exc:
+            self._fail(exc)
+
+    def _settle(self) -> None:
+        """End the run when every vertex is done; stop it if nothing runs and nothing can."""
+        if self.finished == len(self.vertices):
+            self.over.set()
+        elif not self.running:
+            raise StallError(self._stuck("no vertex is running and none can start"))
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop the run with ``exc`` (the first failure is the one raised)."""
+        if self.error is None:
+            self.error = exc
+        self.over.set()
 
     def _complete(self, item: Done) -> None:
         i, start, end, exc = item
@@ -280,10 +337,10 @@ class EventLoop:
         self.start[i], self.end[i] = start, end
         engine, bus = self.engine[i], self.bus[i]
         assert engine is not None
-        heappush(engine.free, self.slot[i])
+        engine.free.append(self.slot[i])   # on top: the reporting lane goes on
         self._mark(engine)
         if bus is not None:
-            heappush(bus.free, 0)
+            bus.free.append(0)
             self._mark(bus)
         to_host = self.to_host        # the tensors the host block holds only for a while
         for u in self.distinct_inputs[i]:      # readers counts one data edge per input
@@ -333,7 +390,7 @@ class EventLoop:
                 i = resource.queue.pop()
                 if i is None:
                     break
-                slot = heappop(resource.free)
+                slot = resource.free.pop()
                 if resource.lanes:              # an engine: then the bus, if any
                     self.slot[i] = slot
                     bus = self.bus[i]
@@ -383,17 +440,20 @@ class EventLoop:
                 backend.copy(stream, out, src)
         after = None
         if self.capture[i]:
-            name = v.task or v.id
+            copy = self.outputs[v.task or v.id]
 
             def after() -> None:
-                self.outputs[name] = backend.download(out) if v.loc is not None \
-                    else np.array(out, copy=True)
+                if v.loc is None:
+                    np.copyto(copy, out)
+                else:
+                    backend.download(out, copy)
         self.running += 1
         engine.lanes[slot].submit((i, stream, work, after))
 
     # -- stopping ---------------------------------------------------------------------------
     def _shutdown(self) -> None:
         """Stop every lane (a paced copy stops within a chunk) and join them all."""
+        self.over.set()
         self.backend.stop.set()
         for lane in self.lanes:
             lane.close()
@@ -429,15 +489,16 @@ class EventLoop:
 
 
 def _check_ram(need: int, extent: dict[str, int], host: int) -> None:
-    """Refuse a run whose buffers (and the inputs' values, made on the host) would not fit in
-    the RAM available, before the OOM killer ends the process half-way through set-up."""
+    """Refuse a run whose buffers (and the inputs' and outputs' values, on the host) would
+    not fit in the RAM available, before the OOM killer ends the process half-way through
+    set-up."""
     available = ram_available()
     if available is not None and need > 0.9 * available:
         arenas = ", ".join(f"{gpu} {size}" for gpu, size in extent.items())
         raise ExecutionError(f"the run needs about {need} bytes of RAM (arenas: "
                              f"{arenas or 'none'}; "
-                             f"host block {host}; input values) but {available} are available; "
-                             f"plan with less GPU memory or a smaller workload")
+                             f"host block {host}; input and output values) but {available} "
+                             f"are available; plan with less GPU memory or a smaller workload")
 
 
 def _alloc(what: str, nbytes: int, make: Callable[[], T]) -> T:

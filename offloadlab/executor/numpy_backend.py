@@ -95,8 +95,8 @@ class NumpyBackend:
     def upload(self, dst: Array, value: np.ndarray) -> None:
         np.copyto(dst, value)
 
-    def download(self, src: Array) -> np.ndarray:
-        return np.array(src, copy=True)
+    def download(self, src: Array, dst: np.ndarray) -> None:
+        np.copyto(dst, src)
 
     # -- streams --------------------------------------------------------------------------
     def stream(self, resource: str, slot: int) -> CopyEngine | ComputeEngine | None:
