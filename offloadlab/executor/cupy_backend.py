@@ -59,6 +59,7 @@ class CupyBackend:
     name = "cupy"
     aligned = True              # a kernel faults on a misaligned address
     arenas_in_ram = False
+    serial_streams = False      # each stream its own lane: kernels on streams overlap
 
     def __init__(self, machine: Machine, forbid_alloc: bool = False):
         try:

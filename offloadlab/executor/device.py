@@ -2,7 +2,8 @@
 
 A backend owns the memory (one arena per GPU, one host block) and knows how to run work on a
 *stream* and time it; it does not know the MemGraph.  The event loop (:mod:`.loop`) gives
-every slot of every resource a :class:`Lane`: a thread that takes one job at a time, runs it
+every slot of every resource a :class:`Lane` (the slots of an engine share one where the
+backend's streams are serial): a thread that takes one job at a time, runs it
 on its stream through the backend, and reports the job's start and end (seconds since
 :meth:`Backend.begin`) or its exception through a callback.  A launched vertex holds its
 lane until it completes, as a TURNIP vertex holds its CUDA stream (TURNIP Sec. 5).
@@ -31,6 +32,8 @@ class Backend(Protocol):
     xp: Any                     # the array module kernels run with on the GPUs
     aligned: bool               # GPU tensors must start at a multiple of their item size
     arenas_in_ram: bool         # the arenas take host RAM (the numpy backend)
+    serial_streams: bool        # an engine's streams run one job at a time, in launch order,
+                                # on one lane (the numpy backend: a GPU's engine is one core)
     stop: threading.Event       # set when the run stops; long jobs check it and raise Cancelled
 
     def arena(self, gpu: str, nbytes: int) -> Array:

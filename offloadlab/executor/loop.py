@@ -127,9 +127,13 @@ class EventLoop:
         for name, sequence in sequences.items():
             is_bus = name.startswith("bus:")
             slots = streams if name.startswith("gpu") and "->" not in name else 1
-            lanes = [] if is_bus else [Lane(f"{name}#{s}", self.backend, self._report)
-                                       for s in range(slots)]
-            self.lanes += lanes
+            if is_bus:
+                lanes = []
+            elif self.backend.serial_streams:   # the engine's streams share one thread
+                lanes = [Lane(name, self.backend, self._report)] * slots
+            else:
+                lanes = [Lane(f"{name}#{s}", self.backend, self._report) for s in range(slots)]
+            self.lanes += dict.fromkeys(lanes)
             self.resources[name] = Resource(name, queues.new(sequence), lanes,
                                            list(range(slots))[::-1])
         self.engine = [self.resources[h[0]] if h else None for h in held]

@@ -1,13 +1,15 @@
 """The ``numpy`` backend: a real executor on the CPU (docs/design.md, Executor).
 
 Each GPU is an arena, one preallocated byte buffer whose tensors are ``np.ndarray`` views at
-their planned offsets; each stream is a worker thread (a :class:`~.device.Lane`) that runs
-kernels in it; each link direction is a copy engine thread that moves bytes between an arena
-and the host block.  NumPy releases the GIL in copies, ufunc loops and BLAS, so kernels and
-copies really overlap.  A GPU's compute engine is one CPU core: its streams take turns on it
-(a lock per GPU, held while a kernel runs; BLAS runs single-threaded during the run), so GPUs
-compute in parallel up to the number of cores, and kernels launched on one GPU at once share
-it as the simulator's kernels share an engine.  With ``rate_limit`` a copy engine paces its
+their planned offsets; a GPU's compute engine is one CPU core, a worker thread (a
+:class:`~.device.Lane`) that runs the kernels launched on its streams one at a time, in launch
+order (``serial_streams``: the streams are the GPU's slots, as many kernels may be launched on
+it at once, and they share its core as the simulator's kernels share an engine; BLAS runs
+single-threaded during the run); each link direction is a copy engine thread that moves bytes
+between an arena and the host block.  NumPy releases the GIL in copies, ufunc loops and BLAS,
+so kernels and copies really overlap, and GPUs compute in parallel up to the number of cores.
+(A thread per stream taking turns on a lock per GPU did the same with a thread hand-off, a
+wake-up, at every turn.)  With ``rate_limit`` a copy engine paces its
 copies, in chunks of about half a millisecond, to the machine's bandwidth for its link
 (host->GPU, GPU->host, GPU->GPU, and the shared host bus if the machine has one); while both
 directions of a GPU's host link are copying each runs at the machine's ``duplex`` factor.
@@ -21,8 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -58,13 +59,6 @@ class CopyEngine:
     busy: bool = False
 
 
-@dataclass(eq=False)
-class ComputeEngine:
-    """A GPU's compute engine: one core, taken in turn by the GPU's streams."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 class NumpyBackend:
     """Arenas, host block and copy engines on the CPU."""
 
@@ -72,13 +66,13 @@ class NumpyBackend:
     xp: Any = np
     aligned = False             # NumPy handles unaligned views (more slowly)
     arenas_in_ram = True
+    serial_streams = True       # a GPU's engine is one core: its streams share one thread
 
     def __init__(self, machine: Machine, rate_limit: bool = True):
         self.machine = machine
         self.rate_limit = rate_limit
         self.stop = threading.Event()
         self.engines: dict[str, CopyEngine] = {}
-        self.compute: dict[str, ComputeEngine] = {}
         self.origin = time.perf_counter()
         self._blas: threadpool_limits | None = None
 
@@ -99,14 +93,13 @@ class NumpyBackend:
         np.copyto(dst, src)
 
     # -- streams --------------------------------------------------------------------------
-    def stream(self, resource: str, slot: int) -> CopyEngine | ComputeEngine | None:
-        """A copy engine carries its pacing; a GPU's streams share its compute engine."""
+    def stream(self, resource: str, slot: int) -> CopyEngine | None:
+        """A copy engine carries its pacing; kernels need no stream (their lane is the
+        GPU's core)."""
         if resource.startswith(("h2d:", "d2h:")) or "->" in resource:
             if resource not in self.engines:
                 self.engines[resource] = self._engine(resource)
             return self.engines[resource]
-        if resource.startswith("gpu"):
-            return self.compute.setdefault(resource, ComputeEngine())
         return None
 
     def _engine(self, resource: str) -> CopyEngine:
@@ -132,13 +125,11 @@ class NumpyBackend:
         self._blas = threadpool_limits(1, user_api="blas")
         self.origin = time.perf_counter()
 
-    def timed(self, stream: CopyEngine | ComputeEngine | None,
+    def timed(self, stream: CopyEngine | None,
               work: Callable[[], None]) -> tuple[float, float]:
-        with stream.lock if isinstance(stream, ComputeEngine) else nullcontext():
-            start = time.perf_counter()     # a kernel starts once its GPU's core is free
-            work()
-            end = time.perf_counter()
-        return start - self.origin, end - self.origin
+        start = time.perf_counter()
+        work()
+        return start - self.origin, time.perf_counter() - self.origin
 
     def copy(self, stream: CopyEngine | None, dst: Array, src: Array) -> None:
         d, s = dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)
