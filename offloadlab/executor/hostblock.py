@@ -1,9 +1,22 @@
 """The host block's allocator: TURNIP Sec. 5 allocates CPU storage for a tensor when it is
-offloaded and frees it when it is reloaded, inside one block allocated at start-up."""
+offloaded and frees it when it is reloaded, inside one block allocated at start-up; and the
+filling of host buffers at start-up."""
 
 from __future__ import annotations
 
 import bisect
+
+import numpy as np
+
+FILL_CHUNK = 64 * 2**20   # bytes written at once: Python sees Ctrl-C between two chunks
+
+
+def fill(buffer: np.ndarray, byte: int) -> None:
+    """Set every byte of a host buffer to ``byte``, a chunk at a time (a gigabyte arena takes
+    seconds to fault in on first touch; a single ``fill`` would not let Ctrl-C through)."""
+    flat = buffer.reshape(-1).view(np.uint8)
+    for start in range(0, flat.size, FILL_CHUNK):
+        flat[start:start + FILL_CHUNK].fill(byte)
 
 
 class HostAllocator:

@@ -43,7 +43,7 @@ from ..core.errors import OffloadlabError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
 from .device import Array, Backend, Cancelled, Done, Lane, ram_available
-from .hostblock import HostAllocator
+from .hostblock import HostAllocator, fill
 from .kernels import KernelError, initial_value, kernel, tensor_shape, view
 
 T = TypeVar("T")
@@ -178,7 +178,7 @@ class EventLoop:
         if self.poison:
             for arena in self.arenas.values():
                 backend.fill(arena, POISON)
-            self.host.fill(POISON)
+            fill(self.host, POISON)
         self.host_alloc = HostAllocator(size)
         self.host_offset: dict[int, int] = {}
         self.tensor: list[Array] = [None] * len(vertices)   # None until placed
@@ -198,7 +198,7 @@ class EventLoop:
                     self.outputs[v.task or v.id] = value
             elif self.capture[i]:       # the output's host copy, mapped before the run starts
                 self.outputs[v.task or v.id] = copy = np.empty(shape[i], v.dtype)
-                _fill(np, copy)
+                fill(copy, POISON)
         self._scratch(machine)
 
     def _scratch(self, machine: Machine) -> None:

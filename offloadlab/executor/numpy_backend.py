@@ -31,6 +31,7 @@ from threadpoolctl import threadpool_limits
 
 from ..core.machine import Machine
 from .device import Array, Cancelled
+from .hostblock import fill
 
 CHUNK_SECONDS = 0.5e-3    # a paced copy moves about this much time's worth of bytes at once
 MIN_CHUNK = 64 * 1024
@@ -43,7 +44,7 @@ def _touched(nbytes: int) -> np.ndarray:
     """A buffer whose pages are all mapped, as a GPU's memory is: the first write to a fresh
     page would otherwise cost a page fault inside the first kernel or copy that touches it."""
     buffer = np.empty(nbytes, np.uint8)
-    buffer.fill(0)
+    fill(buffer, 0)
     return buffer
 
 
@@ -84,7 +85,7 @@ class NumpyBackend:
         return _touched(nbytes)
 
     def fill(self, buffer: Array, byte: int) -> None:
-        buffer.fill(byte)
+        fill(buffer, byte)
 
     def upload(self, dst: Array, value: np.ndarray) -> None:
         np.copyto(dst, value)
