@@ -27,8 +27,10 @@ Copies: graphs of 3 equal copies on one engine (``load``: host input -> GPU; ``o
 GPU input -> host), rate = bytes / (end - start) of each trace row, median of the 3 (in (b),
 the best such median of ``--repeat`` runs, against the best of as many ``np.copyto`` runs).
 (a) paced to 1, 4 and 12 GB/s each way, as a share of the limit (goal: 90%); (b) unpaced, as a
-share of ``np.copyto`` between preallocated buffers of the same size in this process, each
-pair copied once as the executor's are, and one pair over and over (cache-hot; goal: 80%);
+share of ``np.copyto`` of the same bytes (goal: 80%): between the very buffers the run copies,
+right after the executor's set-up made and wrote them (the goal's measure: the same bytes in
+the same state); and for context between a fresh pair of buffers of the same size written
+just before, each copied once as the executor's are, and one pair over and over (cache-hot).
 (c) loads and offloads at once on a100x8 (duplex 0.48): each direction's share of its limit
 (expected: the duplex factor).
 
@@ -303,6 +305,29 @@ def copy_rates(mg: MemGraph, machine: Machine, rate_limit: bool) -> dict[str, li
     return rates
 
 
+def setup_rates(mg: MemGraph, machine: Machine) -> dict[str, list[float]]:
+    """Bytes/s of ``np.copyto`` between the very buffers a run of ``mg`` copies, right after
+    the executor's set-up has made and written them (no run): the same bytes, in the same
+    state (in or out of the caches) as the executor's copy engine finds them."""
+    outputs = set(taskgraph_of(mg).outputs())
+    backend = make_backend("numpy", machine, False)
+    loop = loop_module.EventLoop(mg, machine, backend, "dynamic", 0, 1, False, outputs, None,
+                                 60.0)
+    rates: dict[str, list[float]] = defaultdict(list)
+    try:
+        for i, v in enumerate(loop.vertices):
+            if v.kind in ("load", "offload"):
+                src = loop.tensor[loop.inputs[i][0]].reshape(-1).view(np.uint8)
+                dst = loop.tensor[i] if v.kind == "load" else loop._host_tensor(i)
+                dst = dst.reshape(-1).view(np.uint8)
+                begin = time.perf_counter()
+                np.copyto(dst, src)
+                rates[v.kind].append(v.bytes / (time.perf_counter() - begin))
+    finally:
+        backend.close()
+    return rates
+
+
 def copyto_rates(nbytes: int) -> tuple[float, float]:
     """Median bytes/s of ``np.copyto`` between preallocated buffers: (each of ``COPIES``
     pairs copied once, as the executor's copies are; one pair copied again and again, so that
@@ -348,8 +373,10 @@ def unpaced_table(sizes: list[int], repeat: int) -> pd.DataFrame:
             mg = copy_memgraph(mib * MiB, COPIES * (kind == "load"), COPIES * (kind == "offload"))
             rate = max(statistics.median(copy_rates(mg, machine, False)[kind])
                        for _ in range(repeat))
+            same = max(statistics.median(setup_rates(mg, machine)[kind]) for _ in range(repeat))
             rows.append({"copy": kind, "MiB": mib, "GB/s": rate / 1e9,
-                         "np.copyto GB/s": once / 1e9, "share": rate / once,
+                         "np.copyto, same buffers GB/s": same / 1e9, "share": rate / same,
+                         "np.copyto, fresh pair GB/s": once / 1e9, "share of fresh": rate / once,
                          "np.copyto, cached GB/s": again / 1e9, "share of cached": rate / again})
     return pd.DataFrame(rows)
 
@@ -434,8 +461,10 @@ def report(args: argparse.Namespace) -> None:
                  for limit in limits))
         table = unpaced_table(copy_sizes, repeat)
         show("(b) Unpaced copies: achieved rate as a share of np.copyto", table,
-             f"goal >= {UNPACED_GOAL:.0%}: worst share {table['share'].min():.1%}, "
-             f"{met(table['share'].min() >= UNPACED_GOAL)}; of cache-hot np.copyto: worst "
+             f"goal >= {UNPACED_GOAL:.0%} of np.copyto of the same buffers: worst "
+             f"{table['share'].min():.1%}, {met(table['share'].min() >= UNPACED_GOAL)}; of a "
+             f"fresh pair: worst {table['share of fresh'].min():.1%}, "
+             f"{met(table['share of fresh'].min() >= UNPACED_GOAL)}; of cache-hot np.copyto: worst "
              f"{table['share of cached'].min():.1%}, "
              f"{met(table['share of cached'].min() >= UNPACED_GOAL)}")
         table = duplex_table([16] if args.quick else [16, 64], [1e9, 4e9])
