@@ -145,3 +145,193 @@ def test_an_unknown_op_in_a_memgraph_file_names_the_vertex():
     node["op"] = "rotary:offset=three"
     with pytest.raises(GraphError, match="vertex 'b'.*must be an integer"):
         MemGraph.from_dict(data)
+
+
+# -- the llama-prefill builder -------------------------------------------------------------
+def closed_form_flops(layers: int, d: int, heads: int, ffn: int, vocab: int, seq: int,
+                      block: int, gpus: int, batch: int) -> float:
+    """The flops of LLaMA prefill from the textbook count of a decoder layer, written here
+    independently of the builder.  Per sequence and layer, with query/key blocks of sizes b_i
+    (sum seq):
+
+    - projections Q, K, V and O: 4 * 2 seq d^2; SwiGLU MLP (gate, up, down): 3 * 2 seq d ffn;
+    - attention (QK^T and PV): 2 * 2 seq^2 d halved for the causal mask, plus the upper halves
+      of the diagonal blocks, which are computed and masked: 2 d (seq^2 + sum b_i^2);
+    - elementwise, at the op conventions of core/ops.py: per score (heads (seq^2 + sum b_i^2)
+      / 2 of them) 1 to scale, 4 for the softmax's statistics, 3 for the probabilities; the
+      weighted sums' adds d sum_i i b_i; rotary 3 per element of Q and K; RMSNorm 4 per
+      element, twice; the residual adds of the gpus partials, twice: gpus seq d each; SwiGLU 5
+      per element of the hidden layer;
+
+    and per sequence the final RMSNorm and the LM head on the last block: 4 b d + 2 b d vocab.
+    """
+    sizes = [min(block, seq - s) for s in range(0, seq, block)]
+    square = sum(b * b for b in sizes)
+    scores = heads * (seq**2 + square) / 2
+    matmuls = 8 * seq * d * d + 6 * seq * d * ffn + 2 * d * (seq**2 + square)
+    elementwise = (8 * scores + d * sum(i * b for i, b in enumerate(sizes)) + 6 * seq * d
+                   + 8 * seq * d + 2 * gpus * seq * d + 5 * seq * ffn)
+    last = sizes[-1]
+    return batch * (layers * (matmuls + elementwise) + 4 * last * d + 2 * last * d * vocab)
+
+
+@pytest.mark.parametrize("spec", [
+    "model=tiny,seq=30,block=8,gpus=2,batch=2",
+    "model=tiny,seq=32,block=32",
+    "model=7b,seq=4096,block=1024,gpus=4",
+    "model=13b,seq=3000,block=1024,gpus=2,batch=2",
+    "model=65b,seq=2048,block=512,gpus=8",
+])
+def test_flops_equal_the_closed_form_of_a_decoder_layer(spec):
+    from offloadlab.core.workloads import build_workload
+    from offloadlab.core.workloads.llama import CONFIGS
+    g = build_workload(f"llama-prefill:{spec}")
+    meta = g.meta
+    c = CONFIGS[meta["model"]]
+    want = closed_form_flops(c.layers, c.dim, c.heads, c.ffn, c.vocab, meta["seq"],
+                             meta["block"], meta["gpus"], meta["batch"])
+    assert sum(t.flops for t in g) == pytest.approx(want, rel=1e-12)
+    matmul_ops = ("linear", "attn_scores", "attn_values")
+    assert all(t.op is None or t.op.split(":")[0] in OPS for t in g)
+    assert sum(t.flops for t in g if t.op in matmul_ops) > 0.9 * want
+
+
+def test_seven_b_at_1k_is_two_flops_per_parameter_and_token_plus_attention():
+    """A check of the closed form itself: LLaMA-7B's 6.74e9 parameters (embedding excluded
+    from the flops: a lookup) at 1024 tokens; the last block's LM head only."""
+    from offloadlab.core.workloads import build_workload
+    g = build_workload("llama-prefill:model=7b,seq=1024")
+    params = 32 * (4 * 4096**2 + 3 * 4096 * 11008)
+    assert sum(t.flops for t in g if t.op == "linear") == \
+        2 * 1024 * params + 2 * 1024 * 4096 * 32000
+    weights = sum(t.bytes for t in g if t.kind == "input" and not t.id.startswith("tokens"))
+    assert weights == 2 * (params + 2 * 32000 * 4096 + 65 * 4096)     # fp16, norms included
+    assert all(t.device == "host" for t in g if t.kind == "input")
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("model=8b", "unknown model '8b'; known: 7b, 13b, 65b, tiny"),
+    ("seq=0", "seq must be a positive integer"),
+    ("seq=-5", "seq must be a positive integer"),
+    ("batch=0", "batch must be a positive integer"),
+    ("block=0", "block must be a positive integer"),
+    ("gpus=3", "7b has heads 32, not divisible by gpus \\(3\\)"),
+    ("model=tiny,gpus=8", "tiny has heads 4, not divisible by gpus \\(8\\)"),
+    ("dtype=int8", "dtype must be one of float16, float32, float64"),
+    ("seq=1.5", "cannot read '1.5'"),
+    ("layers=3", "unknown option"),
+])
+def test_bad_options_are_one_clear_error(spec, message):
+    from offloadlab.core.errors import SpecError
+    from offloadlab.core.workloads import build_workload
+    with pytest.raises(SpecError, match=message):
+        build_workload(f"llama-prefill:{spec}")
+
+
+def test_bad_options_exit_2_from_the_cli_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "offloadlab", "plan", "--workload",
+                           "llama-prefill:model=7b,gpus=3", "--machine", "a100x8", "--out",
+                           str(tmp_path / "mg.json")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "not divisible by gpus (3)" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- the tiny configuration, executed ------------------------------------------------------
+def numpy_llama(seq: int, block: int, gpus: int, batch: int) -> dict[str, np.ndarray]:
+    """The tiny LLaMA in plain NumPy (float64), whole matrices and whole sequences, written
+    from the model's definition (Touvron et al. 2023; Hugging Face's half-split rotary).  Its
+    weights are the executor's input values, assembled from the shards' vertex ids: head h's
+    rows of W_q, W_k and W_v, GPU g's columns of W_o and W_down and rows of W_gate and W_up."""
+    from offloadlab.core.workloads.llama import CONFIGS
+    from offloadlab.executor.kernels import initial_value
+    c = CONFIGS["tiny"]
+    d, heads, dh = c.dim, c.heads, c.dim // c.heads
+    hidden, per_gpu = c.ffn // gpus, heads // gpus
+
+    def w(vertex: str, *shape: int) -> np.ndarray:
+        return initial_value(vertex, shape, "float32").astype(np.float64)
+
+    def rmsnorm(x: np.ndarray, gain: np.ndarray) -> np.ndarray:
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-5) * gain
+
+    def rotary(x: np.ndarray) -> np.ndarray:
+        angle = np.arange(seq)[:, None] * 10000.0 ** (-np.arange(0, dh, 2) / dh)
+        x1, x2 = x[:, :dh // 2], x[:, dh // 2:]
+        return np.concatenate([x1 * np.cos(angle) - x2 * np.sin(angle),
+                               x2 * np.cos(angle) + x1 * np.sin(angle)], axis=1)
+
+    starts = list(range(0, seq, block))
+    nb = len(starts)
+    embed = w("embed", c.vocab, d)
+    results: dict[str, np.ndarray] = {}
+    for s in range(batch):
+        tokens = np.concatenate([initial_value(f"tokens.b{s * nb + i}",
+                                               (min(block, seq - b0),), "int32")
+                                 for i, b0 in enumerate(starts)])
+        x = embed[tokens % c.vocab]
+        for layer in range(c.layers):
+            L = f"L{layer}"
+            h = rmsnorm(x, w(f"{L}.attn_norm", d))
+            wq, wk, wv = (np.vstack([w(f"{L}.w{n}.h{i}", dh, d) for i in range(heads)])
+                          for n in "qkv")
+            q, k, v = h @ wq.T, h @ wk.T, h @ wv.T
+            out = np.empty((seq, d))
+            for i in range(heads):
+                cols = slice(i * dh, (i + 1) * dh)
+                scores = rotary(q[:, cols]) @ rotary(k[:, cols]).T / np.sqrt(dh)
+                scores[np.triu_indices(seq, 1)] = -np.inf
+                p = np.exp(scores - scores.max(axis=1, keepdims=True))
+                out[:, cols] = (p / p.sum(axis=1, keepdims=True)) @ v[:, cols]
+            wo = np.hstack([w(f"{L}.wo.g{g}", d, per_gpu * dh) for g in range(gpus)])
+            x = x + out @ wo.T
+            h = rmsnorm(x, w(f"{L}.mlp_norm", d))
+            gate = h @ np.vstack([w(f"{L}.w_gate.g{g}", hidden, d) for g in range(gpus)]).T
+            up = h @ np.vstack([w(f"{L}.w_up.g{g}", hidden, d) for g in range(gpus)]).T
+            down = np.hstack([w(f"{L}.w_down.g{g}", d, hidden) for g in range(gpus)])
+            x = x + (gate / (1 + np.exp(-gate)) * up) @ down.T
+        last = starts[-1]
+        logits = rmsnorm(x[last:], w("norm", d)) @ w("lm_head", c.vocab, d).T
+        results[f"logits.s{s}"] = logits
+        for i, b0 in enumerate(starts[:-1]):
+            results[f"L{c.layers - 1}.mlp_res.b{s * nb + i}"] = x[b0:b0 + block]
+    return results
+
+
+TINY = [
+    dict(seq=32, block=8, gpus=2, batch=1),
+    dict(seq=30, block=8, gpus=4, batch=2),      # a short last block, one head per GPU
+    dict(seq=16, block=16, gpus=1, batch=1),     # one block: the whole causal mask at once
+]
+
+
+@pytest.mark.parametrize("options", TINY, ids=lambda o: ",".join(f"{k}={v}"
+                                                                 for k, v in o.items()))
+def test_tiny_llama_executes_to_the_numpy_model_under_every_planner_and_policy(options):
+    from offloadlab.core.machine import Machine
+    from offloadlab.core.verify import verify
+    from offloadlab.core.workloads import llama_prefill
+    from offloadlab.executor import check_outputs, execute, reference_outputs
+    from offloadlab.planner import plan
+    from offloadlab.planner.buildmemgraph import min_capacity
+    graph = llama_prefill(model="tiny", **options)
+    want = numpy_llama(**options)
+    reference = reference_outputs(graph)
+    assert set(reference) == set(want)
+    for name, value in want.items():
+        np.testing.assert_allclose(reference[name], value, rtol=1e-4, atol=1e-4, err_msg=name)
+    tight = min_capacity(graph)
+    machine = Machine(gpus=options["gpus"], gpu_memory=tight + tight // 4)
+    for planner in ("buildmemgraph", "levelwise"):
+        mg = plan(graph, machine, planner)
+        verify(mg, graph, machine)
+        assert mg.count("offload") + mg.count("reload") > 0, f"{planner} never offloads"
+        for policy, seeds in (("dynamic", [0]), ("fixed", [0]), ("random", range(10))):
+            for seed in seeds:
+                result = execute(mg, machine, policy=policy, seed=seed, poison=True,
+                                 rate_limit=False)
+                assert check_outputs(result.outputs, reference) is None, (planner, policy)
+                for name, value in want.items():
+                    np.testing.assert_allclose(result.outputs[name], value, rtol=1e-4,
+                                               atol=1e-4, err_msg=f"{planner} {policy} {name}")
