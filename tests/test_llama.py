@@ -335,3 +335,43 @@ def test_tiny_llama_executes_to_the_numpy_model_under_every_planner_and_policy(o
                 for name, value in want.items():
                     np.testing.assert_allclose(result.outputs[name], value, rtol=1e-4,
                                                atol=1e-4, err_msg=f"{planner} {policy} {name}")
+
+
+# -- the prefill grid ----------------------------------------------------------------------
+def test_prefill_points_parse_and_bad_ones_are_one_error():
+    from offloadlab.core.errors import SpecError
+    from offloadlab.lab.turnip_prefill import GRID, Point, parse_points
+    assert parse_points("7b-1024,65b-32768@a100x8") == [
+        Point("7b", 1024, "p100x4"), Point("7b", 1024, "a100x8"), Point("65b", 32768, "a100x8")]
+    assert len(GRID) == 2 * 2 * 6
+    for bad in ("8b-1024", "7b-0", "7b-1k", "7b-1024@h100"):
+        with pytest.raises(SpecError, match="expected MODEL-SEQ"):
+            parse_points(bad)
+
+
+def test_reproduce_turnip_prefill_writes_a_table_and_a_plot(tmp_path, capsys):
+    from offloadlab.lab.cli import main
+    code = main(["reproduce", "turnip-prefill", "--only", "7b-2048@a100x8", "--out",
+                 str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "buildmemgraph" in out and "levelwise" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["turnip-prefill.csv",
+                                                          "turnip-prefill.png"]
+    import pandas as pd
+    table = pd.read_csv(tmp_path / "turnip-prefill.csv")
+    assert list(table["planner"]) == ["buildmemgraph", "levelwise"]
+    assert (table["ttft"] > 0).all() and (table["status"] == "ok").all()
+    # dynamic dispatch of BuildMemGraph's plan is faster than the bulk-synchronous levels
+    assert table["ttft"][0] < table["ttft"][1]
+
+
+def test_a_point_without_a_plan_is_marked_oom(monkeypatch):
+    from offloadlab.core.errors import PlanError
+    from offloadlab.lab import turnip_prefill as tp
+
+    def refuse(*args, **kw):
+        raise PlanError("vertex 'x' needs more than the GPU's memory")
+    monkeypatch.setattr("offloadlab.planner.plan", refuse)
+    rows = tp.evaluate(tp.Point("7b", 1024, "a100x8"))
+    assert [r["status"][:4] for r in rows] == ["OOM:", "OOM:"]
+    assert all(r["ttft"] != r["ttft"] for r in rows)      # NaN
