@@ -51,7 +51,8 @@ def one(model: str, seq: int, machine: str, planner: str) -> dict:
     lap("verify")
     result = simulate(mg, m)
     lap("simulate")
-    row.update(memgraph=len(mg), offloads=mg.count("offload"), ttft=result.makespan,
+    row.update(memgraph=len(mg), offloads=mg.count("offload"), loads=mg.count("load"),
+               ttft=result.makespan,
                peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return row
 
@@ -71,7 +72,7 @@ def main() -> None:
         print(json.dumps(one(model, int(seq), machine, planner)))
         return
     print(f"{'model':5} {'seq':>6} {'machine':7} {'block':>5} {'taskgraph':>9} {'memgraph':>9} "
-          f"{'offloads':>8} " + " ".join(f"{s + ' s':>10}" for s in STAGES)
+          f"{'offloads':>8} {'loads':>6} " + " ".join(f"{s + ' s':>10}" for s in STAGES)
           + f" {'TTFT s':>8} {'peak RSS':>9}")
     for machine in args.machines.split(","):
         for model in args.models.split(","):
@@ -89,7 +90,8 @@ def main() -> None:
                     continue
                 r = json.loads(out)
                 print(f"{head} {r['block']:>5} {r['taskgraph']:>9} {r['memgraph']:>9} "
-                      f"{r['offloads']:>8} " + " ".join(f"{r[s]:>10.2f}" for s in STAGES)
+                      f"{r['offloads']:>8} {r['loads']:>6} "
+                      + " ".join(f"{r[s]:>10.2f}" for s in STAGES)
                       + f" {r['ttft']:>8.2f} {r['peak_rss_mib']:>5.0f} MiB", flush=True)
 
 

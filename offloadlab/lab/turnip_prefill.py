@@ -35,7 +35,7 @@ PAPER: dict[tuple[str, int, str], float] = {}
 """The paper's prefill seconds by (model, seq, machine): none, as its Figs. 10-12 are bar
 charts without values in the text."""
 COLUMNS = ["model", "seq", "machine", "planner", "ttft", "status", "taskgraph", "memgraph",
-           "offloads", "build_s", "plan_s", "simulate_s", "paper"]
+           "offloads", "loads", "build_s", "plan_s", "simulate_s", "paper"]
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def evaluate(point: Point, planners: Iterable[str] = PLANNERS) -> list[dict]:
     for planner in planners:
         row: dict = dict(model=point.model, seq=point.seq, machine=point.machine,
                          planner=planner, ttft=math.nan, status="ok", taskgraph=len(graph),
-                         memgraph=0, offloads=0, build_s=built, plan_s=math.nan,
+                         memgraph=0, offloads=0, loads=0, build_s=built, plan_s=math.nan,
                          simulate_s=math.nan,
                          paper=PAPER.get((point.model, point.seq, point.machine), math.nan))
         start = time.perf_counter()
@@ -96,7 +96,7 @@ def evaluate(point: Point, planners: Iterable[str] = PLANNERS) -> list[dict]:
             continue
         verify(mg, graph, machine)
         row.update(plan_s=time.perf_counter() - start, memgraph=len(mg),
-                   offloads=mg.count("offload"))
+                   offloads=mg.count("offload"), loads=mg.count("load"))
         start = time.perf_counter()
         row.update(ttft=makespan(mg, machine), simulate_s=time.perf_counter() - start)
         rows.append(row)
