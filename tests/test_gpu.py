@@ -234,6 +234,14 @@ KERNEL_SHAPES = {
     "layer_backward": ((8, 6), [(8, 6), (100,), (5,)]),
     "weight_grad": ((8, 6), [(8, 6), (100,), (5,)]),
     "mix": ((8, 6), [(8, 6), (100,), (5,)]),
+    "linear": ((8, 6), [(8, 2), (8, 3), (6, 5)]),     # column shards: uses scratch
+    "swiglu": ((8, 6), [(8, 6), (8, 6)]),
+    "embedding": ((8, 6), [(8,), (16, 6)]),            # the ids are made integers below
+    "rotary": ((8, 6), [(8, 6)]),
+    "attn_scores": ((8, 6), [(8, 4), (6, 4)]),
+    "softmax_stats": ((8, 2), [(8, 8), (8, 4)]),       # the diagonal block, then one skipped
+    "causal_softmax": ((8, 8), [(8, 8), (8, 2)]),
+    "attn_values": ((8, 4), [(8, 8), (8, 2), (8, 4), (2, 4)]),
 }
 
 
@@ -243,6 +251,8 @@ def test_every_kernel_matches_numpy_and_allocates_nothing(op):
     shape, shapes = KERNEL_SHAPES[op]
     rng = np.random.default_rng(0)
     args = [rng.uniform(-1, 1, s).astype(np.float32) for s in shapes]
+    if op == "embedding":
+        args[0] = (args[0] * 20).astype(np.int32)
     k = kernels.KERNELS[op]
     expected = np.empty(shape, np.float32)
     k.fn(np, expected, args, np.empty(k.scratch(expected, args), np.uint8))

@@ -22,17 +22,18 @@ from dataclasses import dataclass
 from .devices import HOST
 from .machine import Machine
 from .memgraph import MemGraph, MemVertex
+from .ops import touched_bytes
 from .taskgraph import TaskGraph
 
 
 def durations(memgraph: MemGraph, machine: Machine,
               vertices: Sequence[MemVertex] | None = None) -> list[float]:
     """Seconds each vertex (of ``vertices``, default the MemGraph's) takes alone; a kernel
-    touches its output and its inputs' bytes."""
+    touches its output and its inputs' bytes (:func:`~offloadlab.core.ops.touched_bytes`)."""
     vertices = list(memgraph) if vertices is None else vertices
     sizes = {v.id: v.bytes for v in memgraph}
     return [machine.duration(v.kind, v.device, v.bytes, v.flops,
-                             v.bytes + sum([sizes[u] for u in v.inputs])
+                             touched_bytes(v.op, v.bytes, [sizes[u] for u in v.inputs])
                              if v.kind == "compute" else 0, v.time, v.op)
             for v in vertices]
 

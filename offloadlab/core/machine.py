@@ -100,7 +100,7 @@ class Machine:
                 return flops / self.cpu_flops
             if self.op_rates and op is not None:
                 for name, written, read in self.op_rates:
-                    if name == op:
+                    if name == op.partition(":")[0]:
                         return self.kernel_latency + nbytes / written + (touched - nbytes) / read
             return self.kernel_latency + max(flops / self.gpu_flops,
                                              touched / self.gpu_mem_bandwidth)

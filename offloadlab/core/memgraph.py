@@ -19,7 +19,7 @@ from . import nodelink
 from .checks import INF, MAX_COUNT, edge_ends, ids, number, short, strings, vertex_id
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
-from .ops import DTYPES, OPS
+from .ops import DTYPES, OPS, op_problem
 from .taskgraph import KINDS, TaskGraph
 from .taskgraph import device_problem as task_device_problem
 from .util import no_gc
@@ -255,8 +255,9 @@ def _read_vertex(n: object, where: str, devices: dict[tuple[str, str], str | Non
             and (op is None or type(op) is str) and type(dtype) is str):
         strings(n, f"{where}: vertex {nid!r}", ("task", "of", "op", "dtype"))
     if kind == "compute" and op not in OPS:
-        raise GraphError(f"{where}: vertex {nid!r}: unknown op {op!r}; known ops: "
-                         f"{', '.join(OPS)}")
+        problem = op_problem(op)
+        if problem is not None:
+            raise GraphError(f"{where}: vertex {nid!r}: {problem}")
     if dtype not in DTYPES:
         raise GraphError(f"{where}: vertex {nid!r}: unknown dtype {dtype!r}; known: "
                          f"{', '.join(DTYPES)}")

@@ -25,7 +25,7 @@ from .checks import (
 )
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
-from .ops import DTYPES, OPS
+from .ops import DTYPES, OPS, op_problem
 from .util import no_gc
 
 KINDS = ("input", "compute", "transfer")
@@ -182,8 +182,9 @@ class TaskGraph:
                 continue
             if kind == "compute":
                 if type(t.op) is not str or t.op not in OPS:
-                    raise GraphError(f"vertex {t.id!r}: unknown op {short(t.op)}; known ops: "
-                                     f"{', '.join(OPS)}")
+                    problem = op_problem(t.op)
+                    if problem is not None:
+                        raise GraphError(f"vertex {t.id!r}: {problem}")
                 gpu = None if device == CPU else device
             else:
                 gpu = device.partition("->")[0]

@@ -28,7 +28,7 @@ from ..core.devices import CPU, is_gpu
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.ops import DTYPES, UPDATE_OPS
+from ..core.ops import DTYPES, UPDATE_OPS, touched_bytes
 from ..core.taskgraph import Task, TaskGraph
 from .buildmemgraph import BuildMemGraph
 from .registry import Hooks, Options, option, register
@@ -92,7 +92,7 @@ def _backward(graph: TaskGraph) -> list[str]:
 
 
 def _seconds(graph: TaskGraph, machine: Machine, t: Task) -> float:
-    touched = t.bytes + sum(graph[u].bytes for u in t.inputs)
+    touched = touched_bytes(t.op, t.bytes, [graph[u].bytes for u in t.inputs])
     return machine.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op)
 
 

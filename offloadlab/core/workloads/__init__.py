@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ..errors import SpecError
 from ..spec import apply_options, parse_spec
 from ..taskgraph import TaskGraph
+from .llama import llama_prefill
 from .matmul_chain import matmul_chain
 from .models import model
 from .random_dag import random_dag
@@ -22,6 +23,7 @@ WORKLOADS: dict[str, Callable[..., TaskGraph]] = {
     "gpt2-train": gpt2_train,
     "bert-train": bert_train,
     "model": model,
+    "llama-prefill": llama_prefill,
 }
 
 
@@ -43,4 +45,5 @@ def build_workload(spec: str) -> TaskGraph:
 
 
 __all__ = ["WORKLOADS", "TrainingChain", "build_workload", "workload_options", "matmul_chain",
-           "random_dag", "tp_matmul", "training_chain", "gpt2_train", "bert_train", "model"]
+           "random_dag", "tp_matmul", "training_chain", "gpt2_train", "bert_train", "model",
+           "llama_prefill"]

@@ -1,0 +1,99 @@
+"""Seconds to build, plan, verify and simulate LLaMA prefill at the papers' sizes (issue 19).
+
+    python bench/bench_prefill.py                          # the README's table (a100x8)
+    python bench/bench_prefill.py --machines p100x4 --seqs 1024,32768 --models 65b
+
+Each point runs in a fresh process: ``llama-prefill:model=M,seq=S,gpus=G`` (G the machine's
+GPUs, the default ``block``) is built, planned with ``--planner`` (``buildmemgraph``) on the
+machine preset, verified and simulated (``dynamic``); the row gives each stage's seconds, the
+TaskGraph's and MemGraph's vertices, the offloads, the simulated time to first token and the
+process's peak resident memory.  A plan that cannot fit prints ``no plan`` and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's offloadlab
+STAGES = ("build", "plan", "verify", "simulate")
+
+
+def one(model: str, seq: int, machine: str, planner: str) -> dict:
+    """Every stage once in this process: a row."""
+    from offloadlab.core.machine import machine_from_spec
+    from offloadlab.core.verify import verify
+    from offloadlab.core.workloads import build_workload
+    from offloadlab.planner import plan
+    from offloadlab.simulator import simulate
+
+    m = machine_from_spec(machine)
+    row: dict = dict(model=model, seq=seq, machine=machine, planner=planner)
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        row[stage] = now - clock
+        clock = now
+
+    graph = build_workload(f"llama-prefill:model={model},seq={seq},gpus={m.gpus}")
+    lap("build")
+    row.update(taskgraph=len(graph), block=graph.meta["block"])
+    mg = plan(graph, m, planner)
+    lap("plan")
+    verify(mg, graph, m)
+    lap("verify")
+    result = simulate(mg, m)
+    lap("simulate")
+    row.update(memgraph=len(mg), offloads=mg.count("offload"), loads=mg.count("load"),
+               ttft=result.makespan,
+               peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="7b,65b")
+    p.add_argument("--seqs", default="1024,4096,16384,32768")
+    p.add_argument("--machines", default="a100x8")
+    p.add_argument("--planner", default="buildmemgraph")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per process (600)")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        model, seq, machine, planner = args.one.split("|")
+        print(json.dumps(one(model, int(seq), machine, planner)))
+        return
+    print(f"{'model':5} {'seq':>6} {'machine':7} {'block':>5} {'taskgraph':>9} {'memgraph':>9} "
+          f"{'offloads':>8} {'loads':>6} " + " ".join(f"{s + ' s':>10}" for s in STAGES)
+          + f" {'TTFT s':>8} {'peak RSS':>9}")
+    for machine in args.machines.split(","):
+        for model in args.models.split(","):
+            for seq in args.seqs.split(","):
+                head = f"{model:5} {seq:>6} {machine:7}"
+                cmd = [sys.executable, __file__, "--one", f"{model}|{seq}|{machine}|{args.planner}"]
+                try:
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                         timeout=args.timeout).stdout
+                except subprocess.TimeoutExpired:
+                    print(f"{head} timed out after {args.timeout:.0f} s", flush=True)
+                    continue
+                except subprocess.CalledProcessError as exc:
+                    print(f"{head} no plan: {exc.stderr.strip().splitlines()[-1]}", flush=True)
+                    continue
+                r = json.loads(out)
+                print(f"{head} {r['block']:>5} {r['taskgraph']:>9} {r['memgraph']:>9} "
+                      f"{r['offloads']:>8} {r['loads']:>6} "
+                      + " ".join(f"{r[s]:>10.2f}" for s in STAGES)
+                      + f" {r['ttft']:>8.2f} {r['peak_rss_mib']:>5.0f} MiB", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""LLaMA prefill (first-token inference), the workload of TURNIP's experiments (Sec. 8, Figs.
+10-12): a LLaMA decoder (Touvron et al. 2023) run over a prompt, tensor-parallel over ``gpus``
+as in Megatron-LM (heads and the MLP's hidden dimension split across GPUs), with attention cut
+into query/key blocks of ``block`` tokens.
+
+The residual stream is cut into row blocks of ``block`` tokens, row block ``r`` owned by GPU
+``r % gpus``.  Per layer and row block:
+
+- each GPU projects the normalised block onto Q, K and V of each of its heads (``linear``,
+  ``x W^T``), rotates Q and K by their positions (``rotary:offset=...``);
+- per head, against each key block at or before it (blocks above the diagonal are skipped):
+  scores ``Q K^T / sqrt(dh)`` (``attn_scores``), the causal softmax's row statistics over the
+  key blocks (``softmax_stats``), each block's masked probabilities (``causal_softmax``, its
+  offsets in the op's name), and ``sum_j P_j V_j`` (``attn_values``);
+- each GPU multiplies its heads' outputs by its columns of ``W_o``: a partial sum of the row
+  block; the all-reduce is a reduce-scatter and an all-gather by row blocks, as transfer
+  vertices and adds: the owner receives the other GPUs' partials and adds them to the
+  residual (``add``), normalises (``rmsnorm``), and sends the result to every other GPU;
+- the SwiGLU MLP likewise: gate and up projections of each GPU's slice of the hidden
+  dimension, ``swiglu``, the down projection's partial sums, reduced on the owner.
+
+Weights live in host RAM (``input`` vertices at home ``host``), one per head for Q, K and V
+and one per GPU for ``W_o`` and the MLP, each added just before its first reader.  The graph's
+outputs are the logits of each sequence's last row block (the first token is the last row's
+argmax) and the final hidden states of the other row blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..devices import gpu_name
+from ..errors import SpecError
+from ..ops import DTYPES, op_call, op_flops
+from ..taskgraph import TaskGraph
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """A LLaMA architecture (Touvron et al. 2023, Table 2; vocabulary 32000)."""
+
+    layers: int
+    dim: int
+    heads: int
+    ffn: int
+    vocab: int = 32000
+    dtype: str = "float16"
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+
+CONFIGS: dict[str, LlamaConfig] = {
+    "7b": LlamaConfig(layers=32, dim=4096, heads=32, ffn=11008),
+    "13b": LlamaConfig(layers=40, dim=5120, heads=40, ffn=13824),
+    "65b": LlamaConfig(layers=80, dim=8192, heads=64, ffn=22016),
+    "tiny": LlamaConfig(layers=2, dim=64, heads=4, ffn=172, vocab=128, dtype="float32"),
+}
+FLOATS = ("float16", "float32", "float64")
+DEFAULT_BLOCK = 8192
+"""Query/key block in tokens: one head's score block is then at most 128 MiB in float16, and
+65B at 32K tokens on 8 GPUs is a graph of about 280k vertices (README, Workloads)."""
+
+
+def llama_prefill(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: int = 1,
+                  block: int = DEFAULT_BLOCK, dtype: str = "") -> TaskGraph:
+    """First-token inference of LLaMA ``model`` (``7b``, ``13b``, ``65b`` or ``tiny``: 2 layers,
+    dim 64, 4 heads, ffn 172, vocabulary 128) on ``batch`` prompts of ``seq`` tokens,
+    tensor-parallel over ``gpus``, attention in query/key blocks of ``block`` tokens;
+    ``dtype`` defaults to float16 (float32 for ``tiny``)."""
+    config = CONFIGS.get(model)
+    if config is None:
+        raise SpecError(f"llama-prefill: unknown model {model!r}; known: {', '.join(CONFIGS)}")
+    for key, value in dict(seq=seq, batch=batch, gpus=gpus, block=block).items():
+        if type(value) is not int or value <= 0:
+            raise SpecError(f"llama-prefill: {key} must be a positive integer, got {value!r}")
+    for key, size in (("heads", config.heads), ("ffn", config.ffn)):
+        if size % gpus:
+            raise SpecError(f"llama-prefill: {model} has {key} {size}, not divisible by gpus "
+                            f"({gpus})")
+    dtype = dtype or config.dtype
+    if dtype not in FLOATS:
+        raise SpecError(f"llama-prefill: dtype must be one of {', '.join(FLOATS)}, got "
+                        f"{dtype!r}")
+    return _Builder(config, model, seq, batch, gpus, min(block, seq), dtype).build()
+
+
+class _Builder:
+    """Adds the vertices in the order they would run (the planners' serial order): layer by
+    layer, row block by row block."""
+
+    def __init__(self, config: LlamaConfig, model: str, seq: int, batch: int, gpus: int,
+                 block: int, dtype: str) -> None:
+        self.c, self.gpus, self.dtype = config, gpus, dtype
+        self.stats_dtype = "float64" if dtype == "float64" else "float32"
+        self.starts = list(range(0, seq, block))
+        self.sizes = [min(block, seq - s) for s in self.starts]
+        self.batch = batch
+        self.g = TaskGraph(name=f"llama-prefill-{model}", meta=dict(
+            model=model, seq=seq, batch=batch, gpus=gpus, block=block, dtype=dtype,
+            layers=config.layers, dim=config.dim, heads=config.heads, ffn=config.ffn,
+            vocab=config.vocab))
+        self.shapes: dict[str, Shape] = {}
+
+    # -- vertices ---------------------------------------------------------------------
+    def weight(self, id: str, shape: Shape, dtype: str | None = None) -> str:
+        """A host-resident input, added on first use."""
+        if id not in self.g.tasks:
+            dtype = dtype or self.dtype
+            self.g.add_input(id, math.prod(shape) * DTYPES[dtype], shape=shape, dtype=dtype)
+            self.shapes[id] = shape
+        return id
+
+    def compute(self, id: str, op: str, inputs: list[str], gpu: int, shape: Shape,
+                dtype: str | None = None) -> str:
+        dtype = dtype or self.dtype
+        flops = op_flops(op, shape, [self.shapes[u] for u in inputs])
+        self.g.add_compute(id, op, inputs, gpu_name(gpu), math.prod(shape) * DTYPES[dtype],
+                           flops=flops, shape=shape, dtype=dtype)
+        self.shapes[id] = shape
+        return id
+
+    def gather(self, source: str, owner: int) -> list[str]:
+        """``source`` (on ``owner``) on every GPU: itself there, a transfer elsewhere."""
+        return [source if g == owner else self.send(source, g) for g in range(self.gpus)]
+
+    def send(self, source: str, gpu: int) -> str:
+        """A transfer vertex copying ``source`` to ``gpu``."""
+        t = self.g.add_transfer(f"{source}>gpu{gpu}", source, gpu_name(gpu))
+        self.shapes[t.id] = self.shapes[source]
+        return t.id
+
+    def reduce(self, id: str, residual: str, partials: list[str], owner: int) -> str:
+        """``residual + sum(partials)`` on ``owner``, the other GPUs' partials sent there."""
+        inputs = [residual]
+        for g, p in enumerate(partials):
+            inputs.append(p if g == owner else self.send(p, owner))
+        return self.compute(id, "add", inputs, owner, self.shapes[residual])
+
+    # -- the model --------------------------------------------------------------------
+    def build(self) -> TaskGraph:
+        c, nb = self.c, len(self.starts)
+        rows = [(s, i) for s in range(self.batch) for i in range(nb)]
+        x: dict[int, str] = {}            # row block -> residual stream, on its owner
+        xn: dict[int, list[str]] = {}     # row block -> normalised input, per GPU
+        for r, (_, i) in enumerate(rows):
+            owner = r % self.gpus
+            ids = self.weight(f"tokens.b{r}", (self.sizes[i],), "int32")
+            x[r] = self.compute(f"embed.b{r}", "embedding",
+                                [ids, self.weight("embed", (c.vocab, c.dim))], owner,
+                                (self.sizes[i], c.dim))
+            xn[r] = self.norm(f"L0.attn_in.b{r}", x[r], "L0.attn_norm", owner)
+        for layer in range(c.layers):
+            keys: dict[tuple[int, int], tuple[str, str]] = {}   # (head, row) -> K, V
+            for r, (s, i) in enumerate(rows):
+                owner = r % self.gpus
+                partials = [self.attention(layer, r, s, i, g, xn[r][g], keys)
+                            for g in range(self.gpus)]
+                x[r] = self.reduce(f"L{layer}.attn_res.b{r}", x[r], partials, owner)
+                h = self.norm(f"L{layer}.mlp_in.b{r}", x[r], f"L{layer}.mlp_norm", owner)
+                partials = [self.mlp(layer, r, g, h[g]) for g in range(self.gpus)]
+                x[r] = self.reduce(f"L{layer}.mlp_res.b{r}", x[r], partials, owner)
+                if layer + 1 < c.layers:
+                    xn[r] = self.norm(f"L{layer + 1}.attn_in.b{r}", x[r],
+                                      f"L{layer + 1}.attn_norm", owner)
+                elif i == nb - 1:
+                    final = self.compute(f"final_norm.b{r}", "rmsnorm",
+                                         [x[r], self.weight("norm", (c.dim,))], owner,
+                                         self.shapes[x[r]])
+                    self.compute(f"logits.s{s}", "linear",
+                                 [final, self.weight("lm_head", (c.vocab, c.dim))], owner,
+                                 (self.sizes[i], c.vocab))
+        return self.g
+
+    def norm(self, id: str, x: str, gain: str, owner: int) -> list[str]:
+        """RMSNorm of ``x`` on its owner, then on every GPU."""
+        y = self.compute(id, "rmsnorm", [x, self.weight(gain, (self.c.dim,))], owner,
+                         self.shapes[x])
+        return self.gather(y, owner)
+
+    def attention(self, layer: int, r: int, s: int, i: int, g: int, xn: str,
+                  keys: dict[tuple[int, int], tuple[str, str]]) -> str:
+        """GPU ``g``'s heads on row block ``r`` (block ``i`` of sequence ``s``): their
+        projections, blocked causal attention, and the partial output projection."""
+        c, nb = self.c, len(self.starts)
+        dh, per_gpu = c.head_dim, c.heads // self.gpus
+        rows, q0 = self.sizes[i], self.starts[i]
+        L = f"L{layer}"
+        heads = range(g * per_gpu, (g + 1) * per_gpu)
+        queries = {}
+        for h in heads:
+            proj = {}
+            for name in ("q", "k", "v"):
+                w = self.weight(f"{L}.w{name}.h{h}", (dh, c.dim))
+                proj[name] = self.compute(f"{L}.{name}.h{h}.b{r}", "linear", [xn, w], g,
+                                          (rows, dh))
+            rope = op_call("rotary", offset=q0)
+            queries[h] = self.compute(f"{L}.qr.h{h}.b{r}", rope, [proj["q"]], g, (rows, dh))
+            kr = self.compute(f"{L}.kr.h{h}.b{r}", rope, [proj["k"]], g, (rows, dh))
+            keys[h, r] = (kr, proj["v"])
+        outs = []
+        for h in heads:
+            blocks = [(j, s * nb + j) for j in range(i + 1)]     # (key block, its row)
+            scores = [self.compute(f"{L}.S.h{h}.b{r}.k{kb}", "attn_scores",
+                                   [queries[h], keys[h, kb][0]], g, (rows, self.sizes[j]))
+                      for j, kb in blocks]
+            stats = self.compute(f"{L}.stats.h{h}.b{r}", op_call("softmax_stats", q0=q0),
+                                 scores, g, (rows, 2), self.stats_dtype)
+            probs = [self.compute(f"{L}.P.h{h}.b{r}.k{kb}",
+                                  op_call("causal_softmax", q0=q0, k0=self.starts[j]),
+                                  [score, stats], g, (rows, self.sizes[j]))
+                     for (j, kb), score in zip(blocks, scores)]
+            outs.append(self.compute(f"{L}.O.h{h}.b{r}", "attn_values",
+                                     probs + [keys[h, kb][1] for _, kb in blocks], g,
+                                     (rows, dh)))
+        wo = self.weight(f"{L}.wo.g{g}", (c.dim, per_gpu * dh))
+        return self.compute(f"{L}.attn_out.g{g}.b{r}", "linear", [*outs, wo], g,
+                            (rows, c.dim))
+
+    def mlp(self, layer: int, r: int, g: int, xn: str) -> str:
+        """GPU ``g``'s slice of the SwiGLU MLP on row block ``r``: a partial sum."""
+        c, L = self.c, f"L{layer}"
+        hidden = c.ffn // self.gpus
+        rows = self.shapes[xn][0]
+        gate = self.compute(f"{L}.gate.g{g}.b{r}", "linear",
+                            [xn, self.weight(f"{L}.w_gate.g{g}", (hidden, c.dim))], g,
+                            (rows, hidden))
+        up = self.compute(f"{L}.up.g{g}.b{r}", "linear",
+                          [xn, self.weight(f"{L}.w_up.g{g}", (hidden, c.dim))], g,
+                          (rows, hidden))
+        act = self.compute(f"{L}.swiglu.g{g}.b{r}", "swiglu", [gate, up], g, (rows, hidden))
+        return self.compute(f"{L}.mlp_out.g{g}.b{r}", "linear",
+                            [act, self.weight(f"{L}.w_down.g{g}", (c.dim, hidden))], g,
+                            (rows, c.dim))
