@@ -3,9 +3,10 @@ planner's MemGraph computes the reference under every dispatch policy with poiso
 device memory is allocated after start-up; the measured trace respects the edges; a plan with
 tensors at offsets a CUDA kernel cannot load from is refused, naming the vertex.
 
-The training workloads' flat tensors have arbitrary byte sizes, so the planners pack float32
-tensors at offsets that are not multiples of 4; :func:`_aligned` rounds every size up to whole
-elements, which makes every offset aligned, for the cases that must compute the reference.
+Flat tensors may have any byte size (a training chain's activation of 100001 bytes), and the
+planners then pack float32 tensors at offsets that are not multiples of 4; :func:`_aligned`
+rounds every size up to whole elements, which makes every offset aligned, for the cases that
+must compute the reference (the built-in workloads are aligned already).
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ except ExecutionError as exc:
 
 
 @pytest.mark.parametrize("workload,machine", [
-    (f"training-chain:{CHAIN}", "v100:gpu_memory=1600KB"),
-], ids=["training-chain"])
+    ("training-chain:" + CHAIN.replace("a=100KB;", "a=100001;"), "v100:gpu_memory=1600KB"),
+], ids=["training-chain-odd-activation"])
 def test_unaligned_offsets_are_refused_naming_the_vertex(workload, machine):
     """A CUDA kernel faults on a misaligned load (cudaErrorMisalignedAddress), and the fault
     ends the process's CUDA context: the plan must be refused before any kernel runs.  Run in

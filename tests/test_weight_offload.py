@@ -46,7 +46,7 @@ def planners():
 
 def reserved(chain: TrainingChain, iterations: int) -> int:
     """The other iterations' batches an unrolled TaskGraph holds on the GPU."""
-    return iterations * max(chain.a0, 1) - chain.a0
+    return iterations * chain.batch - chain.a0
 
 
 def tightest(chain: TrainingChain, iterations: int) -> int:

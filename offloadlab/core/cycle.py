@@ -93,6 +93,12 @@ class TrainingChain:
         return self.uB[i - 1] if kind == "B" else self.uF[i - 1]
 
     # -- memory (eq. 1) -----------------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        """The bytes the unrolled TaskGraph gives a^0 and δ^0: |a^0|, or one float32 element
+        where the model has 0 (a tensor must exist; 4 bytes keep what follows it aligned)."""
+        return max(self.a0, 4)
+
     def activations_upto(self, i: int) -> int:
         """Σ_{k<=i} |a^k|, k from 0."""
         return self.a0 + sum(self.a[:i])
@@ -164,7 +170,7 @@ class TrainingChain:
         for i in range(1, self.L + 1):
             g.add_input(v("w", i, 0), self.w[i - 1])
         for t in range(1, iterations + 1):
-            g.add_input(self.activation(0, t), max(self.a0, 1), home=gpu)
+            g.add_input(self.activation(0, t), self.batch, home=gpu)
             for i in range(1, self.L + 1):
                 g.add_compute(v("F", i, t), "layer_forward",
                               [self.activation(i - 1, t), v("w", i, t - 1)], gpu, self.a[i - 1],
@@ -174,7 +180,7 @@ class TrainingChain:
                 g.add_compute(v("G", i, t), "weight_grad", [self.activation(i - 1, t), delta],
                               gpu, self.w[i - 1], time=half)
                 g.add_compute(v("B", i, t), "layer_backward", [delta, v("w", i, t - 1)], gpu,
-                              max(self.a[i - 2] if i > 1 else self.a0, 1), time=half)
+                              max(self.a[i - 2], 1) if i > 1 else self.batch, time=half)
                 g.add_compute(v("w", i, t), "adam_update", [v("w", i, t - 1), v("G", i, t)],
                               gpu, self.w[i - 1], time=0.0)
         return g

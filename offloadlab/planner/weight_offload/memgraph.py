@@ -7,7 +7,8 @@ host RAM (``load`` vertices) into the blocks they have during the cycle's forwar
 
 Vertices are named by the chain (``TrainingChain.vertex``), as the builder names them.
 Locations (see :mod:`.schedule`): the batches a^0 at the bottom, the t-th at
-``(t-1)·max(|a^0|, 1)`` (``B_1``'s δ^0 then overwrites it); ``F_i`` in activation slot i of
+``(t-1)·batch`` (:attr:`~offloadlab.core.cycle.TrainingChain.batch`; ``B_1``'s δ^0 then
+overwrites it); ``F_i`` in activation slot i of
 ``TrainingChain.stack``, ``B_i`` (δ^{i-1}) in slot i-1 over a^{i-1}, ``G_i`` on top of slot i;
 a prefetch in its block; the update ``w_i`` in place of the copy it reads.
 
@@ -47,7 +48,7 @@ class Emitter:
         self.g, self.s = graph, schedule
         chain = self.chain = schedule.chain
         self.T = graph.meta.get("iterations", 0)
-        self.batch = max(chain.a0, 1)
+        self.batch = chain.batch
         if schedule.base != self.T * self.batch:
             raise PlanError(f"the schedule reserves {schedule.base} bytes for batches, the "
                             f"TaskGraph's {self.T} iterations need {self.T * self.batch}")

@@ -94,7 +94,7 @@ def plan_training(planner: str, graph: TaskGraph, machine: Machine, **options) -
     recording the schedule's ``analytic_iteration_time``, ``selection`` and ``cut``."""
     chain = training_chain(graph)
     iterations = graph.meta.get("iterations", 0)
-    reserved = iterations * max(chain.a0, 1) - chain.a0
+    reserved = iterations * chain.batch - chain.a0
     schedule = schedule_for(planner, chain, machine, reserved=reserved, **options)
     mg = to_memgraph(graph, schedule)
     mg.graph.update(analytic_iteration_time=schedule.iteration_time,
