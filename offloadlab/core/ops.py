@@ -55,6 +55,26 @@ def _attn_values(out: Shape, ins: Sequence[Shape]) -> float:
     return 2.0 * _numel(out) * sum(s[-1] for s in ins[:half]) + (half - 1) * _numel(out)
 
 
+def _pairs_tn(out: Shape, ins: Sequence[Shape]) -> float:
+    """``sum_i A_i^T B_i``: ``2 rows_i`` per output element for each pair, plus the sums."""
+    half = len(ins) // 2
+    return 2.0 * _numel(out) * sum(s[0] for s in ins[:half]) + (half - 1) * _numel(out)
+
+
+def _scaled(fn: FlopsFn) -> FlopsFn:
+    """``fn`` and one more per output element (a scale)."""
+    return lambda out, ins: fn(out, ins) + _numel(out)
+
+
+def _lora_linear(out: Shape, ins: Sequence[Shape]) -> float:
+    """``x W^T + u B^T``: two matmuls and their sum."""
+    return 2.0 * _numel(out) * (ins[0][-1] + ins[2][-1]) + _numel(out)
+
+
+def _per_input_element(per: float) -> FlopsFn:
+    return lambda out, ins: per * _numel(ins[0])
+
+
 def _stats(out: Shape, ins: Sequence[Shape]) -> float:
     """Row maximum, subtract, exp and sum: 4 per score."""
     return 4.0 * sum(_numel(s) for s in ins)
@@ -66,6 +86,13 @@ RMSNORM_FLOPS = 4.0     # square, sum, divide by the root, gain
 ROTARY_FLOPS = 3.0      # x cos, rotate_half(x) sin, add (the angles are per row, not counted)
 SILU_FLOPS = 4.0        # negate, exp, add 1, divide
 SWIGLU_FLOPS = SILU_FLOPS + 1.0
+RMSNORM_BACKWARD_FLOPS = 8.0    # the root again (2), g dy (1), its dot with x (2), combine (3)
+SWIGLU_DGATE_FLOPS = 10.0       # sigmoid (4), dy up, 1 - s, g (1 - s), + 1, two products
+SOFTMAX_BACKWARD_FLOPS = 2.0    # P (dP - delta)
+ADAM_FLOPS = 12.0               # two moment updates, bias corrections, root, division, step
+SGD_FLOPS = 2.0                 # scaled subtraction
+CROSS_ENTROPY_FLOPS = STATS_FLOPS                       # log-sum-exp per logit
+CROSS_ENTROPY_BACKWARD_FLOPS = STATS_FLOPS + SOFTMAX_FLOPS + 1.0   # softmax, / tokens
 
 
 @dataclass(frozen=True)
@@ -114,8 +141,45 @@ OPS: dict[str, Op] = {
                          params=(("q0", 0), ("k0", 0)), flops=_elementwise(SOFTMAX_FLOPS)),
     "attn_values": Op("sum_j P_j V_j for one head: inputs P_0..P_n-1 then V_0..V_n-1",
                       flops=_attn_values),
-    "adam_update": Op("one Adam step on a weight from its gradient, fresh moments"),
-    "sgd_update": Op("one SGD step on a weight from its gradient"),
+    # backward ops (LoRA training, llama-lora-train): frozen weights get no gradient
+    "lora_linear": Op("x W^T + u B^T (inputs x, W, u, B): a frozen linear layer with its "
+                      "LoRA adapter (Hu et al. 2021), u = x A^T computed beforehand",
+                      flops=_lora_linear),
+    "linear_dx": Op("sum_i dY_i W_i[:, col0:col0+n] (inputs dY_0..dY_n-1 then W_0..W_n-1, n "
+                    "the output's columns): the input gradient of x W^T (summed over the "
+                    "layers that read x)", params=(("col0", 0),), flops=_attn_values),
+    "linear_dw": Op("sum_i dY_i^T X_i (inputs dY_0..dY_n-1 then X_0..X_n-1): the weight "
+                    "gradient of x W^T, summed over row blocks", flops=_pairs_tn),
+    "rmsnorm_backward": Op("dx of RMSNorm from x, the gain and dy (inputs x, g, dy); the gain "
+                           "frozen", flops=_elementwise(RMSNORM_BACKWARD_FLOPS)),
+    "swiglu_dgate": Op("d gate of silu(gate) * up (inputs gate, up, dy)",
+                       flops=_elementwise(SWIGLU_DGATE_FLOPS)),
+    "swiglu_dup": Op("d up of silu(gate) * up (inputs gate, up, dy): silu(gate) dy",
+                     flops=_elementwise(SWIGLU_FLOPS)),
+    "rotary_backward": Op("the gradient through rotary:offset=..: the inverse rotation of dy",
+                          params=(("offset", 0),), flops=_elementwise(ROTARY_FLOPS)),
+    "attn_dprobs": Op("dP = dO V^T for one head, a query block against a key block",
+                      flops=lambda out, ins: 2.0 * ins[0][-1] * _numel(out)),
+    "attn_delta": Op("rowsum(dO * O) for one head and query block, (rows, 1): the softmax "
+                     "backward's correction term", flops=_per_input_element(2.0)),
+    "softmax_backward": Op("dS = P (dP - delta) for a key block (inputs P, dP, delta); zero "
+                           "where P is masked", flops=_elementwise(SOFTMAX_BACKWARD_FLOPS)),
+    "attn_dq": Op("dQ = sum_j dS_j K_j / sqrt(dh) (inputs dS_0.. then K_0..)",
+                  flops=_scaled(_attn_values)),
+    "attn_dk": Op("dK = sum_i dS_i^T Q_i / sqrt(dh) over the query blocks at or after the "
+                  "key block (inputs dS_0.. then Q_0..)", flops=_scaled(_pairs_tn)),
+    "attn_dv": Op("dV = sum_i P_i^T dO_i over the query blocks (inputs P_0.. then dO_0..)",
+                  flops=_pairs_tn),
+    "cross_entropy": Op("sum over rows of logsumexp(logits) - logits[label] / tokens (inputs "
+                        "logits, int labels taken modulo the vocabulary), shape (1,)",
+                        params=(("tokens", 1),),
+                        flops=_per_input_element(CROSS_ENTROPY_FLOPS)),
+    "cross_entropy_backward": Op("d logits of cross_entropy: (softmax(logits) - onehot(label)) "
+                                 "/ tokens", params=(("tokens", 1),),
+                                 flops=_elementwise(CROSS_ENTROPY_BACKWARD_FLOPS)),
+    "adam_update": Op("one Adam step on a weight from its gradient, fresh moments",
+                      flops=_elementwise(ADAM_FLOPS)),
+    "sgd_update": Op("one SGD step on a weight from its gradient", flops=_elementwise(SGD_FLOPS)),
     "copy": Op("identity", flops=_elementwise(0.0)),
     "layer_forward": Op("a sequential layer's forward a(i) = f(a(i-1); w) (Beaumont et al. "
                         "Sec. 3)"),
@@ -125,7 +189,7 @@ OPS: dict[str, Op] = {
               "written into an output of the vertex's size"),
 }
 
-UPDATE_OPS: dict[str, float] = {"adam_update": 12.0, "sgd_update": 2.0}
+UPDATE_OPS: dict[str, float] = {"adam_update": ADAM_FLOPS, "sgd_update": SGD_FLOPS}
 """Optimizer updates, which a planner may run on the CPU instead of the vertex's GPU
 (CoTrain), with their flop per element there: Adam's two moment updates, bias corrections,
 square root, division and step; SGD's scaled subtraction."""

@@ -523,6 +523,245 @@ def attn_values(xp, out, args, scratch) -> None:
         xp.add(out, partial, out=out)
 
 
+# -- backward (LoRA training) -----------------------------------------------------------------
+def _pairs(op: str, args: Sequence[Array]) -> int:
+    n = len(args) // 2
+    if not n or len(args) % 2 or any(a.ndim != 2 for a in args):
+        raise KernelError(f"{op} takes 2-D gradient blocks then as many 2-D operands, got "
+                          f"{[a.shape for a in args]}")
+    return n
+
+
+def lora_linear(xp, out, args, scratch) -> None:
+    """``x W^T + u B^T`` (a frozen linear layer and its LoRA adapter, ``u = x A^T``)."""
+    if len(args) != 4:
+        raise KernelError(f"lora_linear takes x, W, u and B, got {len(args)} inputs")
+    x, w, u, b = args
+    if any(a.ndim != 2 for a in args) or x.shape[1] != w.shape[1] or u.shape[1] != b.shape[1] \
+            or out.shape != (x.shape[0], w.shape[0]) or (u.shape[0], b.shape[0]) != out.shape:
+        raise KernelError(f"lora_linear: {x.shape} x {w.shape}^T + {u.shape} x {b.shape}^T do "
+                          f"not give {out.shape}")
+    xp.matmul(x, w.T, out=out)
+    partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape)
+    xp.matmul(u, b.T, out=partial)
+    xp.add(out, partial, out=out)
+
+
+def linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
+    """``sum_i dY_i W_i[:, col0:col0 + n]``: the input gradient of ``x W^T``."""
+    n = _pairs("linear_dx", args)
+    cols = out.shape[1]
+    ws = [w[:, col0:col0 + cols] for w in args[n:]]
+    attn_values(xp, out, [*args[:n], *ws], scratch)
+
+
+def linear_dw(xp, out, args, scratch) -> None:
+    """``sum_i dY_i^T X_i``: the weight gradient of ``x W^T`` over row blocks."""
+    n = _pairs("linear_dw", args)
+    for dy, x in zip(args[:n], args[n:]):
+        if dy.shape[0] != x.shape[0] or (dy.shape[1], x.shape[1]) != out.shape:
+            raise KernelError(f"linear_dw: {dy.shape}^T x {x.shape} do not give {out.shape}")
+    partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape) if n > 1 else None
+    xp.matmul(args[0].T, args[n], out=out)
+    for dy, x in zip(args[1:n], args[n + 1:]):
+        xp.matmul(dy.T, x, out=partial)
+        xp.add(out, partial, out=out)
+
+
+def rmsnorm_backward(xp, out, args, scratch) -> None:
+    """``dx = (g dy) / r - x sum(g dy x) / (n r^3)``, ``r = sqrt(mean(x^2) + eps)``."""
+    if len(args) != 3:
+        raise KernelError(f"rmsnorm_backward takes x, the gain and dy, got {len(args)} inputs")
+    x, g, dy = args
+    _same("rmsnorm_backward", out, [x, dy])
+    x2, y, d2 = _rows(x), _rows(out), _rows(dy)
+    r, c = _row_scratch(scratch, out)
+    xp.multiply(x2, x2, out=y)
+    xp.mean(y, axis=1, keepdims=True, out=r)
+    xp.add(r, NORM_EPS, out=r)
+    xp.sqrt(r, out=r)                                   # r
+    xp.multiply(d2, g.reshape(-1), out=y)               # g dy
+    xp.multiply(y, x2, out=y)
+    xp.sum(y, axis=1, keepdims=True, out=c)             # sum(g dy x)
+    xp.divide(c, r, out=c)
+    xp.divide(c, r, out=c)
+    xp.divide(c, x2.shape[1], out=c)                    # sum(g dy x) / (n r^2)
+    xp.multiply(x2, c, out=y)                           # x c; out = (g dy - x c) / r
+    xp.negative(y, out=y)
+    tmp = scratch[2 * r.nbytes:2 * r.nbytes + y.nbytes].view(out.dtype).reshape(y.shape)
+    xp.multiply(d2, g.reshape(-1), out=tmp)
+    xp.add(y, tmp, out=y)
+    xp.divide(y, r, out=y)
+
+
+def _rmsnorm_backward_scratch(out: Array, args: Sequence[Array]) -> int:
+    return _row_bytes(out, args) + out.nbytes
+
+
+def _sigmoid(xp, s, gate) -> None:
+    xp.negative(gate, out=s)
+    xp.exp(s, out=s)
+    xp.add(s, 1.0, out=s)
+    xp.reciprocal(s, out=s)
+
+
+def swiglu_dgate(xp, out, args, scratch) -> None:
+    """``dy up s (1 + gate (1 - s))``, ``s = sigmoid(gate)``."""
+    _same("swiglu_dgate", out, args, 3)
+    gate, up, dy = args
+    s = scratch[:out.nbytes].view(out.dtype).reshape(out.shape)
+    _sigmoid(xp, s, gate)
+    xp.subtract(1.0, s, out=out)
+    xp.multiply(out, gate, out=out)
+    xp.add(out, 1.0, out=out)
+    xp.multiply(out, s, out=out)
+    xp.multiply(out, up, out=out)
+    xp.multiply(out, dy, out=out)
+
+
+def swiglu_dup(xp, out, args, scratch) -> None:
+    """``silu(gate) dy``."""
+    _same("swiglu_dup", out, args, 3)
+    gate, _, dy = args
+    _sigmoid(xp, out, gate)
+    xp.multiply(out, gate, out=out)
+    xp.multiply(out, dy, out=out)
+
+
+def rotary_backward(xp, out, args, scratch, offset: int = 0) -> None:
+    """The transpose of :func:`rotary`, the rotation by the opposite angles:
+    ``[d1 cos + d2 sin, d2 cos - d1 sin]``, computed as ``rotary([d1, -d2])`` with its second
+    half negated."""
+    _same("rotary_backward", out, args, 1)
+    if out.ndim != 2 or out.shape[1] % 2:
+        raise KernelError(f"rotary_backward needs (rows, head_dim) with an even head_dim, got "
+                          f"{out.shape}")
+    half = out.shape[1] // 2
+    e = scratch[_rotary_scratch(out, args):][:out.nbytes].view(out.dtype).reshape(out.shape)
+    d = args[0]
+    xp.copyto(e[:, :half], d[:, :half])
+    xp.negative(d[:, half:], out=e[:, half:])
+    rotary(xp, out, [e], scratch, offset)
+    second = out[:, half:]
+    xp.negative(second, out=second)
+
+
+def _rotary_backward_scratch(out: Array, args: Sequence[Array]) -> int:
+    return _rotary_scratch(out, args) + out.nbytes
+
+
+def attn_dprobs(xp, out, args, scratch) -> None:
+    """``dO V^T`` for one head, a query block against a key block."""
+    if len(args) != 2:
+        raise KernelError(f"attn_dprobs takes dO and V, got {len(args)} inputs")
+    do, v = args
+    if out.shape != (do.shape[0], v.shape[0]) or do.shape[1] != v.shape[1]:
+        raise KernelError(f"attn_dprobs: {do.shape} x {v.shape}^T do not give {out.shape}")
+    xp.matmul(do, v.T, out=out)
+
+
+def attn_delta(xp, out, args, scratch) -> None:
+    """``rowsum(dO * O)`` as a column."""
+    if len(args) != 2:
+        raise KernelError(f"attn_delta takes dO and O, got {len(args)} inputs")
+    do, o = args
+    if do.shape != o.shape or out.shape != (do.shape[0], 1):
+        raise KernelError(f"attn_delta: {do.shape} and {o.shape} do not give {out.shape}")
+    prod = scratch[:do.size * out.dtype.itemsize].view(out.dtype).reshape(do.shape)
+    xp.multiply(do, o, out=prod)
+    xp.sum(prod, axis=1, keepdims=True, out=out)
+
+
+def softmax_backward(xp, out, args, scratch) -> None:
+    """``P (dP - delta)``."""
+    if len(args) != 3:
+        raise KernelError(f"softmax_backward takes P, dP and delta, got {len(args)} inputs")
+    p, dp, delta = args
+    _same("softmax_backward", out, [p, dp])
+    xp.subtract(dp, delta, out=out)
+    xp.multiply(out, p, out=out)
+
+
+def attn_dq(xp, out, args, scratch) -> None:
+    """``sum_j dS_j K_j / sqrt(dh)``."""
+    attn_values(xp, out, args, scratch)
+    xp.multiply(out, 1.0 / math.sqrt(out.shape[1]), out=out)
+
+
+def attn_dk(xp, out, args, scratch) -> None:
+    """``sum_i dS_i^T Q_i / sqrt(dh)``."""
+    linear_dw(xp, out, args, scratch)
+    xp.multiply(out, 1.0 / math.sqrt(out.shape[1]), out=out)
+
+
+def _ce_check(op: str, out: Array, args: Sequence[Array]) -> tuple[Array, Array]:
+    if len(args) != 2:
+        raise KernelError(f"{op} takes logits and labels, got {len(args)} inputs")
+    logits, labels = args
+    if logits.ndim != 2 or labels.shape != (logits.shape[0],):
+        raise KernelError(f"{op}: logits {logits.shape} and labels {labels.shape} do not fit")
+    return logits, labels
+
+
+def _log_softmax(xp, logits: Array, labels: Array, scratch: Array) -> tuple[Array, Array, Array]:
+    """In scratch: ``logits - logsumexp`` (rows, vocab) in the compute dtype, the flat
+    indices ``r vocab + label_r mod vocab`` of the labels' logits, and a row column."""
+    rows, vocab = logits.shape
+    ct = _compute_dtype(logits)
+    size = np.dtype(ct).itemsize
+    idx = scratch[:rows * 8].view(np.int64)
+    base = scratch[rows * 8:rows * 16].view(np.int64)
+    floats = scratch[rows * 16:rows * 16 + (rows * vocab + rows) * size].view(ct)
+    t, col = floats[:rows * vocab].reshape(rows, vocab), floats[rows * vocab:]
+    xp.remainder(labels, vocab, out=idx)
+    _counting(xp, base)
+    xp.subtract(base, 1, out=base)
+    xp.multiply(base, vocab, out=base)
+    xp.add(idx, base, out=idx)
+    lse = col.reshape(rows, 1)
+    xp.copyto(t, logits)
+    xp.max(t, axis=1, keepdims=True, out=lse)
+    xp.subtract(t, lse, out=t)
+    xp.exp(t, out=t)
+    xp.sum(t, axis=1, keepdims=True, out=lse)
+    xp.log(t, out=t)
+    xp.log(lse, out=lse)
+    xp.subtract(t, lse, out=t)
+    return t, idx, col
+
+
+def _ce_scratch(out: Array, args: Sequence[Array]) -> int:
+    rows, vocab = args[0].shape
+    return rows * 16 + (rows * vocab + rows) * np.dtype(_compute_dtype(args[0])).itemsize
+
+
+def cross_entropy(xp, out, args, scratch, tokens: int = 1) -> None:
+    """``sum_r (logsumexp(logits_r) - logits_r[label_r]) / tokens``, shape (1,); labels are
+    taken modulo the vocabulary."""
+    logits, labels = _ce_check("cross_entropy", out, args)
+    if out.shape != (1,):
+        raise KernelError(f"cross_entropy writes shape (1,), not {out.shape}")
+    t, idx, col = _log_softmax(xp, logits, labels, scratch)
+    xp.take(t.reshape(-1), idx, out=col)
+    xp.sum(col, keepdims=True, out=out)
+    xp.multiply(out, -1.0 / tokens, out=out)
+
+
+def cross_entropy_backward(xp, out, args, scratch, tokens: int = 1) -> None:
+    """``(softmax(logits) - onehot(label)) / tokens``."""
+    logits, labels = _ce_check("cross_entropy_backward", out, args)
+    if out.shape != logits.shape:
+        raise KernelError(f"cross_entropy_backward: logits {logits.shape} do not give "
+                          f"{out.shape}")
+    t, idx, col = _log_softmax(xp, logits, labels, scratch)
+    xp.exp(t, out=t)
+    xp.take(t.reshape(-1), idx, out=col)
+    xp.subtract(col, 1.0, out=col)
+    xp.put(t.reshape(-1), idx, col)
+    xp.multiply(t, 1.0 / tokens, out=t)
+    xp.copyto(out, t)
+
+
 KERNELS: dict[str, Kernel] = {
     "linear": Kernel(linear, lambda out, args: out.nbytes if len(args) > 2 else 0),
     "swiglu": Kernel(swiglu),
@@ -541,6 +780,21 @@ KERNELS: dict[str, Kernel] = {
     "softmax": Kernel(softmax, _row_bytes),
     "rmsnorm": Kernel(rmsnorm, _row_bytes),
     "layernorm": Kernel(layernorm, _row_bytes),
+    "lora_linear": Kernel(lora_linear, lambda out, args: out.nbytes),
+    "linear_dx": Kernel(linear_dx, lambda out, args: out.nbytes if len(args) > 2 else 0),
+    "linear_dw": Kernel(linear_dw, lambda out, args: out.nbytes if len(args) > 2 else 0),
+    "rmsnorm_backward": Kernel(rmsnorm_backward, _rmsnorm_backward_scratch),
+    "swiglu_dgate": Kernel(swiglu_dgate, lambda out, args: out.nbytes),
+    "swiglu_dup": Kernel(swiglu_dup),
+    "rotary_backward": Kernel(rotary_backward, _rotary_backward_scratch),
+    "attn_dprobs": Kernel(attn_dprobs),
+    "attn_delta": Kernel(attn_delta, lambda out, args: args[0].size * out.dtype.itemsize),
+    "softmax_backward": Kernel(softmax_backward),
+    "attn_dq": Kernel(attn_dq, lambda out, args: out.nbytes if len(args) > 2 else 0),
+    "attn_dk": Kernel(attn_dk, lambda out, args: out.nbytes if len(args) > 2 else 0),
+    "attn_dv": Kernel(linear_dw, lambda out, args: out.nbytes if len(args) > 2 else 0),
+    "cross_entropy": Kernel(cross_entropy, _ce_scratch),
+    "cross_entropy_backward": Kernel(cross_entropy_backward, _ce_scratch),
     "adam_update": Kernel(adam_update),
     "sgd_update": Kernel(sgd_update),
     "copy": Kernel(copy),

@@ -9,6 +9,7 @@ from ..errors import SpecError
 from ..spec import apply_options, parse_spec
 from ..taskgraph import TaskGraph
 from .llama import llama_prefill
+from .llama_lora import llama_lora_train
 from .matmul_chain import matmul_chain
 from .models import model
 from .random_dag import random_dag
@@ -24,6 +25,7 @@ WORKLOADS: dict[str, Callable[..., TaskGraph]] = {
     "bert-train": bert_train,
     "model": model,
     "llama-prefill": llama_prefill,
+    "llama-lora-train": llama_lora_train,
 }
 
 
@@ -46,4 +48,4 @@ def build_workload(spec: str) -> TaskGraph:
 
 __all__ = ["WORKLOADS", "TrainingChain", "build_workload", "workload_options", "matmul_chain",
            "random_dag", "tp_matmul", "training_chain", "gpt2_train", "bert_train", "model",
-           "llama_prefill"]
+           "llama_prefill", "llama_lora_train"]

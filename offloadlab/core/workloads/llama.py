@@ -72,21 +72,29 @@ def llama_prefill(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: int 
     dim 64, 4 heads, ffn 172, vocabulary 128) on ``batch`` prompts of ``seq`` tokens,
     tensor-parallel over ``gpus``, attention in query/key blocks of ``block`` tokens;
     ``dtype`` defaults to float16 (float32 for ``tiny``)."""
+    config, dtype = check_options("llama-prefill", model, seq, batch, gpus, block, dtype)
+    return _Builder(config, model, seq, batch, gpus, min(block, seq), dtype).build()
+
+
+def check_options(workload: str, model: str, seq: int, batch: int, gpus: int, block: int,
+                  dtype: str) -> tuple[LlamaConfig, str]:
+    """The model's configuration and the dtype (its default if ""), or one SpecError naming
+    ``workload`` and the bad option."""
     config = CONFIGS.get(model)
     if config is None:
-        raise SpecError(f"llama-prefill: unknown model {model!r}; known: {', '.join(CONFIGS)}")
+        raise SpecError(f"{workload}: unknown model {model!r}; known: {', '.join(CONFIGS)}")
     for key, value in dict(seq=seq, batch=batch, gpus=gpus, block=block).items():
         if type(value) is not int or value <= 0:
-            raise SpecError(f"llama-prefill: {key} must be a positive integer, got {value!r}")
+            raise SpecError(f"{workload}: {key} must be a positive integer, got {value!r}")
     for key, size in (("heads", config.heads), ("ffn", config.ffn)):
         if size % gpus:
-            raise SpecError(f"llama-prefill: {model} has {key} {size}, not divisible by gpus "
+            raise SpecError(f"{workload}: {model} has {key} {size}, not divisible by gpus "
                             f"({gpus})")
     dtype = dtype or config.dtype
     if dtype not in FLOATS:
-        raise SpecError(f"llama-prefill: dtype must be one of {', '.join(FLOATS)}, got "
+        raise SpecError(f"{workload}: dtype must be one of {', '.join(FLOATS)}, got "
                         f"{dtype!r}")
-    return _Builder(config, model, seq, batch, gpus, min(block, seq), dtype).build()
+    return config, dtype
 
 
 class _Builder:
@@ -142,28 +150,38 @@ class _Builder:
         return self.compute(id, "add", inputs, owner, self.shapes[residual])
 
     # -- the model --------------------------------------------------------------------
-    def build(self) -> TaskGraph:
-        c, nb = self.c, len(self.starts)
-        rows = [(s, i) for s in range(self.batch) for i in range(nb)]
+    prefix = ""
+    """Prepended to the ids of the compute vertices a layer adds (the LoRA builder's
+    recomputation under checkpointing adds a layer's forward again, as ``re.L...``)."""
+
+    @property
+    def rows(self) -> list[tuple[int, int]]:
+        """The row blocks: (sequence, block in the sequence), row block ``r`` at index r."""
+        return [(s, i) for s in range(self.batch) for i in range(len(self.starts))]
+
+    def owner(self, r: int) -> int:
+        return r % self.gpus
+
+    def embed(self) -> tuple[dict[int, str], dict[int, list[str]]]:
+        """Each row block's embedding (the residual stream) and its normalised copies."""
         x: dict[int, str] = {}            # row block -> residual stream, on its owner
         xn: dict[int, list[str]] = {}     # row block -> normalised input, per GPU
-        for r, (_, i) in enumerate(rows):
-            owner = r % self.gpus
+        for r, (_, i) in enumerate(self.rows):
             ids = self.weight(f"tokens.b{r}", (self.sizes[i],), "int32")
             x[r] = self.compute(f"embed.b{r}", "embedding",
-                                [ids, self.weight("embed", (c.vocab, c.dim))], owner,
-                                (self.sizes[i], c.dim))
-            xn[r] = self.norm(f"L0.attn_in.b{r}", x[r], "L0.attn_norm", owner)
+                                [ids, self.weight("embed", (self.c.vocab, self.c.dim))],
+                                self.owner(r), (self.sizes[i], self.c.dim))
+            xn[r] = self.norm(f"L0.attn_in.b{r}", x[r], "L0.attn_norm", self.owner(r))
+        return x, xn
+
+    def build(self) -> TaskGraph:
+        c, nb = self.c, len(self.starts)
+        x, xn = self.embed()
         for layer in range(c.layers):
             keys: dict[tuple[int, int], tuple[str, str]] = {}   # (head, row) -> K, V
-            for r, (s, i) in enumerate(rows):
-                owner = r % self.gpus
-                partials = [self.attention(layer, r, s, i, g, xn[r][g], keys)
-                            for g in range(self.gpus)]
-                x[r] = self.reduce(f"L{layer}.attn_res.b{r}", x[r], partials, owner)
-                h = self.norm(f"L{layer}.mlp_in.b{r}", x[r], f"L{layer}.mlp_norm", owner)
-                partials = [self.mlp(layer, r, g, h[g]) for g in range(self.gpus)]
-                x[r] = self.reduce(f"L{layer}.mlp_res.b{r}", x[r], partials, owner)
+            for r, (s, i) in enumerate(self.rows):
+                owner = self.owner(r)
+                x[r] = self.block(layer, r, x[r], xn[r], keys)
                 if layer + 1 < c.layers:
                     xn[r] = self.norm(f"L{layer + 1}.attn_in.b{r}", x[r],
                                       f"L{layer + 1}.attn_norm", owner)
@@ -175,6 +193,24 @@ class _Builder:
                                  [final, self.weight("lm_head", (c.vocab, c.dim))], owner,
                                  (self.sizes[i], c.vocab))
         return self.g
+
+    def block(self, layer: int, r: int, x: str, xn: list[str],
+              keys: dict[tuple[int, int], tuple[str, str]]) -> str:
+        """Layer ``layer`` on row block ``r`` (residual ``x``, normalised ``xn`` per GPU):
+        attention, its all-reduce into the residual, the MLP and its; returns the output."""
+        s, i = self.rows[r]
+        owner, L = self.owner(r), f"{self.prefix}L{layer}"
+        partials = [self.attention(layer, r, s, i, g, xn[g], keys) for g in range(self.gpus)]
+        x = self.reduce(f"{L}.attn_res.b{r}", x, partials, owner)
+        h = self.norm(f"{L}.mlp_in.b{r}", x, f"L{layer}.mlp_norm", owner)
+        partials = [self.mlp(layer, r, g, h[g]) for g in range(self.gpus)]
+        return self.reduce(f"{L}.mlp_res.b{r}", x, partials, owner)
+
+    def project(self, id: str, layer: int, kind: str, part: str, r: int, x: str, w: str,
+                g: int, shape: Shape) -> str:
+        """``x W^T`` on GPU ``g``: projection ``kind`` (q, k, v, gate, up, down) of head or
+        GPU slice ``part`` on row block ``r``."""
+        return self.compute(id, "linear", [x, w], g, shape)
 
     def norm(self, id: str, x: str, gain: str, owner: int) -> list[str]:
         """RMSNorm of ``x`` on its owner, then on every GPU."""
@@ -189,15 +225,15 @@ class _Builder:
         c, nb = self.c, len(self.starts)
         dh, per_gpu = c.head_dim, c.heads // self.gpus
         rows, q0 = self.sizes[i], self.starts[i]
-        L = f"L{layer}"
+        W, L = f"L{layer}", f"{self.prefix}L{layer}"
         heads = range(g * per_gpu, (g + 1) * per_gpu)
         queries = {}
         for h in heads:
             proj = {}
             for name in ("q", "k", "v"):
-                w = self.weight(f"{L}.w{name}.h{h}", (dh, c.dim))
-                proj[name] = self.compute(f"{L}.{name}.h{h}.b{r}", "linear", [xn, w], g,
-                                          (rows, dh))
+                w = self.weight(f"{W}.w{name}.h{h}", (dh, c.dim))
+                proj[name] = self.project(f"{L}.{name}.h{h}.b{r}", layer, name, f"h{h}", r,
+                                          xn, w, g, (rows, dh))
             rope = op_call("rotary", offset=q0)
             queries[h] = self.compute(f"{L}.qr.h{h}.b{r}", rope, [proj["q"]], g, (rows, dh))
             kr = self.compute(f"{L}.kr.h{h}.b{r}", rope, [proj["k"]], g, (rows, dh))
@@ -217,22 +253,25 @@ class _Builder:
             outs.append(self.compute(f"{L}.O.h{h}.b{r}", "attn_values",
                                      probs + [keys[h, kb][1] for _, kb in blocks], g,
                                      (rows, dh)))
-        wo = self.weight(f"{L}.wo.g{g}", (c.dim, per_gpu * dh))
+        wo = self.weight(f"{W}.wo.g{g}", (c.dim, per_gpu * dh))
         return self.compute(f"{L}.attn_out.g{g}.b{r}", "linear", [*outs, wo], g,
                             (rows, c.dim))
 
     def mlp(self, layer: int, r: int, g: int, xn: str) -> str:
         """GPU ``g``'s slice of the SwiGLU MLP on row block ``r``: a partial sum."""
-        c, L = self.c, f"L{layer}"
+        act = self.mlp_hidden(layer, r, g, xn)
+        c, W, L = self.c, f"L{layer}", f"{self.prefix}L{layer}"
+        return self.project(f"{L}.mlp_out.g{g}.b{r}", layer, "down", f"g{g}", r, act,
+                            self.weight(f"{W}.w_down.g{g}", (c.dim, c.ffn // self.gpus)), g,
+                            (self.shapes[xn][0], c.dim))
+
+    def mlp_hidden(self, layer: int, r: int, g: int, xn: str) -> str:
+        """GPU ``g``'s slice of the MLP's hidden layer ``silu(x W_gate^T) * x W_up^T``."""
+        c, W, L = self.c, f"L{layer}", f"{self.prefix}L{layer}"
         hidden = c.ffn // self.gpus
         rows = self.shapes[xn][0]
-        gate = self.compute(f"{L}.gate.g{g}.b{r}", "linear",
-                            [xn, self.weight(f"{L}.w_gate.g{g}", (hidden, c.dim))], g,
-                            (rows, hidden))
-        up = self.compute(f"{L}.up.g{g}.b{r}", "linear",
-                          [xn, self.weight(f"{L}.w_up.g{g}", (hidden, c.dim))], g,
-                          (rows, hidden))
-        act = self.compute(f"{L}.swiglu.g{g}.b{r}", "swiglu", [gate, up], g, (rows, hidden))
-        return self.compute(f"{L}.mlp_out.g{g}.b{r}", "linear",
-                            [act, self.weight(f"{L}.w_down.g{g}", (c.dim, hidden))], g,
-                            (rows, c.dim))
+        gate = self.project(f"{L}.gate.g{g}.b{r}", layer, "gate", f"g{g}", r, xn,
+                            self.weight(f"{W}.w_gate.g{g}", (hidden, c.dim)), g, (rows, hidden))
+        up = self.project(f"{L}.up.g{g}.b{r}", layer, "up", f"g{g}", r, xn,
+                          self.weight(f"{W}.w_up.g{g}", (hidden, c.dim)), g, (rows, hidden))
+        return self.compute(f"{L}.swiglu.g{g}.b{r}", "swiglu", [gate, up], g, (rows, hidden))
