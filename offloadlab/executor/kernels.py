@@ -79,8 +79,9 @@ def initial_value(vertex: str, shape: tuple[int, ...], dtype: str) -> np.ndarray
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _accumulate(xp, out: Array, x: Array) -> None:
-    """``out += fit(x)``, flat: ``x`` folded onto ``out`` when longer, tiled when shorter."""
+def _accumulate(xp, out: Array, x: Array, scratch: Array) -> None:
+    """``out += fit(x)``, flat: ``x`` folded onto ``out`` when longer (its whole rows of
+    ``out``'s length summed into ``scratch`` first, :func:`_fold_bytes`), tiled when shorter."""
     out, x = out.reshape(-1), x.reshape(-1)
     n, m = out.size, x.size
     if n == 0 or m == 0:
@@ -88,8 +89,15 @@ def _accumulate(xp, out: Array, x: Array) -> None:
     # each output slice is bound once: CuPy copies an input that overlaps ``out`` unless it
     # is the very same object
     if m >= n:
-        for j in range(0, m, n):
-            part = x[j:j + n]
+        rows = m // n
+        if rows > 1:
+            folded = scratch[:out.nbytes].view(out.dtype)
+            xp.sum(x[:rows * n].reshape(rows, n), axis=0, out=folded)
+            xp.add(out, folded, out=out)
+        else:
+            xp.add(out, x[:n], out=out)
+        if m > rows * n:
+            part = x[rows * n:]
             head = out[:part.size]
             xp.add(head, part, out=head)
     else:
@@ -107,6 +115,11 @@ def _same(op: str, out: Array, args: Sequence[Array], count: int | None = None) 
     for x in args:
         if x.shape != out.shape:
             raise KernelError(f"{op}: input shape {x.shape} differs from output shape {out.shape}")
+
+
+def _fold_bytes(out: Array, args: Sequence[Array]) -> int:
+    """Scratch of :func:`_accumulate`: one output's worth where an input folds onto it."""
+    return out.nbytes if any(x.size >= 2 * out.size for x in args) else 0
 
 
 def _rows(x: Array) -> Array:
@@ -130,7 +143,7 @@ def combine(xp, out, args, scratch) -> None:
     """``out = sin(1/2 + sum_i fit(x_i))`` (the synthetic ops)."""
     out.fill(0.5)
     for x in args:
-        _accumulate(xp, out, x)
+        _accumulate(xp, out, x, scratch)
     xp.sin(out, out=out)
 
 
@@ -162,7 +175,7 @@ def add(xp, out, args, scratch) -> None:
     """Elementwise sum (inputs of other lengths are folded or tiled onto the output)."""
     out.fill(0)
     for x in args:
-        _accumulate(xp, out, x)
+        _accumulate(xp, out, x, scratch)
 
 
 def mul(xp, out, args, scratch) -> None:
@@ -772,7 +785,7 @@ KERNELS: dict[str, Kernel] = {
     "causal_softmax": Kernel(causal_softmax, _softmax_scratch),
     "attn_values": Kernel(attn_values, lambda out, args: out.nbytes if len(args) > 2 else 0),
     "matmul": Kernel(matmul, lambda out, args: out.nbytes if len(args) > 2 else 0),
-    "add": Kernel(add),
+    "add": Kernel(add, _fold_bytes),
     "mul": Kernel(mul),
     "relu": Kernel(relu),
     "gelu": Kernel(gelu),
@@ -798,10 +811,10 @@ KERNELS: dict[str, Kernel] = {
     "adam_update": Kernel(adam_update),
     "sgd_update": Kernel(sgd_update),
     "copy": Kernel(copy),
-    "layer_forward": Kernel(combine),
-    "layer_backward": Kernel(combine),
-    "weight_grad": Kernel(combine),
-    "mix": Kernel(combine),
+    "layer_forward": Kernel(combine, _fold_bytes),
+    "layer_backward": Kernel(combine, _fold_bytes),
+    "weight_grad": Kernel(combine, _fold_bytes),
+    "mix": Kernel(combine, _fold_bytes),
 }
 assert set(KERNELS) == set(OPS), "every op of core.ops needs a kernel"
 
