@@ -188,7 +188,8 @@ def test_a_failing_kernel_names_the_vertex(monkeypatch):
             raise FloatingPointError("boom")
         kernels.combine(xp, out, args, scratch)
     broken.calls = 0
-    monkeypatch.setitem(kernels.KERNELS, "mix", kernels.Kernel(broken))
+    monkeypatch.setitem(kernels.KERNELS, "mix",
+                        kernels.Kernel(broken, kernels.KERNELS["mix"].scratch))
     with pytest.raises(ExecutionError, match="failed: FloatingPointError: boom"):
         execute(mg, m, rate_limit=False)
     assert not _lanes_alive()
