@@ -80,8 +80,11 @@ def initial_value(vertex: str, shape: tuple[int, ...], dtype: str) -> np.ndarray
 
 # -- helpers ------------------------------------------------------------------------------
 def _accumulate(xp, out: Array, x: Array, scratch: Array) -> None:
-    """``out += fit(x)``, flat: ``x`` folded onto ``out`` when longer (its whole rows of
-    ``out``'s length summed into ``scratch`` first, :func:`_fold_bytes`), tiled when shorter."""
+    """``out += fit(x)``, flat: ``x`` folded onto ``out`` when longer, tiled when shorter.
+    A fold of up to :data:`FOLD_ROWS` rows of ``out``'s length adds them one by one in place;
+    more rows are summed in one reduction into ``scratch`` (:func:`_fold_bytes`) first, so
+    that a tiny output of a long input costs no Python loop per row (a 1-element output of a
+    400 KB input took 100k iterations)."""
     out, x = out.reshape(-1), x.reshape(-1)
     n, m = out.size, x.size
     if n == 0 or m == 0:
@@ -90,12 +93,14 @@ def _accumulate(xp, out: Array, x: Array, scratch: Array) -> None:
     # is the very same object
     if m >= n:
         rows = m // n
-        if rows > 1:
+        if rows > FOLD_ROWS:
             folded = scratch[:out.nbytes].view(out.dtype)
             xp.sum(x[:rows * n].reshape(rows, n), axis=0, out=folded)
             xp.add(out, folded, out=out)
         else:
-            xp.add(out, x[:n], out=out)
+            for j in range(0, rows * n, n):
+                part = x[j:j + n]
+                xp.add(out, part, out=out)
         if m > rows * n:
             part = x[rows * n:]
             head = out[:part.size]
@@ -117,9 +122,13 @@ def _same(op: str, out: Array, args: Sequence[Array], count: int | None = None) 
             raise KernelError(f"{op}: input shape {x.shape} differs from output shape {out.shape}")
 
 
+FOLD_ROWS = 16    # folds of more rows than this are one reduction (:func:`_accumulate`)
+
+
 def _fold_bytes(out: Array, args: Sequence[Array]) -> int:
-    """Scratch of :func:`_accumulate`: one output's worth where an input folds onto it."""
-    return out.nbytes if any(x.size >= 2 * out.size for x in args) else 0
+    """Scratch of :func:`_accumulate`: one output's worth where an input folds onto it in
+    one reduction."""
+    return out.nbytes if any(x.size > FOLD_ROWS * max(out.size, 1) for x in args) else 0
 
 
 def _rows(x: Array) -> Array:
