@@ -125,6 +125,22 @@ def _same(op: str, out: Array, args: Sequence[Array], count: int | None = None) 
 FOLD_ROWS = 16    # folds of more rows than this are one reduction (:func:`_accumulate`)
 
 
+def _matmul_shards(xp, out: Array, left: Sequence[Array], right: Array,
+                   scratch: Array) -> None:
+    """``out = hstack(left) @ right``: each column shard of the left operand meets its rows of
+    ``right``; the products after the first are summed through ``scratch``."""
+    row = 0
+    partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape) if len(left) > 1 else None
+    for k, x in enumerate(left):
+        block = right[row:row + x.shape[1]]
+        row += x.shape[1]
+        if k == 0:
+            xp.matmul(x, block, out=out)
+        else:
+            xp.matmul(x, block, out=partial)
+            xp.add(out, partial, out=out)
+
+
 def _fold_bytes(out: Array, args: Sequence[Array]) -> int:
     """Scratch of :func:`_accumulate`: one output's worth where an input folds onto it in
     one reduction."""
@@ -168,16 +184,7 @@ def matmul(xp, out, args, scratch) -> None:
             any(x.shape[0] != out.shape[0] for x in left) or right.shape[1] != out.shape[1]:
         raise KernelError(f"matmul: shapes {[x.shape for x in left]} x {right.shape} do not "
                           f"give {out.shape}")
-    row = 0
-    partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape) if len(left) > 1 else None
-    for k, x in enumerate(left):
-        block = right[row:row + x.shape[1]]
-        row += x.shape[1]
-        if k == 0:
-            xp.matmul(x, block, out=out)
-        else:
-            xp.matmul(x, block, out=partial)
-            xp.add(out, partial, out=out)
+    _matmul_shards(xp, out, left, right, scratch)
 
 
 def add(xp, out, args, scratch) -> None:
@@ -314,16 +321,7 @@ def linear(xp, out, args, scratch) -> None:
             any(x.shape[0] != out.shape[0] for x in left):
         raise KernelError(f"linear: shapes {[x.shape for x in left]} x {w.shape}^T do not "
                           f"give {out.shape}")
-    col = 0
-    partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape) if len(left) > 1 else None
-    for k, x in enumerate(left):
-        block = w[:, col:col + x.shape[1]].T
-        col += x.shape[1]
-        if k == 0:
-            xp.matmul(x, block, out=out)
-        else:
-            xp.matmul(x, block, out=partial)
-            xp.add(out, partial, out=out)
+    _matmul_shards(xp, out, left, w.T, scratch)
 
 
 def swiglu(xp, out, args, scratch) -> None:
