@@ -203,7 +203,8 @@ class EventLoop:
 
     def _scratch(self, machine: Machine) -> None:
         """Each compute lane's workspace: the most any kernel on its engine needs (plus its
-        output's size where the output overlaps an input, so it is computed aside)."""
+        output's size where the output overlaps an input, so it is computed aside); one per
+        lane, which runs one job at a time, so serial streams share theirs."""
         need: dict[str, int] = {}
         self.kernel: list = [None] * len(self.vertices)
         self.aliased = [False] * len(self.vertices)
@@ -229,14 +230,13 @@ class EventLoop:
             self.kernel[i] = k
             name = self.engine[i].name  # type: ignore[union-attr]
             need[name] = max(need.get(name, 0), nbytes)
-        self.scratch: dict[tuple[str, int], Array] = {}
+        self.scratch: dict[Lane, Array] = {}
         for name, nbytes in need.items():
-            for s in range(len(self.resources[name].lanes)):
+            for s, lane in enumerate(dict.fromkeys(self.resources[name].lanes)):
                 where = f"{name}:scratch{s}"     # the CPU's in RAM, a GPU's on the GPU
                 make = (lambda: np.empty(nbytes, np.uint8)) if name == "cpu" \
                     else (lambda: self.backend.arena(where, nbytes))
-                self.scratch[name, s] = _alloc(f"the workspace of {name} stream {s}", nbytes,
-                                               make)
+                self.scratch[lane] = _alloc(f"the workspace of {lane.name}", nbytes, make)
 
     def _host_tensor(self, i: int):
         v = self.vertices[i]
@@ -262,13 +262,9 @@ class EventLoop:
         self.backend.begin()
         self._last = time.perf_counter()
         with self.lock:
-            try:
-                for i in [i for i, count in enumerate(self.waiting) if count == 0]:
-                    self._ready(i, 0.0)
-                self._dispatch()
-                self._settle()
-            except BaseException as exc:
-                self._fail(exc)
+            for i in [i for i, count in enumerate(self.waiting) if count == 0]:
+                self._ready(i, 0.0)
+            self._turn()                  # nothing has completed yet: the first dispatch
         self._drain()
         n = len(self.vertices)
         report = self._last
@@ -422,7 +418,7 @@ class EventLoop:
         args = [tensor[u] for u in self.inputs[i]]
         poison = self.poison and v.loc is not None and not self.aliased[i]
         if v.kind == "compute":
-            k, scratch = self.kernel[i], self.scratch[engine.name, slot]
+            k, scratch = self.kernel[i], self.scratch[engine.lanes[slot]]
             on = np if to_host else xp
             aliased = self.aliased[i]
 
