@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from timing import in_fresh_process, stopwatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's offloadlab
 STAGES = ("build", "plan", "verify", "simulate")
@@ -34,14 +34,7 @@ def one(model: str, seq: int, machine: str, planner: str) -> dict:
 
     m = machine_from_spec(machine)
     row: dict = dict(model=model, seq=seq, machine=machine, planner=planner)
-    clock = time.perf_counter()
-
-    def lap(stage: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        row[stage] = now - clock
-        clock = now
-
+    lap = stopwatch(row)
     graph = build_workload(f"llama-prefill:model={model},seq={seq},gpus={m.gpus}")
     lap("build")
     row.update(taskgraph=len(graph), block=graph.meta["block"])
@@ -78,17 +71,12 @@ def main() -> None:
         for model in args.models.split(","):
             for seq in args.seqs.split(","):
                 head = f"{model:5} {seq:>6} {machine:7}"
-                cmd = [sys.executable, __file__, "--one", f"{model}|{seq}|{machine}|{args.planner}"]
-                try:
-                    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                                         timeout=args.timeout).stdout
-                except subprocess.TimeoutExpired:
-                    print(f"{head} timed out after {args.timeout:.0f} s", flush=True)
+                r, why = in_fresh_process(__file__, f"{model}|{seq}|{machine}|{args.planner}",
+                                          args.timeout)
+                if r is None:
+                    print(f"{head} {why if why.startswith('timed out') else 'no plan: ' + why}",
+                          flush=True)
                     continue
-                except subprocess.CalledProcessError as exc:
-                    print(f"{head} no plan: {exc.stderr.strip().splitlines()[-1]}", flush=True)
-                    continue
-                r = json.loads(out)
                 print(f"{head} {r['block']:>5} {r['taskgraph']:>9} {r['memgraph']:>9} "
                       f"{r['offloads']:>8} {r['loads']:>6} "
                       + " ".join(f"{r[s]:>10.2f}" for s in STAGES)

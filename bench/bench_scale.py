@@ -18,10 +18,9 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import tempfile
-import time
+
+from timing import in_fresh_process, stopwatch
 
 WORKLOADS = {"host": "host_fraction=1", "default": ""}
 STAGES = ("build", "plan", "verify", "write", "read", "simulate")
@@ -41,18 +40,11 @@ def one(workload: str, machine: str, factor: float, vertices: int) -> dict:
     extra = WORKLOADS[workload]
     spec = f"random:vertices={vertices},gpus={base.gpus}" + (f",{extra}" if extra else "")
     row: dict = dict(workload=workload, machine=machine, factor=factor, vertices=vertices)
-    clock = time.perf_counter()
-
-    def lap(stage: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        row[stage] = now - clock
-        clock = now
-
+    lap = stopwatch(row)
     graph = build_workload(spec)
     lap("build")
     m = machine_from_spec(f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}")
-    clock = time.perf_counter()
+    lap(None)
     mg = plan(graph, m, "buildmemgraph")
     lap("plan")
     verify(mg, graph, m)
@@ -91,18 +83,11 @@ def main() -> None:
         for m in args.machines.split(","):
             for f in args.factors.split(","):
                 for n in args.vertices.split(","):
-                    cmd = [sys.executable, __file__, "--one", f"{w}|{m}|{f}|{n}"]
-                    try:
-                        out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                                             timeout=args.timeout).stdout
-                    except subprocess.TimeoutExpired:
-                        print(f"{w:8} {m:7} {f:>6} {n:>9} timed out after {args.timeout:.0f} s")
+                    row, why = in_fresh_process(__file__, f"{w}|{m}|{f}|{n}", args.timeout)
+                    if row is None:
+                        print(f"{w:8} {m:7} {f:>6} {n:>9} "
+                              f"{why if why.startswith('timed out') else 'failed: ' + why}")
                         continue
-                    except subprocess.CalledProcessError as exc:
-                        print(f"{w:8} {m:7} {f:>6} {n:>9} failed: "
-                              f"{exc.stderr.strip().splitlines()[-1]}")
-                        continue
-                    row = json.loads(out)
                     cells = " ".join(f"{row[s]:6.2f} ({row[s] / row['vertices'] * 1e6:5.1f})"
                                      for s in STAGES)
                     print(f"{w:8} {m:7} {f:>6} {n:>9} {row['memgraph']:>9} {cells} "

@@ -1,7 +1,10 @@
-"""Timing helper shared by the benchmarks (run them as ``python bench/NAME.py``)."""
+"""Timing helpers shared by the benchmarks (run them as ``python bench/NAME.py``)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -17,3 +20,31 @@ def best_of(repeat: int, fn: Callable[[], T]) -> tuple[float, T]:
         result = fn()
         runs.append((time.perf_counter() - start, result))
     return min(runs, key=lambda r: r[0])
+
+
+def stopwatch(row: dict) -> Callable[[str | None], None]:
+    """``lap(stage)`` writes the seconds since the previous lap (or since the stopwatch was
+    made) into ``row[stage]``; ``lap(None)`` restarts without writing."""
+    clock = time.perf_counter()
+
+    def lap(stage: str | None) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        if stage is not None:
+            row[stage] = now - clock
+        clock = now
+    return lap
+
+
+def in_fresh_process(script: str, point: str, timeout: float) -> tuple[dict | None, str]:
+    """Run ``python SCRIPT --one POINT`` (which prints one JSON row) in a process of its own:
+    ``(row, "")``, or ``(None, why)`` if it timed out or failed (its last line on stderr)."""
+    try:
+        out = subprocess.run([sys.executable, script, "--one", point], capture_output=True,
+                             text=True, check=True, timeout=timeout).stdout
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+    except subprocess.CalledProcessError as exc:
+        lines = exc.stderr.strip().splitlines()
+        return None, lines[-1] if lines else f"exit status {exc.returncode}"
+    return json.loads(out), ""
