@@ -14,6 +14,7 @@ from pathlib import Path
 from .checks import INF, dumps, number, short
 from .devices import CPU, gpu_name, is_gpu
 from .errors import SpecError
+from .ops import op_name
 from .spec import apply_options, parse_spec
 
 MiB = 2**20
@@ -99,8 +100,9 @@ class Machine:
             if device == CPU:
                 return flops / self.cpu_flops
             if self.op_rates and op is not None:
+                base = op_name(op)              # the rates are by op, not its parameters
                 for name, written, read in self.op_rates:
-                    if name == op.partition(":")[0]:
+                    if name == base:
                         return self.kernel_latency + nbytes / written + (touched - nbytes) / read
             return self.kernel_latency + max(flops / self.gpu_flops,
                                              touched / self.gpu_mem_bandwidth)
