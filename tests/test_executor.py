@@ -362,3 +362,17 @@ def test_many_lanes_and_tiny_jobs_lose_no_completion(policy):
                          rate_limit=False, watchdog=10.0)
         assert check_outputs(result.outputs, reference_outputs(graph)) is None
     assert not _lanes_alive()
+
+
+@pytest.mark.parametrize("workload,machine,planners", [c for c in CASES if "train" in c[0]],
+                         ids=[c[0].split(":")[0] for c in CASES if "train" in c[0]])
+def test_training_plans_are_aligned_for_a_gpu(workload, machine, planners):
+    """Every tensor of every training plan starts at a multiple of its element size, as a
+    CUDA kernel needs (the cupy backend refuses anything else): a^0 and δ^0, which the model
+    sizes at 0, are one float32 element, not a 1-byte stand-in that shifts what follows."""
+    graph = build_workload(workload)
+    m = _tight(graph, machine)
+    for planner in planners:
+        mg = plan(graph, m, planner)
+        assert not [v.id for v in mg if v.loc is not None
+                    and v.loc.offset % np.dtype(v.dtype).itemsize], planner
