@@ -10,6 +10,7 @@ from offloadlab.core.spec import parse_bytes, parse_spec
 from offloadlab.core.util import no_gc
 from offloadlab.core.workloads import WORKLOADS, build_workload
 from offloadlab.planner import plan
+from offloadlab.simulator import simulate
 
 
 def test_parse_spec_and_sizes():
@@ -391,6 +392,10 @@ def test_memgraph_reader_refuses_bad_edges_and_moves(disco):
     ("name", 7, "name must be a string, got 7"),
     ("op_rates", [["add", float("inf"), 1.0]], "op_rates entries must be"),
     ("op_rates", "fast", "op_rates must be a list"),
+    ("gpus_per_bus", -1, "gpus_per_bus must be an integer >= 0, got -1"),
+    ("gpus_per_bus", 1.5, "gpus_per_bus must be an integer >= 0, got 1.5"),
+    ("gpu_half_flops", -5, "gpu_half_flops must be a number >= 0"),
+    ("host_bus_bandwidth", float("nan"), "host_bus_bandwidth must be a number >= 0, not NaN"),
 ])
 def test_machine_from_dict_checks_every_field(field, value, message):
     data = {**PRESETS["v100"].to_dict(), field: value}
@@ -417,6 +422,76 @@ def test_unlimited_rates_are_written_as_null_and_read_back(tmp_path):
     with pytest.raises(SpecError, match="gpu_memory must be a positive integer, got None"
                        "|gpu_memory must be a positive integer, got missing or null"):
         Machine.from_dict(m.to_dict() | {"gpu_memory": None})
+
+
+def test_host_buses_per_group_of_gpus():
+    """``gpus_per_bus`` consecutive GPUs share a bus per direction; 0, or as many as the
+    machine has, is one bus for all (the behaviour of files written before the field)."""
+    m = machine_from_spec("a100x8")
+    assert m.resources("load", "gpu0") == ("h2d:gpu0", "bus0:h2d")
+    assert m.resources("reload", "gpu5") == ("h2d:gpu5", "bus2:h2d")
+    assert m.resources("offload", "gpu7") == ("d2h:gpu7", "bus3:d2h")
+    assert m.resources("transfer", "gpu0->gpu1") == ("gpu0->gpu1",)
+    for spec in ("a100x8:gpus_per_bus=0", "a100x8:gpus_per_bus=8", "a100x8:gpus=2"):
+        assert machine_from_spec(spec).resources("load", "gpu1") == ("h2d:gpu1", "bus:h2d")
+    assert machine_from_spec("a100x8:host_bus_bandwidth=0").resources("load", "gpu1") == \
+        ("h2d:gpu1",)
+    assert machine_from_spec("p100x4").resources("offload", "gpu2") == ("d2h:gpu2", "bus1:d2h")
+
+
+def test_new_machine_fields_round_trip_and_old_files_load(tmp_path):
+    m = machine_from_spec("p100x4:gpus_per_bus=1,gpu_half_flops=inf")
+    data = json.loads(m.to_json())
+    assert data["gpus_per_bus"] == 1 and data["gpu_half_flops"] is None
+    assert Machine.from_dict(data) == m
+    # a file written before the fields: one bus for all GPUs, float16 at the fp32 rate
+    old = {k: v for k, v in PRESETS["a100x8"].to_dict().items()
+           if k not in ("gpus_per_bus", "gpu_half_flops")}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    loaded = machine_from_spec(str(path))
+    assert loaded.gpus_per_bus == 0 and loaded.gpu_half_flops == 0
+    assert loaded.resources("load", "gpu6") == ("h2d:gpu6", "bus:h2d")
+    assert loaded.duration("compute", "gpu0", 2, 19.5e12, 6, dtype="float16") == \
+        pytest.approx(loaded.kernel_latency + 1.0)
+
+
+def test_float16_kernels_run_at_the_half_precision_rate():
+    m = machine_from_spec("a100x8")
+    latency = m.kernel_latency
+    # flop-bound: flops / the tensor cores' rate, against the fp32 rate for float32
+    assert m.duration("compute", "gpu0", 2, 312e12, 6, dtype="float16") == \
+        pytest.approx(latency + 1.0)
+    assert m.duration("compute", "gpu0", 4, 312e12, 12, dtype="float32") == \
+        pytest.approx(latency + 312 / 19.5)
+    assert m.duration("compute", "gpu0", 4, 312e12, 12) == \
+        m.duration("compute", "gpu0", 4, 312e12, 12, dtype="float32")
+    # memory-bound: the bytes decide, whatever the dtype
+    touched = 1555 * 10**9
+    for dtype in ("float16", "float32"):
+        assert m.duration("compute", "gpu0", touched // 3, 1e6, touched, dtype=dtype) == \
+            pytest.approx(latency + 1.0)
+    # a profiled time, the CPU and measured op rates ignore it
+    assert m.duration("compute", "gpu0", 2, 312e12, 6, 0.25, dtype="float16") == 0.25
+    assert m.duration("compute", "cpu", 2, 2e12, 6, dtype="float16") == 1.0
+    # 0: the fp32 rate
+    fp32 = machine_from_spec("a100x8:gpu_half_flops=0")
+    assert fp32.duration("compute", "gpu0", 2, 19.5e12, 6, dtype="float16") == \
+        pytest.approx(latency + 1.0)
+
+
+def test_llama_prefill_in_float16_simulates_faster_on_a100x8():
+    """Half the bytes to load and the tensor cores' 312 TFLOP/s against 19.5 fp32: the
+    float16 prefill is faster by more than its bytes alone explain (2x) and less than the
+    rates' ratio (16x); its kernels by more than 2x too."""
+    m = machine_from_spec("a100x8:gpus=2")
+    runs = {}
+    for dtype in ("float16", "float32"):
+        graph = build_workload(f"llama-prefill:model=7b,seq=4096,gpus=2,dtype={dtype}")
+        runs[dtype] = simulate(plan(graph, m), m)
+    speedup = runs["float32"].makespan / runs["float16"].makespan
+    assert 2.5 < speedup < 16, speedup
+    assert runs["float32"].busy["gpu0"] > 4 * runs["float16"].busy["gpu0"]
 
 
 def test_machine_files_written_with_the_dropped_cpu_cores_field_still_load():

@@ -17,6 +17,7 @@ from test_properties import SETTINGS, machine_for, task_graphs
 from offloadlab.core import Machine
 from offloadlab.core.errors import VerificationError
 from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
 from offloadlab.executor import (
@@ -159,6 +160,28 @@ def test_copies_keep_to_the_rate_limit():
     assert len(loads) == 4
     for row in loads.itertuples():
         assert row.end - row.start >= 0.99 * row.bytes / 100e6
+
+
+def _loads(*gpus: int, nbytes: int = 2 * 10**6) -> MemGraph:
+    """One load of a host input onto each of ``gpus``, all ready at once."""
+    mg = MemGraph()
+    mg.add_vertex(MemVertex("x", "input", "host", nbytes))
+    for order, g in enumerate(gpus, 1):
+        mg.add_vertex(MemVertex(f"L{g}", "load", f"gpu{g}", nbytes, Loc(f"gpu{g}", 0, nbytes),
+                                of="x", inputs=("x",), order=order))
+        mg.add_edge("x", f"L{g}", "data")
+    return mg
+
+
+def test_copies_of_gpus_behind_one_bus_take_turns_as_simulated():
+    """p100x4 puts GPUs 0-1 and 2-3 behind two PCIe switches: the loop holds a GPU's bus
+    for its copy, so loads onto one pair never overlap and loads onto two pairs do."""
+    m = machine_from_spec("p100x4:h2d_bandwidth=100e6,host_bus_bandwidth=100e6")
+    for gpus, overlap in (((0, 1), False), ((1, 2), True)):
+        trace = execute(_loads(*gpus), m).trace
+        first, second = trace.sort_values("start").itertuples()
+        assert (second.start < first.end) == overlap, trace
+        assert set(trace["resource"]) == {f"h2d:gpu{g}" for g in gpus}
 
 
 def test_simulator_and_executor_share_the_random_policy():

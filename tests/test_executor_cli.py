@@ -102,6 +102,9 @@ def test_calibrate_writes_a_machine_others_read(capsys, tmp_path):
     assert 1.5e9 < m.h2d_bandwidth < 2.5e9 and 1.5e9 < m.d2h_bandwidth < 2.5e9
     assert 0.3 < m.duplex < 0.7
     assert {op for op, _, _ in m.op_rates} >= {"add", "mix", "softmax"}
+    # NumPy multiplies float16 without BLAS: slower than float32, not the P100's 2x
+    assert 0 < m.gpu_half_flops < m.gpu_flops
+    assert (m.host_bus_bandwidth, m.gpus_per_bus) == (12e9, 2)     # the base's, not measured
     assert (tmp_path / "m.csv").read_text().startswith("what,op,size,bytes,read,flops,seconds")
     overridden = machine_from_spec(f"{out}:gpu_memory=1MiB")
     assert overridden.gpu_memory == 2**20 and overridden.gpu_flops == m.gpu_flops

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from offloadlab.core.bound import bound, least_memgraph, lower_bound, problem_bound
 from offloadlab.core.errors import PlanError
 from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
 from offloadlab.core.workloads.models import GPUS, MODELS, MODES
@@ -119,6 +120,23 @@ def test_no_run_beats_the_lower_bound(seed, gpus, factor, planner, policy):
                                                 seed=seed).makespan * (1 + 1e-9)
     # the problem's bound holds for every plan: below the plan's own bound
     assert problem_bound(graph, machine).value <= lower_bound(mg, machine) * (1 + 1e-9)
+
+
+def test_the_bound_counts_each_bus():
+    """Three loads of 2 GB on GPUs 0, 1 (one PCIe switch) and 2 (another): the first switch's
+    uplink carries 4 GB at 2 GB/s, so no run beats 2 s, and the simulator meets it."""
+    machine = replace(machine_from_spec("p100x4"), h2d_bandwidth=2e9, host_bus_bandwidth=2e9,
+                      link_latency=0.0)
+    mg = MemGraph()
+    mg.add_vertex(MemVertex("x", "input", "host", 2 * 10**9))
+    for g in range(3):
+        mg.add_vertex(MemVertex(f"L{g}", "load", f"gpu{g}", 2 * 10**9,
+                                Loc(f"gpu{g}", 0, 2 * 10**9), of="x", inputs=("x",), order=g + 1))
+        mg.add_edge("x", f"L{g}", "data")
+    b = bound(mg, machine)
+    assert b.busy["bus0:h2d"] == pytest.approx(2) and b.busy["bus1:h2d"] == pytest.approx(1)
+    assert b.limit == "bus0:h2d" and b.value == pytest.approx(2)
+    assert simulate(mg, machine).makespan == pytest.approx(2)
 
 
 def test_problem_bound_of_the_disco_example():

@@ -118,6 +118,45 @@ def test_loads_serialize_on_a_shared_host_bus():
     assert times(result) == {"L0": (0.0, 1.0), "L1": (1.0, 2.0)}
 
 
+def _loads(*gpus: int) -> MemGraph:
+    """A 2-byte load onto each of ``gpus``, all ready at time 0."""
+    mg = MemGraph()
+    add(mg, "x", "input", "host", 2)
+    for g in gpus:
+        add(mg, f"L{g}", "load", f"gpu{g}", 2, ["x"], loc=(f"gpu{g}", 0, 2))
+    return mg
+
+
+def test_gpus_behind_one_pcie_switch_share_its_bus():
+    """Two GPUs per bus (a PCIe switch's uplink): loads onto the same pair take turns, twice
+    as long as loads onto GPUs of two pairs, which overlap."""
+    m = machine(gpus=4, h2d_bandwidth=2.0, host_bus_bandwidth=2.0, gpus_per_bus=2)
+    same, apart = simulate(_loads(0, 1), m), simulate(_loads(1, 2), m)
+    assert times(same) == {"L0": (0.0, 1.0), "L1": (1.0, 2.0)}
+    assert times(apart) == {"L1": (0.0, 1.0), "L2": (0.0, 1.0)}
+    assert same.makespan == 2 * apart.makespan
+    assert same.busy["bus0:h2d"] == 2.0 and "bus1:h2d" not in same.busy
+    assert apart.busy["bus0:h2d"] == apart.busy["bus1:h2d"] == 1.0
+    # one bus for all GPUs (0, or a group as large as the machine): the pairs take turns too
+    for per_bus in (0, 4):
+        one = simulate(_loads(1, 2), machine(gpus=4, h2d_bandwidth=2.0, host_bus_bandwidth=2.0,
+                                             gpus_per_bus=per_bus))
+        assert times(one) == {"L1": (0.0, 1.0), "L2": (1.0, 2.0)}
+        assert one.busy["bus:h2d"] == 2.0
+
+
+def test_offloads_take_their_own_direction_of_the_bus():
+    m = machine(gpus=4, d2h_bandwidth=2.0, host_bus_bandwidth=2.0, gpus_per_bus=2)
+    mg = _loads(0)
+    for g in (0, 1):
+        add(mg, f"y{g}", "input", f"gpu{g}", 2, loc=(f"gpu{g}", 2, 2))
+        add(mg, f"O{g}", "offload", f"gpu{g}", 2, [f"y{g}"])
+    result = simulate(mg, m)
+    assert times(result) == {"L0": (0.0, 2.0), "O0": (0.0, 1.0), "O1": (1.0, 2.0)}
+    assert result.busy == {"h2d:gpu0": 2.0, "bus0:h2d": 2.0, "d2h:gpu0": 1.0, "d2h:gpu1": 1.0,
+                           "bus0:d2h": 2.0}
+
+
 def _load_beside_offload() -> MemGraph:
     # L: a 1 s load from t=0; O: a 1 s offload of a 0.5 s kernel's output, from t=0.5.
     mg = MemGraph()

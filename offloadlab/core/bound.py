@@ -5,8 +5,8 @@ Whatever the dispatch policy, a run of a MemGraph takes at least
 - its **critical path**: the longest chain of data and memory edges, each vertex taking its
   duration alone on its resources (sharing an engine or the duplex factor only slow it), and
 - each **resource's busy time**: a GPU's kernels share its engine, so together they take at
-  least the sum of their durations; a link direction runs one copy at a time; a host bus
-  moves at most its bandwidth.
+  least the sum of their durations; a link direction runs one copy at a time; each host bus
+  (one for all GPUs, or one per group behind a PCIe switch) moves at most its bandwidth.
 
 The bound is the larger of the two (issue 17: a planner's gap to it says how much room is left;
 :func:`offloadlab.ilp` gives a tighter bound where the MILP applies).  :func:`problem_bound`
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .devices import HOST
+from .devices import HOST, is_bus
 from .machine import Machine
 from .memgraph import MemGraph, MemVertex
 from .ops import touched_bytes
@@ -29,12 +29,13 @@ from .taskgraph import TaskGraph
 def durations(memgraph: MemGraph, machine: Machine,
               vertices: Sequence[MemVertex] | None = None) -> list[float]:
     """Seconds each vertex (of ``vertices``, default the MemGraph's) takes alone; a kernel
-    touches its output and its inputs' bytes (:func:`~offloadlab.core.ops.touched_bytes`)."""
+    touches its output and its inputs' bytes (:func:`~offloadlab.core.ops.touched_bytes`) and
+    is priced at the rate of the dtype it writes."""
     vertices = list(memgraph) if vertices is None else vertices
     sizes = {v.id: v.bytes for v in memgraph}
     return [machine.duration(v.kind, v.device, v.bytes, v.flops,
                              touched_bytes(v.op, v.bytes, [sizes[u] for u in v.inputs])
-                             if v.kind == "compute" else 0, v.time, v.op)
+                             if v.kind == "compute" else 0, v.time, v.op, v.dtype)
             for v in vertices]
 
 
@@ -74,7 +75,7 @@ def bound(memgraph: MemGraph, machine: Machine) -> Bound:
     busy: dict[str, float] = {}
     for v, d in zip(vertices, duration):
         for name in machine.resources(v.kind, v.device):
-            if name.startswith("bus:"):
+            if is_bus(name):
                 d = v.bytes / machine.host_bus_bandwidth
             busy[name] = busy.get(name, 0.0) + d
     return Bound(max(finish.values(), default=0.0), busy)
@@ -116,7 +117,8 @@ def least_memgraph(graph: TaskGraph) -> MemGraph:
                 least.add_edge(u, moved[u, reads], "data")
             sources.append(moved[u, reads])
         add(MemVertex(t, task.kind, task.device, task.bytes, task=t, op=task.op,
-                      flops=task.flops, inputs=tuple(sources), time=task.time))
+                      flops=task.flops, inputs=tuple(sources), time=task.time,
+                      dtype=task.dtype))
         least.add_edges(sources, t, "data")
     return least
 

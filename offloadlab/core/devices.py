@@ -1,4 +1,6 @@
-"""Device names: ``"gpu0"``, ``"cpu"``, ``"host"`` and transfers ``"gpu0->gpu1"``."""
+"""Device names: ``"gpu0"``, ``"cpu"``, ``"host"`` and transfers ``"gpu0->gpu1"``; the
+resources vertices hold besides them: host links ``"h2d:gpu0"``/``"d2h:gpu0"`` and host buses
+``"bus:h2d"`` (shared by all GPUs) or ``"bus1:h2d"`` (by a group of them)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,11 @@ def gpu_index(device: str) -> int:
     return int(device[3:])
 
 
+def is_bus(resource: str) -> bool:
+    """Whether ``resource`` is a host bus (:meth:`~offloadlab.core.machine.Machine.resources`)."""
+    return resource.startswith("bus")
+
+
 def split_transfer(device: str) -> tuple[str, str]:
     """``"gpu0->gpu1"`` -> ``("gpu0", "gpu1")``."""
     src, _, dst = device.partition("->")
@@ -44,7 +51,7 @@ def lane_key(resource: str) -> tuple:
     compare numerically (gpu2 < gpu10)."""
     if resource.startswith(("h2d:", "d2h:")):
         group = 1
-    elif resource.startswith("bus:"):
+    elif is_bus(resource):
         group = 2
     elif "->" in resource:
         group = 3

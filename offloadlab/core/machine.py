@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from .checks import INF, dumps, number, short
-from .devices import CPU, gpu_name, is_gpu
+from .devices import CPU, gpu_index, gpu_name, is_gpu
 from .errors import SpecError
 from .ops import op_name
 from .spec import apply_options, parse_spec
@@ -20,22 +20,36 @@ from .spec import apply_options, parse_spec
 MiB = 2**20
 GiB = 2**30
 
-UNLIMITED = frozenset({"gpu_flops", "gpu_mem_bandwidth", "h2d_bandwidth", "d2h_bandwidth",
-                       "host_bus_bandwidth", "gpu_gpu_bandwidth", "cpu_flops"})
+UNLIMITED = frozenset({"gpu_flops", "gpu_half_flops", "gpu_mem_bandwidth", "h2d_bandwidth",
+                       "d2h_bandwidth", "host_bus_bandwidth", "gpu_gpu_bandwidth", "cpu_flops"})
 """Rates that may be infinite ("unlimited": the cost model then charges no time for them);
 JSON has no infinity, so they are written as ``null``."""
+
+HALF_DTYPES = frozenset({"float16"})
+"""The dtypes whose kernels run at ``gpu_half_flops`` (the tensor cores' half-precision rate)."""
+
+MAY_BE_ZERO = frozenset({"host_bus_bandwidth", "gpus_per_bus", "gpu_half_flops"})
+"""Fields where 0 is allowed and means "none" or "as the related field" (see :class:`Machine`)."""
 
 
 @dataclass(frozen=True)
 class Machine:
     """A homogeneous multi-GPU server and its cost model.
 
-    Bandwidths are bytes/s, rates flop/s, latencies seconds.  ``duplex`` is the factor by which
-    each direction of a GPU's host link slows while the other direction is busy (1.0 = ideal
-    full duplex).  ``host_bus_bandwidth`` > 0 adds one bus per direction shared by all GPUs'
-    host transfers (0 = none).  ``op_rates`` holds measured ``(op, written, read)`` rates in
-    bytes/s (``offloadlab calibrate``): a GPU kernel of such an op takes ``kernel_latency +
-    out_bytes / written + in_bytes / read``, at the rates its kernel was measured at.
+    Bandwidths are bytes/s, rates flop/s, latencies seconds.  ``gpu_flops`` is the fp32 rate;
+    ``gpu_half_flops`` the rate of kernels writing a half-precision tensor (:data:`HALF_DTYPES`;
+    the datasheet's dense tensor-core figure, fp32 accumulate where it gives one; 0 = the fp32
+    rate).  ``duplex`` is the factor by which each direction of a GPU's host link slows while
+    the other direction is busy (1.0 = ideal full duplex).
+
+    Host buses: ``host_bus_bandwidth`` > 0 puts the GPUs' host links behind shared buses, one
+    per direction per group of ``gpus_per_bus`` consecutive GPUs (the uplink of a PCIe switch
+    to the CPU; 0 = one bus for all GPUs, resources ``bus:h2d``/``bus:d2h``; otherwise GPU ``i``
+    is behind ``bus{i // gpus_per_bus}:h2d``/``...:d2h``).  A bus carries one copy at a time,
+    taken after the GPU's link; ``host_bus_bandwidth`` = 0 means no bus.  ``op_rates`` holds
+    measured ``(op, written, read)`` rates in bytes/s (``offloadlab calibrate``): a GPU kernel
+    of such an op takes ``kernel_latency + out_bytes / written + in_bytes / read``, at the
+    rates its kernel was measured at.
     """
 
     name: str = "custom"
@@ -43,6 +57,7 @@ class Machine:
     gpus: int = 1
     gpu_memory: int = 16 * GiB
     gpu_flops: float = 14e12
+    gpu_half_flops: float = 0.0
     gpu_mem_bandwidth: float = 900e9
     kernel_latency: float = 5e-6
     streams: int = 5
@@ -51,6 +66,7 @@ class Machine:
     duplex: float = 1.0
     link_latency: float = 10e-6
     host_bus_bandwidth: float = 0.0
+    gpus_per_bus: int = 0
     gpu_gpu_bandwidth: float = 25e9
     gpu_gpu_latency: float = 10e-6
     cpu_flops: float = 0.5e12
@@ -80,19 +96,29 @@ class Machine:
         if kind == "transfer":
             return (device,)
         if kind in ("load", "reload"):
-            return (f"h2d:{device}",) + (("bus:h2d",) if self.host_bus_bandwidth else ())
+            return (f"h2d:{device}",) + self._bus(device, "h2d")
         if kind == "offload":
-            return (f"d2h:{device}",) + (("bus:d2h",) if self.host_bus_bandwidth else ())
+            return (f"d2h:{device}",) + self._bus(device, "d2h")
         return ()
 
+    def _bus(self, gpu: str, direction: str) -> tuple[str, ...]:
+        """The host bus ``gpu``'s copies in ``direction`` take after its link, if any."""
+        if not self.host_bus_bandwidth:
+            return ()
+        if not self.gpus_per_bus or self.gpus_per_bus >= self.gpus:
+            return (f"bus:{direction}",)
+        return (f"bus{gpu_index(gpu) // self.gpus_per_bus}:{direction}",)
+
     def duration(self, kind: str, device: str, nbytes: int, flops: float = 0.0,
-                 touched: int = 0, time: float | None = None, op: str | None = None) -> float:
+                 touched: int = 0, time: float | None = None, op: str | None = None,
+                 dtype: str = "float32") -> float:
         """Seconds a vertex takes alone on its resources.
 
         A profiled ``time`` wins.  Otherwise GPU kernels of an op in ``op_rates`` take
         ``latency + nbytes / written + (touched - nbytes) / read``, and others follow a roofline:
         ``latency + max(flops / rate, touched / mem_bw)`` with ``touched`` the bytes read and
-        written; copies take ``latency + bytes / bandwidth``.
+        written and ``rate`` the half-precision one if the kernel writes a ``dtype`` of
+        :data:`HALF_DTYPES`; copies take ``latency + bytes / bandwidth``.
         """
         if time is not None:
             return time
@@ -104,17 +130,21 @@ class Machine:
                 for name, written, read in self.op_rates:
                     if name == base:
                         return self.kernel_latency + nbytes / written + (touched - nbytes) / read
-            return self.kernel_latency + max(flops / self.gpu_flops,
-                                             touched / self.gpu_mem_bandwidth)
+            rate = (self.gpu_half_flops or self.gpu_flops) if dtype in HALF_DTYPES \
+                else self.gpu_flops
+            return self.kernel_latency + max(flops / rate, touched / self.gpu_mem_bandwidth)
         if kind == "transfer":
             return self.gpu_gpu_latency + nbytes / self.gpu_gpu_bandwidth
         if kind in ("load", "reload"):
-            return self.link_latency + nbytes / self._host_rate(self.h2d_bandwidth)
+            return self.link_latency + nbytes / self.host_rate("h2d")
         if kind == "offload":
-            return self.link_latency + nbytes / self._host_rate(self.d2h_bandwidth)
+            return self.link_latency + nbytes / self.host_rate("d2h")
         return 0.0
 
-    def _host_rate(self, link: float) -> float:
+    def host_rate(self, direction: str) -> float:
+        """Bytes/s of one host copy (``"h2d"`` or ``"d2h"``) alone: its link's bandwidth,
+        capped by the host bus's if there is one."""
+        link = self.h2d_bandwidth if direction == "h2d" else self.d2h_bandwidth
         return min(link, self.host_bus_bandwidth) if self.host_bus_bandwidth else link
 
     # -- interchange ------------------------------------------------------------------
@@ -179,7 +209,8 @@ _FIELD_TYPES = {f.name: f.type for f in fields(Machine)}
 
 def _check_fields(values: dict, where: str) -> None:
     """Check Machine field ``values`` (all or some), naming ``where`` and the field: strings,
-    positive integers, numbers >= 0 (> 0 for rates; infinite only for :data:`UNLIMITED`),
+    positive integers, numbers >= 0 (> 0 for rates; 0 allowed for :data:`MAY_BE_ZERO`;
+    infinite only for :data:`UNLIMITED`),
     ``duplex`` in (0, 1], ``op_rates`` as ``(op, written, read)`` with finite positive rates."""
     for key, value in values.items():
         kind = _FIELD_TYPES[key]
@@ -187,9 +218,10 @@ def _check_fields(values: dict, where: str) -> None:
             if type(value) is not str:
                 raise SpecError(f"{where}: {key} must be a string, got {short(value)}")
         elif kind == "int":
-            number(value, where, key, count=True, positive=True, error=SpecError)
+            number(value, where, key, count=True, positive=key not in MAY_BE_ZERO,
+                   error=SpecError)
         elif kind == "float":
-            zero_ok = key.endswith("latency") or key == "host_bus_bandwidth"
+            zero_ok = key.endswith("latency") or key in MAY_BE_ZERO
             number(value, where, key, positive=not zero_ok, unlimited=key in UNLIMITED,
                    error=SpecError)
     if "duplex" in values and not 0 < values["duplex"] <= 1:
@@ -224,55 +256,72 @@ PRESETS: dict[str, Machine] = {
     "disco-example": _disco_example(),
     "v100": Machine(
         name="v100", source="Beaumont et al. Sec. 7: one V100 16 GB, 12 GB/s PCIe each way; "
-        "15.7 TFLOP/s fp32 and 900 GB/s HBM2 from NVIDIA's V100 datasheet",
-        gpus=1, gpu_memory=16 * 10**9, gpu_flops=15.7e12, gpu_mem_bandwidth=900e9,
-        h2d_bandwidth=12e9, d2h_bandwidth=12e9),
+        "15.7 TFLOP/s fp32, 125 TFLOP/s fp16 on tensor cores (fp32 accumulate) and 900 GB/s "
+        "HBM2 from NVIDIA's V100 datasheet (SXM2)",
+        gpus=1, gpu_memory=16 * 10**9, gpu_flops=15.7e12, gpu_half_flops=125e12,
+        gpu_mem_bandwidth=900e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9),
     "p100x4": Machine(
-        name="p100x4", source="TURNIP Sec. 8: 4x P100 16 GB server; 9.3 TFLOP/s fp32, 732 GB/s, "
-        "PCIe 3.0 x16 (~12 GB/s) from NVIDIA's P100 datasheet",
-        gpus=4, gpu_memory=16 * GiB, gpu_flops=9.3e12, gpu_mem_bandwidth=732e9,
-        h2d_bandwidth=12e9, d2h_bandwidth=12e9, gpu_gpu_bandwidth=10e9),
+        name="p100x4", source="TURNIP Sec. 8: 4x P100 16 GB and 1.3 TB of DDR4-2666 (a 2-socket "
+        "Xeon Scalable server, PCIe 3.0); 9.3 TFLOP/s fp32, 18.7 fp16 (half2 arithmetic, no "
+        "tensor cores) and 732 GB/s from NVIDIA's P100 PCIe datasheet; PCIe 3.0 x16 at 12 GB/s "
+        "(bandwidthTest on a P100 PCIe: 12.2 GB/s in, 12.9 out); the paper gives no topology: "
+        "assumed the common 4-GPU layout of one PCIe switch per socket, two GPUs behind each "
+        "sharing its x16 uplink (12 GB/s)",
+        gpus=4, gpu_memory=16 * GiB, gpu_flops=9.3e12, gpu_half_flops=18.7e12,
+        gpu_mem_bandwidth=732e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9,
+        host_bus_bandwidth=12e9, gpus_per_bus=2, gpu_gpu_bandwidth=10e9),
     "a100x8": Machine(
         name="a100x8", source="TURNIP Sec. 8: AWS p4d.24xlarge, 8x A100 40 GB; 19.5 TFLOP/s fp32, "
-        "1.55 TB/s; host->GPU measured at ~25 GB/s on p4d, falling to 11-13 GB/s while "
-        "GPU->host runs (docs/design.md, Vocabulary)",
-        gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_mem_bandwidth=1555e9,
-        h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48, gpu_gpu_bandwidth=300e9,
-        cpu_flops=2e12),
+        "312 TFLOP/s fp16 on tensor cores (dense) and 1.55 TB/s from NVIDIA's A100 datasheet; "
+        "host->GPU measured at ~25 GB/s on p4d, falling to 11-13 GB/s while GPU->host runs "
+        "(docs/design.md, Vocabulary); the HGX A100 8-GPU board's 4 PCIe Gen4 switches, 2 GPUs "
+        "behind each, their x16 uplink taken at a GPU link's 25 GB/s",
+        gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_half_flops=312e12,
+        gpu_mem_bandwidth=1555e9, h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48,
+        host_bus_bandwidth=25e9, gpus_per_bus=2, gpu_gpu_bandwidth=300e9, cpu_flops=2e12),
     "titan-rtx": Machine(
         name="titan-rtx", source="CoTrain's evaluation server (its slides): one TITAN RTX, PCIe "
         "3.0, a 14-core Xeon E5-2683 at 2.0 GHz; 24 GB GDDR6 at 672 GB/s and 16.3 TFLOP/s fp32 "
-        "from NVIDIA's TITAN RTX datasheet (the slides' 'HBM2' is a slip); PCIe 3.0 x16 at "
+        "from NVIDIA's TITAN RTX datasheet (the slides' 'HBM2' is a slip); 130 TFLOP/s fp16 on "
+        "tensor cores (NVIDIA's TITAN RTX page; at full rate with fp32 accumulate, as the "
+        "Quadro RTX 8000's datasheet gives for the same TU102: 130.5); PCIe 3.0 x16 at "
         "~12 GB/s each way in practice (15.75 GB/s raw); the CPU's AVX2 peak 14 x 2.0 GHz x 32 "
         "fp32 flop/cycle = 896 GFLOP/s",
-        gpus=1, gpu_memory=24 * GiB, gpu_flops=16.3e12, gpu_mem_bandwidth=672e9,
-        h2d_bandwidth=12e9, d2h_bandwidth=12e9, cpu_flops=896e9),
+        gpus=1, gpu_memory=24 * GiB, gpu_flops=16.3e12, gpu_half_flops=130e12,
+        gpu_mem_bandwidth=672e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9, cpu_flops=896e9),
     "h100-pcie": Machine(
-        name="h100-pcie", source="one H100 PCIe 80 GB: 51 TFLOP/s fp32 and 2.0 TB/s HBM2e from "
-        "NVIDIA's H100 PCIe product brief (PB-11133-001); PCIe 5.0 x16, 64 GB/s raw each way, "
-        "taken as 50 GB/s of pinned copies; a pair joined by an NVLink bridge at 600 GB/s "
-        "(300 each way)",
-        gpus=1, gpu_memory=80 * GiB, gpu_flops=51e12, gpu_mem_bandwidth=2.0e12,
-        h2d_bandwidth=50e9, d2h_bandwidth=50e9, gpu_gpu_bandwidth=300e9),
+        name="h100-pcie", source="one H100 PCIe 80 GB: 51 TFLOP/s fp32, 756 TFLOP/s fp16 on "
+        "tensor cores (dense; 1,513 with sparsity) and 2.0 TB/s HBM2e from NVIDIA's H100 PCIe "
+        "product brief (PB-11133-001); PCIe 5.0 x16, 64 GB/s raw each way, taken as 50 GB/s of "
+        "pinned copies; a pair joined by an NVLink bridge at 600 GB/s (300 each way)",
+        gpus=1, gpu_memory=80 * GiB, gpu_flops=51e12, gpu_half_flops=756e12,
+        gpu_mem_bandwidth=2.0e12, h2d_bandwidth=50e9, d2h_bandwidth=50e9,
+        gpu_gpu_bandwidth=300e9),
     "h100-sxm": Machine(
-        name="h100-sxm", source="an HGX H100 board, 8x H100 SXM5 80 GB: 66.9 TFLOP/s fp32 and "
-        "3.35 TB/s HBM3 (NVIDIA's H100 datasheet); NVLink 4 through NVSwitch, 900 GB/s per GPU "
-        "(450 each way); PCIe 5.0 x16 to the host, taken as 50 GB/s of pinned copies",
-        gpus=8, gpu_memory=80 * GiB, gpu_flops=66.9e12, gpu_mem_bandwidth=3.35e12,
-        h2d_bandwidth=50e9, d2h_bandwidth=50e9, gpu_gpu_bandwidth=450e9),
+        name="h100-sxm", source="an HGX H100 board, 8x H100 SXM5 80 GB: 66.9 TFLOP/s fp32, "
+        "989 TFLOP/s fp16 on tensor cores (dense; 1,979 with sparsity) and 3.35 TB/s HBM3 "
+        "(NVIDIA's H100 datasheet); NVLink 4 through NVSwitch, 900 GB/s per GPU (450 each way); "
+        "PCIe 5.0 x16 to the host, taken as 50 GB/s of pinned copies",
+        gpus=8, gpu_memory=80 * GiB, gpu_flops=66.9e12, gpu_half_flops=989e12,
+        gpu_mem_bandwidth=3.35e12, h2d_bandwidth=50e9, d2h_bandwidth=50e9,
+        gpu_gpu_bandwidth=450e9),
     "h200": Machine(
         name="h200", source="an HGX H200 board, 8x H200 141 GB: the H100 SXM's compute "
-        "(66.9 TFLOP/s fp32) with 141 GB of HBM3e at 4.8 TB/s (NVIDIA's H200 datasheet); "
-        "NVLink 4, 900 GB/s per GPU (450 each way); PCIe 5.0 host links as h100-sxm",
-        gpus=8, gpu_memory=141 * 10**9, gpu_flops=66.9e12, gpu_mem_bandwidth=4.8e12,
-        h2d_bandwidth=50e9, d2h_bandwidth=50e9, gpu_gpu_bandwidth=450e9),
+        "(66.9 TFLOP/s fp32, 989 fp16 on tensor cores, dense) with 141 GB of HBM3e at 4.8 TB/s "
+        "(NVIDIA's H200 datasheet); NVLink 4, 900 GB/s per GPU (450 each way); PCIe 5.0 host "
+        "links as h100-sxm",
+        gpus=8, gpu_memory=141 * 10**9, gpu_flops=66.9e12, gpu_half_flops=989e12,
+        gpu_mem_bandwidth=4.8e12, h2d_bandwidth=50e9, d2h_bandwidth=50e9,
+        gpu_gpu_bandwidth=450e9),
     "rtx4090": Machine(
-        name="rtx4090", source="a desktop GeForce RTX 4090 24 GB: 82.6 TFLOP/s fp32 and "
-        "1008 GB/s GDDR6X (NVIDIA's Ada whitepaper); PCIe 4.0 x16, 31.5 GB/s raw each way, "
-        "taken as 25 GB/s of pinned copies; no NVLink and no peer access on GeForce, so a "
-        "second card is reached through host RAM (taken as 12 GB/s)",
-        gpus=1, gpu_memory=24 * GiB, gpu_flops=82.6e12, gpu_mem_bandwidth=1008e9,
-        h2d_bandwidth=25e9, d2h_bandwidth=25e9, gpu_gpu_bandwidth=12e9),
+        name="rtx4090", source="a desktop GeForce RTX 4090 24 GB: 82.6 TFLOP/s fp32, 165.2 "
+        "TFLOP/s fp16 on tensor cores with fp32 accumulate (GeForce halves it: 330.3 with fp16 "
+        "accumulate) and 1008 GB/s GDDR6X (NVIDIA's Ada whitepaper, Appendix A); PCIe 4.0 x16, "
+        "31.5 GB/s raw each way, taken as 25 GB/s of pinned copies; no NVLink and no peer "
+        "access on GeForce, so a second card is reached through host RAM (taken as 12 GB/s)",
+        gpus=1, gpu_memory=24 * GiB, gpu_flops=82.6e12, gpu_half_flops=165.2e12,
+        gpu_mem_bandwidth=1008e9, h2d_bandwidth=25e9, d2h_bandwidth=25e9,
+        gpu_gpu_bandwidth=12e9),
 }
 
 

@@ -8,6 +8,9 @@ overwritten, so there are no memory edges), and reads the durations off the meas
   op the bytes per second it writes and reads (``op_rates``, from the two largest sizes), a
   one-element ``add`` the kernel time that with the dispatch gap of a chain of them gives
   ``kernel_latency``;
+- a float16 ``matmul`` gives ``gpu_half_flops``, at the largest size whose float32 matmul took
+  under :data:`HALF_PROBE_SECONDS` (NumPy multiplies float16 without BLAS, some hundred times
+  slower than float32; a GPU's tensor cores, many times faster);
 - a matmul on the CPU gives ``cpu_flops``;
 - loads (host->GPU) and offloads (GPU->host) of several sizes, each direction alone, give the
   bandwidth and latency by a least-squares line through ``seconds = latency + bytes / rate``;
@@ -27,9 +30,11 @@ import pandas as pd
 
 from ..core.machine import Machine, MiB
 from ..core.memgraph import Loc, MemGraph, MemVertex
+from ..core.ops import DTYPES
 from . import execute
 
 DUPLEX_REPEATS = 4
+HALF_PROBE_SECONDS = 2e-3
 
 
 @dataclass
@@ -49,8 +54,9 @@ class _Builder:
         self.top: dict[str, int] = {}
 
     def add(self, id: str, kind: str, device: str, shape: tuple[int, ...], inputs=(),
-            op: str | None = None, flops: float = 0.0, at: str | None = None) -> str:
-        nbytes = max(4 * math.prod(shape), 4)
+            op: str | None = None, flops: float = 0.0, at: str | None = None,
+            dtype: str = "float32") -> str:
+        nbytes = max(DTYPES[dtype] * math.prod(shape), 4)
         loc = None
         if at is not None:
             offset = self.top.get(at, 0)
@@ -59,7 +65,7 @@ class _Builder:
         self.mg.add_vertex(MemVertex(id, kind, device, nbytes, loc=loc, task=id if kind in (
             "input", "compute", "transfer") else None, of=inputs[0] if kind in (
             "load", "offload") else None, op=op, flops=flops, inputs=tuple(inputs),
-            order=len(self.mg), shape=shape))
+            order=len(self.mg), shape=shape, dtype=dtype))
         self.mg.add_edges(inputs, id)
         return id
 
@@ -105,6 +111,16 @@ def _chain(length: int) -> MemGraph:
     return b.mg
 
 
+def _half_matmul(n: int, reps: int) -> MemGraph:
+    """``reps`` independent float16 matmuls of n x n tensors on gpu0."""
+    b = _Builder()
+    x, y = (b.add(name, "input", "gpu0", (n, n), at="gpu0", dtype="float16") for name in "xy")
+    for r in range(reps):
+        b.add(f"mm#{r}", "compute", "gpu0", (n, n), (x, y), "matmul", 2.0 * n ** 3, at="gpu0",
+              dtype="float16")
+    return b.mg
+
+
 def _cpu_matmul(n: int, reps: int) -> MemGraph:
     b = _Builder()
     x = b.add("x", "input", "host", (n, n))
@@ -142,7 +158,9 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     """Measure ``backend`` and return ``base`` with its measured fields replaced.
 
     With the numpy backend copies are paced to ``base``'s link bandwidths (the emulated
-    PCIe); kernels run at the CPU's speed.  ``quick`` measures fewer sizes and repeats.
+    PCIe); kernels run at the CPU's speed.  ``quick`` measures fewer sizes and repeats.  The
+    host buses (``host_bus_bandwidth``, ``gpus_per_bus``) are ``base``'s, not measured: the
+    copies measured run one at a time per direction, each on gpu0's link and bus.
     """
     say = progress or (lambda _: None)
     reps = 3 if quick else 5
@@ -170,6 +188,13 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     rows.append(dict(what="tiny kernel", op="add", size=1, bytes=12, flops=1.0,
                      seconds=kernel_time))
     rows.append(dict(what="dispatch gap", op="add", size=1, bytes=0, flops=0.0, seconds=gap))
+    n = max([r["size"] for r in rows if r["what"] == "kernel" and r["op"] == "matmul"
+             and r["seconds"] < HALF_PROBE_SECONDS], default=sizes[0])
+    half = run(_half_matmul(n, reps), "float16 matmul")
+    for vertex in half.index:
+        rows.append(dict(what="half kernel", op="matmul", size=n, bytes=3 * 2 * n * n,
+                         flops=2.0 * n ** 3,
+                         seconds=half.at[vertex, "end"] - half.at[vertex, "start"]))
     n = sizes[-1]
     cpu = run(_cpu_matmul(n, reps), "matmul on the CPU")
     for vertex in cpu.index:
@@ -220,6 +245,7 @@ def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
                             if op != "matmul"))
     gap = float(table.loc[table["what"] == "dispatch gap", "seconds"].iloc[0])
     cpu = table[table["what"] == "cpu kernel"]
+    half = table[table["what"] == "half kernel"]
     h2d, h2d_latency = _line(table[table["what"] == "h2d alone"])
     d2h, d2h_latency = _line(table[table["what"] == "d2h alone"])
     both = table[table["what"] == "both at once"]
@@ -232,6 +258,7 @@ def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
                f"copies paced to {base.name}'s links" if backend == "numpy" else
                f"offloadlab calibrate, {backend} backend on {socket.gethostname()}",
         gpu_flops=float(matmul["flops"].sum() / matmul["seconds"].sum()),
+        gpu_half_flops=float(half["flops"].sum() / half["seconds"].sum()),
         gpu_mem_bandwidth=float(large.loc[large["op"] == "add", "bytes"].sum()
                                 / large.loc[large["op"] == "add", "seconds"].sum()),
         kernel_latency=max(tiny + gap, 0.0), op_rates=op_rates,

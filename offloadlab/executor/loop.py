@@ -2,11 +2,12 @@
 
 A vertex is launched when (a) every MemGraph predecessor has completed and (b) its resources
 are free: a slot (stream) of its engine (a GPU's compute engine, a link direction's copy engine,
-the CPU) and, for host copies on a machine with a shared host bus, the bus, taken after the
-engine as the simulator takes it.  Each resource dispatches from the ready queues of
-:mod:`offloadlab.core.dispatch`, the same policies the simulator uses.  A launched vertex's job
-runs on the lane (thread) of its slot; completions come back through one queue, and the loop
-frees resources, wakes successors, and launches what became ready, until every vertex is done.
+the CPU) and, for host copies on a machine with host buses, the GPU's bus (one shared by all
+GPUs, or the PCIe switch's of its group), taken after the engine as the simulator takes it.
+Each resource dispatches from the ready queues of :mod:`offloadlab.core.dispatch`, the same
+policies the simulator uses.  A launched vertex's job runs on the lane (thread) of its slot;
+completions come back through one queue, and the loop frees resources, wakes successors, and
+launches what became ready, until every vertex is done.
 
 There is one loop and one completion queue, but no thread of its own: the loop takes a *turn*
 (drain the queue, then one dispatch pass) on whichever thread holds its lock, and a lane that
@@ -37,7 +38,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..core.devices import HOST
+from ..core.devices import HOST, is_bus
 from ..core.dispatch import Queues, ReadyQueue
 from ..core.errors import OffloadlabError
 from ..core.machine import Machine
@@ -125,9 +126,8 @@ class EventLoop:
         self.resources: dict[str, Resource] = {}
         self.lanes: list[Lane] = []
         for name, sequence in sequences.items():
-            is_bus = name.startswith("bus:")
             slots = streams if name.startswith("gpu") and "->" not in name else 1
-            if is_bus:
+            if is_bus(name):
                 lanes = []
             elif self.backend.serial_streams:   # the engine's streams share one thread
                 lanes = [Lane(name, self.backend, self._report)] * slots

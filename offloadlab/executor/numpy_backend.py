@@ -11,7 +11,8 @@ so kernels and copies really overlap, and GPUs compute in parallel up to the num
 (A thread per stream taking turns on a lock per GPU did the same with a thread hand-off, a
 wake-up, at every turn.)  With ``rate_limit`` a copy engine paces its
 copies, in chunks of about half a millisecond, to the machine's bandwidth for its link
-(host->GPU, GPU->host, GPU->GPU, and the shared host bus if the machine has one); while both
+(host->GPU, GPU->host, GPU->GPU; a host link capped by its host bus if the machine has one,
+and the event loop lets one copy at a time hold each bus, as the simulator does); while both
 directions of a GPU's host link are copying each runs at the machine's ``duplex`` factor.
 Times are wall-clock (``time.perf_counter``).
 """
@@ -107,14 +108,9 @@ class NumpyBackend:
         m = self.machine
         if not self.rate_limit:
             return CopyEngine(resource, None)
-        if "->" in resource:
-            rate = m.gpu_gpu_bandwidth
-        else:
-            rate = m.h2d_bandwidth if resource.startswith("h2d:") else m.d2h_bandwidth
-            if m.host_bus_bandwidth:
-                rate = min(rate, m.host_bus_bandwidth)
-        engine = CopyEngine(resource, rate if math.isfinite(rate) else None)
         direction, _, gpu = resource.partition(":")
+        rate = m.gpu_gpu_bandwidth if "->" in resource else m.host_rate(direction)
+        engine = CopyEngine(resource, rate if math.isfinite(rate) else None)
         partner = self.engines.get(("d2h:" if direction == "h2d" else "h2d:") + gpu)
         if partner is not None and m.duplex < 1:
             engine.partner, partner.partner = partner, engine

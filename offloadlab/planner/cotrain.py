@@ -93,7 +93,8 @@ def _backward(graph: TaskGraph) -> list[str]:
 
 def _seconds(graph: TaskGraph, machine: Machine, t: Task) -> float:
     touched = touched_bytes(t.op, t.bytes, [graph[u].bytes for u in t.inputs])
-    return machine.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op)
+    return machine.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op,
+                            t.dtype)
 
 
 def _on_cpu(t: Task) -> Task:

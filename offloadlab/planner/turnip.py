@@ -68,6 +68,7 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
         candidate = BuildMemGraphOptions(victim, ahead, order)
         mg = _plan(graph, machine, candidate, hooks if k == 0 else Hooks())
         mg.graph["options"] = {**candidate.recorded(), "search": options.search}
+        mg.stamp_tensors(graph)         # dtypes price its kernels, as in the plan returned
         seconds = hooks.evaluate(mg, machine)
         if best is None or seconds < best[0]:
             best = seconds, mg

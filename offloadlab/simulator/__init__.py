@@ -4,7 +4,8 @@ Follows docs/design.md, Execution semantics.  A vertex starts once all its MemGr
 (data and memory edges) have finished and its resources are free: a GPU's compute engine
 (one of ``streams`` slots; running kernels share its throughput equally), the CPU, a link
 direction (``h2d:gpuX``, ``d2h:gpuX``, ``gpuX->gpuY``; one at a time, first come first served)
-and, with a host bus, ``bus:h2d``/``bus:d2h`` after the link.  While both directions of a
+and, with host buses, the GPU's bus after the link (``bus:h2d``/``bus:d2h`` for all GPUs, or
+``bus0:h2d``, ``bus1:h2d``, ... per group of ``gpus_per_bus``).  While both directions of a
 GPU's host link are busy each runs at the machine's ``duplex`` factor.  Durations come from
 the machine's cost model, optionally times a seeded lognormal noise factor.
 

@@ -19,6 +19,7 @@ import simpy
 from simpy.events import Timeout
 
 from ..core.bound import durations as cost_durations
+from ..core.devices import is_bus
 from ..core.dispatch import Queues
 from ..core.errors import GraphError
 from ..core.machine import Machine
@@ -82,7 +83,7 @@ class Model:
         engines: dict[str, Engine] = {}
         buses: dict[str, Bus] = {}
         for name in sequences:
-            if name.startswith("bus:"):
+            if is_bus(name):
                 buses[name] = Bus(self.env, name, queue(name), granted=self._begin,
                                   changed=self.mark)
             else:

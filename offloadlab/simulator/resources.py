@@ -8,7 +8,8 @@ machine's duplex factor while its partner direction is busy.  Instead of interru
 processes, an engine schedules one SimPy timeout for its next completion and, whenever its
 jobs or speed change, a new one; a superseded timeout fires to no effect.
 
-A :class:`Bus` is a shared host bus: one transfer at a time, taken after the link.
+A :class:`Bus` is a shared host bus (for all GPUs, or the uplink of the PCIe switch a group of
+them sits behind): one transfer at a time, taken after the link.
 
 As SimPy's own resources, neither knows who uses it.  Both share one small protocol: a ready
 queue of :mod:`offloadlab.core.dispatch` (the policies the executor uses too) that the user
@@ -138,7 +139,7 @@ class Engine:
 
 
 class Bus:
-    """A host bus shared by all GPUs' transfers in one direction: one transfer at a time."""
+    """A host bus shared by its GPUs' transfers in one direction: one transfer at a time."""
 
     def __init__(self, env: simpy.Environment, name: str, queue: ReadyQueue, *,
                  granted: Callable[[int], None], changed: Callable[[Bus], None]):
