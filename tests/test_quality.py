@@ -33,11 +33,11 @@ KNOWN = {
     ("model:name=gpt2,mode=train,gpus=2", 1.0): {"slower"},
     ("model:name=gpt2,mode=train,gpus=2", 1.1): {"slower", "bytes"},
     ("model:name=llama,mode=train,gpus=1", 1.1): {"slower"},
-    ("model:name=llama,mode=train,gpus=2", 1.1): {"bytes"},
+    ("model:name=llama,mode=train,gpus=2", 1.1): {"slower", "bytes"},
     ("model:name=bert,mode=train,gpus=1", 1.0): {"bytes"},
     ("model:name=mlp,mode=train,gpus=1", 1.5): {"bytes"},
     ("model:name=mlp,mode=train,gpus=3", 1.5): {"bytes"},
-    ("model:name=resnet18,mode=train,gpus=2", 1.1): {"bytes"},
+    ("model:name=resnet18,mode=train,gpus=2", 1.1): {"slower", "bytes"},
     ("random:vertices=300,gpus=2,seed=1", 1.1): {"bytes"},
 }
 
