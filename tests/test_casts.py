@@ -32,12 +32,15 @@ def test_cast_equals_numpy_astype(source, target):
         x = x.astype(source)
         k.fn(np, out, [x], np.empty(k.scratch(out, [x]), np.uint8))
         np.testing.assert_array_equal(out, x.astype(target))
+        flat = np.full(x.size, np.nan, target)              # read in order, any shape
+        k.fn(np, flat, [x], np.empty(0, np.uint8))
+        np.testing.assert_array_equal(flat, x.astype(target).reshape(-1))
 
 
 def test_cast_refuses_what_is_not_a_float_conversion():
     k = kernel("cast", "v")
     for x, out, message in [(np.zeros(4, np.int32), np.empty(4, np.float32), "int32 to float32"),
-                            (np.zeros(4, np.float32), np.empty(5, np.float16), "shape"),
+                            (np.zeros(4, np.float32), np.empty(5, np.float16), "5 elements"),
                             (np.zeros(4, np.float32), np.empty(4, np.bool_), "to bool")]:
         with pytest.raises(KernelError, match=message):
             k.fn(np, out, [x], np.empty(0, np.uint8))
@@ -109,6 +112,26 @@ def test_half_and_float_become_casts_and_execute():
     x = initial_value("input", (4, 8), "float32")
     want = np.maximum(x.astype(np.float16), 0).astype(np.float64)
     np.testing.assert_array_equal(reference_outputs(graph)["_to_copy_2"], want)
+
+
+def test_a_cast_reads_its_input_through_a_reshape():
+    torch = pytest.importorskip("torch")
+    from offloadlab.core.workloads.from_torch import from_torch
+
+    class Reshaped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.empty(8, 8))
+
+        def forward(self, x):
+            return (x @ self.w).view(2, 8, 8).half()
+
+    graph = from_torch(Reshaped(), torch.empty(16, 8))
+    assert computes(graph) == {"mm": ("matmul", "float32"), "_to_copy": ("cast", "float16")}
+    assert graph["mm"].shape == (16, 8) and graph["_to_copy"].shape == (2, 8, 8)
+    x, w = initial_value("input", (16, 8), "float32"), initial_value("w", (8, 8), "float32")
+    np.testing.assert_allclose(reference_outputs(graph)["_to_copy"],
+                               (x @ w).astype(np.float16).reshape(2, 8, 8), rtol=1e-3)
 
 
 def test_autocast_and_its_backward_are_casts():

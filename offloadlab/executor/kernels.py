@@ -213,12 +213,16 @@ def copy(xp, out, args, scratch) -> None:
 
 
 def cast(xp, out, args, scratch) -> None:
-    """``x`` converted to ``out``'s floating-point dtype, rounded to nearest (``astype``)."""
-    _same("cast", out, args, 1)
-    if {args[0].dtype.name, out.dtype.name} - set(FLOAT_DTYPES):
+    """``x`` converted to ``out``'s floating-point dtype, rounded to nearest (``astype``);
+    ``x`` may have another shape with as many elements (read in order)."""
+    if len(args) != 1 or args[0].size != out.size:
+        raise KernelError(f"cast takes one input of the output's {out.size} elements, got "
+                          f"{[x.shape for x in args]}")
+    x = args[0]
+    if {x.dtype.name, out.dtype.name} - set(FLOAT_DTYPES):
         raise KernelError(f"cast converts between {', '.join(FLOAT_DTYPES)}, not "
-                          f"{args[0].dtype.name} to {out.dtype.name}")
-    xp.copyto(out, args[0])
+                          f"{x.dtype.name} to {out.dtype.name}")
+    xp.copyto(out, x.reshape(out.shape))
 
 
 def gelu(xp, out, args, scratch) -> None:

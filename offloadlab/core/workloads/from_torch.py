@@ -300,17 +300,33 @@ class _Converter:
                              dtype=_dtype_name(val, f"input {vertex!r}"))
         return vertex
 
+    def _copied(self, node: fx.Node) -> tuple[str, Any]:
+        """The vertex a ``_to_copy`` reads, and the tensor it holds if the copy reads that
+        tensor's elements in order (whatever its shape), else None."""
+        ref = self.refs[_tensor_args(node)[0]]
+        vertex = self._vertex(ref.base)
+        held = self.holds[vertex]
+        return vertex, held if held is not None and _in_order(ref.val, held) else None
+
     def _copy_of_same(self, node: fx.Node) -> bool:
-        """Whether ``node`` is a cast changing neither dtype nor element order; then its
-        readers read the vertex of the tensor it copies, under a version of their own."""
+        """Whether ``node`` is a ``_to_copy`` changing neither dtype nor element order; then
+        its readers read the vertex of the tensor it copies, under a version of their own."""
         if _aten_name(node) != CAST:
             return False
-        vertex, exact = self._read(_tensor_args(node)[0])
-        if not (exact and _same_tensor(node.meta["val"], self.holds[vertex])):
+        vertex, held = self._copied(node)
+        val = node.meta["val"]
+        if held is None or val.dtype != held.dtype or not val.is_contiguous():
             return False
-        self.refs[node] = _Ref(node.name, node.meta["val"])
+        self.refs[node] = _Ref(node.name, val)
         self.current[node.name] = vertex
         return True
+
+    def _cast(self, node: fx.Node, out: Any) -> tuple[str, list[str]] | None:
+        """``cast`` if ``node`` converts, between floats, a tensor its input vertex holds
+        and reads it in order into ``out``, else None."""
+        vertex, held = self._copied(node)
+        ok = held is not None and _float(held) and out.is_contiguous()
+        return ("cast", [vertex]) if ok else None
 
     def _compute(self, node: fx.Node) -> None:
         if self._copy_of_same(node):
@@ -345,7 +361,10 @@ class _Converter:
                 dtype = FLOAT_OF_SIZE.get(DTYPES[dtype], "float32")
                 shape = shape if DTYPES[dtype] == single.element_size() else None
                 single = None                           # the vertex is not this tensor
-        found = kernel_op(node, single, reads) if single is not None and known else None
+        found = None
+        if single is not None and known:
+            found = self._cast(node, single) if _aten_name(node) == CAST else \
+                kernel_op(node, single, reads)
         op, inputs = found or ("mix" if known else f"{GENERIC}:{node.target}",
                                list(dict.fromkeys(v for v, _ in reads.values())))
         if op == "mix" and single is not None and not written:
@@ -415,9 +434,6 @@ def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
     if name == "mm":
         ins = exact(*args, fits=lambda s: True)
         return ("matmul", ins) if ins else None
-    if name == CAST and _float(args[0].meta["val"]) and reads[args[0]][1] \
-            and tuple(args[0].meta["val"].shape) == shape:
-        return "cast", [reads[args[0]][0]]
     return None
 
 
@@ -566,8 +582,15 @@ def _float(t: Any) -> bool:
 
 def _same_tensor(t: Any, held: Any) -> bool:
     """Whether ``t`` is ``held`` or a view of it with its shape, dtype and element order."""
-    return t is held or (t.dtype == held.dtype and t.shape == held.shape and t.is_contiguous()
-                         and held.is_contiguous() and t.storage_offset() == held.storage_offset())
+    return t is held or (t.shape == held.shape and _in_order(t, held))
+
+
+def _in_order(t: Any, held: Any) -> bool:
+    """Whether ``t`` is a view of all of ``held`` with its dtype and element order, of any
+    shape (``[B*T, D]`` seen as ``[B, T, D]``)."""
+    return t is held or (t.dtype == held.dtype and t.numel() == held.numel()
+                         and t.is_contiguous() and held.is_contiguous()
+                         and t.storage_offset() == held.storage_offset())
 
 
 def _tiles(shape: Sequence[int], out: Sequence[int]) -> bool:
