@@ -226,6 +226,7 @@ KERNEL_SHAPES = {
     "gelu": ((8, 6), [(8, 6)]),
     "silu": ((8, 6), [(8, 6)]),
     "copy": ((8, 6), [(8, 6)]),
+    "cast": ((8, 6), [(48,)]),                         # float32 to float32, read in order
     "softmax": ((8, 6), [(8, 6)]),
     "rmsnorm": ((8, 6), [(8, 6), (6,)]),
     "layernorm": ((8, 6), [(8, 6), (6,)]),

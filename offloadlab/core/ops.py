@@ -7,6 +7,11 @@ An op is named ``NAME`` or, for the ops that take integer parameters, ``NAME:key
 (the toolkit's spec syntax): ``rotary:offset=4096`` rotates rows at positions 4096 onwards,
 ``causal_softmax:q0=4096,k0=0`` masks a query block starting at row 4096 against a key block
 starting at key 0.  :func:`op_call` writes such a name and :func:`parse_op` reads it.
+
+One op has no kernel: ``generic:<source op>`` (``generic:aten.cumsum.default``), which
+``offloadlab import-torch --generic`` writes for an op the toolkit does not know, priced from
+its shapes alone (:data:`GENERIC`).  Planners and the simulator take it; the executor refuses
+a graph that holds one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ DTYPES: dict[str, int] = {
     "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
 }
 """Tensor dtypes (NumPy names) and their bytes per element."""
+
+FLOAT_DTYPES = ("float16", "float32", "float64")
+"""The floating-point dtypes, between which ``cast`` converts."""
 
 Shape = Sequence[int]
 FlopsFn = Callable[[Shape, Sequence[Shape]], float]
@@ -98,13 +106,15 @@ CROSS_ENTROPY_BACKWARD_FLOPS = STATS_FLOPS + SOFTMAX_FLOPS + 1.0   # softmax, / 
 @dataclass(frozen=True)
 class Op:
     """One op: what it computes, the integer parameters its name may carry (with defaults),
-    its flops from the output's and inputs' shapes (None: builders give them), and whether it
-    reads only part of its last input (a gather) for the cost model's bytes touched."""
+    its flops from the output's and inputs' shapes (None: builders give them), whether it
+    reads only part of its last input (a gather) for the cost model's bytes touched, and
+    whether its name carries a free label after the colon instead of parameters."""
 
     doc: str
     params: tuple[tuple[str, int], ...] = ()
     flops: FlopsFn | None = None
     gather: bool = False
+    labelled: bool = False
 
 
 OPS: dict[str, Op] = {
@@ -181,18 +191,30 @@ OPS: dict[str, Op] = {
                       flops=_elementwise(ADAM_FLOPS)),
     "sgd_update": Op("one SGD step on a weight from its gradient", flops=_elementwise(SGD_FLOPS)),
     "copy": Op("identity", flops=_elementwise(0.0)),
+    "cast": Op("the input converted to the output's dtype (float16, float32 or float64, "
+               "rounded to nearest as NumPy's astype); also its own backward, which casts the "
+               "gradient back to the input's dtype.  Memory-bound: no flops (as PyTorch's "
+               "flop counter), its bytes read and written", flops=_elementwise(0.0)),
     "layer_forward": Op("a sequential layer's forward a(i) = f(a(i-1); w) (Beaumont et al. "
                         "Sec. 3)"),
     "layer_backward": Op("a layer's backward: delta(i-1) from delta(i) and w"),
     "weight_grad": Op("a layer's weight gradient dw from a(i-1) and delta(i)"),
     "mix": Op("synthetic op of the random workload: a deterministic reduction of its inputs "
               "written into an output of the vertex's size"),
+    "generic": Op("generic:<source op>, an op the toolkit does not know (import-torch "
+                  "--generic), priced from its shapes alone: one flop per output element, its "
+                  "inputs' and output's bytes touched; it has no kernel",
+                  flops=_elementwise(1.0), labelled=True),
 }
 
 UPDATE_OPS: dict[str, float] = {"adam_update": ADAM_FLOPS, "sgd_update": SGD_FLOPS}
 """Optimizer updates, which a planner may run on the CPU instead of the vertex's GPU
 (CoTrain), with their flop per element there: Adam's two moment updates, bias corrections,
 square root, division and step; SGD's scaled subtraction."""
+
+
+GENERIC = "generic"
+"""The op of a vertex priced from its shapes alone, ``generic:<source op>``."""
 
 
 class OpError(ValueError):
@@ -202,11 +224,17 @@ class OpError(ValueError):
 @lru_cache(maxsize=4096)
 def parse_op(op: str) -> tuple[str, tuple[tuple[str, int], ...]]:
     """``"rotary:offset=8"`` -> ``("rotary", (("offset", 8),))``, every declared parameter
-    present (defaults filled in); :class:`OpError` for an unknown op or a bad parameter."""
+    present (defaults filled in); ``"generic:aten.cumsum.default"`` -> ``("generic", ())``;
+    :class:`OpError` for an unknown op, a bad parameter or a missing label."""
     name, colon, rest = op.partition(":")
     spec = OPS.get(name)
     if spec is None:
         raise OpError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+    if spec.labelled:
+        if not rest.strip():
+            raise OpError(f"op {op!r}: {name} names its source op after a colon, as "
+                          f"{name}:aten.cumsum.default")
+        return name, ()
     given: dict[str, int] = {}
     for item in filter(None, rest.split(",")) if colon else ():
         key, eq, value = item.partition("=")

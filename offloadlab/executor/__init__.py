@@ -22,7 +22,7 @@ from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.trace import busy_time, memory_and_peaks, run_trace
 from .device import Backend
-from .kernels import KERNELS, KernelError
+from .kernels import KERNELS, KernelError, check_runnable
 from .loop import EventLoop, ExecutionError, StallError
 from .reference import reference_outputs, taskgraph_of
 
@@ -30,7 +30,8 @@ BACKENDS = ("numpy", "cupy")
 TOLERANCE = {"numpy": (1e-5, 1e-6), "cupy": (1e-3, 1e-4)}   # (rtol, atol) against the reference
 
 __all__ = ["execute", "ExecResult", "check_outputs", "reference_outputs", "taskgraph_of",
-           "make_backend", "BACKENDS", "KERNELS", "ExecutionError", "StallError", "KernelError"]
+           "make_backend", "BACKENDS", "KERNELS", "ExecutionError", "StallError", "KernelError",
+           "check_runnable"]
 
 
 @dataclass
@@ -77,8 +78,10 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
     the number of vertices done, at most four times a second and once at the end.
 
     Raises ExecutionError (naming the vertex) if a kernel fails or memory does not suffice,
-    StallError if no vertex can make progress, KernelError for an op without a kernel.
+    StallError if no vertex can make progress, KernelError for an op without a kernel (a
+    ``generic:...`` op before anything is set up).
     """
+    check_runnable(memgraph)
     check_policy(policy)
     streams = machine.streams if streams is None else streams
     if streams < 1:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import GraphError
-from ..core.ops import OPS, OpError, parse_op
+from ..core.ops import FLOAT_DTYPES, GENERIC, OPS, OpError, op_name, parse_op
 
 Array = Any   # numpy.ndarray or cupy.ndarray
 KernelFn = Callable[[Any, Array, Sequence[Array], Array], None]
@@ -210,6 +210,19 @@ def relu(xp, out, args, scratch) -> None:
 def copy(xp, out, args, scratch) -> None:
     _same("copy", out, args, 1)
     xp.copyto(out, args[0])
+
+
+def cast(xp, out, args, scratch) -> None:
+    """``x`` converted to ``out``'s floating-point dtype, rounded to nearest (``astype``);
+    ``x`` may have another shape with as many elements (read in order)."""
+    if len(args) != 1 or args[0].size != out.size:
+        raise KernelError(f"cast takes one input of the output's {out.size} elements, got "
+                          f"{[x.shape for x in args]}")
+    x = args[0]
+    if {x.dtype.name, out.dtype.name} - set(FLOAT_DTYPES):
+        raise KernelError(f"cast converts between {', '.join(FLOAT_DTYPES)}, not "
+                          f"{x.dtype.name} to {out.dtype.name}")
+    xp.copyto(out, x.reshape(out.shape))
 
 
 def gelu(xp, out, args, scratch) -> None:
@@ -818,12 +831,24 @@ KERNELS: dict[str, Kernel] = {
     "adam_update": Kernel(adam_update),
     "sgd_update": Kernel(sgd_update),
     "copy": Kernel(copy),
+    "cast": Kernel(cast),
     "layer_forward": Kernel(combine, _fold_bytes),
     "layer_backward": Kernel(combine, _fold_bytes),
     "weight_grad": Kernel(combine, _fold_bytes),
     "mix": Kernel(combine, _fold_bytes),
 }
-assert set(KERNELS) == set(OPS), "every op of core.ops needs a kernel"
+assert set(KERNELS) == set(OPS) - {GENERIC}, "every op of core.ops but generic needs a kernel"
+
+
+def check_runnable(vertices: Iterable[Any]) -> None:
+    """KernelError naming the first compute vertex (of a TaskGraph or MemGraph) whose op is
+    ``generic:...``: priced from its shapes alone, it has no kernel, so the executor refuses
+    the graph before it sets anything up."""
+    for v in vertices:
+        if v.kind == "compute" and v.op is not None and op_name(v.op) == GENERIC:
+            raise KernelError(f"vertex {v.id!r}: op {v.op!r} is priced from its shapes alone "
+                              f"(import-torch --generic) and has no kernel: the executor cannot "
+                              f"run this graph (plan and simulate it instead)")
 
 
 def kernel(op: str | None, vertex: str) -> Kernel:

@@ -11,11 +11,12 @@ import numpy as np
 
 from ..core.memgraph import MOVE_KINDS, MemGraph
 from ..core.taskgraph import Task, TaskGraph
-from .kernels import KernelError, initial_value, kernel, tensor_shape
+from .kernels import KernelError, check_runnable, initial_value, kernel, tensor_shape
 
 
 def reference_outputs(graph: TaskGraph) -> dict[str, np.ndarray]:
     """The value of every output of ``graph`` (a vertex nobody reads), by vertex id."""
+    check_runnable(graph)
     succ = graph.succ
     outputs = set(graph.outputs())
     left = {t: len(readers) for t, readers in succ.items()}

@@ -72,6 +72,9 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
     from ..simulator import makespan
 
     say = progress or (lambda line: None)
+    if measured:
+        from ..executor import check_runnable, execute
+        check_runnable(graph)               # before any planning
     rows = []
     for spec in planners:
         say(f"{spec}: planning ...")
@@ -84,7 +87,6 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
             b = [makespan(mg, machine, "fixed", noise, seed) for seed in range(seeds)]
             rows.append(_row(spec, noise, a, b, "sim"))
         if measured:
-            from ..executor import execute
             say(f"{spec}: {seeds} runs of each policy on the {backend} backend ...")
             a, b = [], []
             for _ in range(seeds):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NoReturn
 from ..core.devices import lane_key
 from ..core.dispatch import POLICIES
 from ..core.errors import GraphError, OffloadlabError, SpecError, VerificationError
+from ..core.ops import GENERIC, op_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -342,14 +343,13 @@ def _taskgraph(args: argparse.Namespace):
     return graph
 
 
-def _planned(args: argparse.Namespace):
-    """The TaskGraph of ``--workload``/``--taskgraph``, planned with ``--planner`` on
-    ``--machine`` and verified: (MemGraph, TaskGraph, Machine)."""
+def _planned(args: argparse.Namespace, graph):
+    """``graph``, the TaskGraph of ``--workload``/``--taskgraph``, planned with ``--planner``
+    on ``--machine`` and verified: (MemGraph, TaskGraph, Machine)."""
     from ..core.machine import machine_from_spec
     from ..core.verify import verify
     from ..planner import plan
 
-    graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
     phases = _phases(args)
     with phases.phase(f"planning with {args.planner}", total=len(graph)) as report:
@@ -388,7 +388,7 @@ def _memgraph_file(args: argparse.Namespace):
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it as JSON."""
     _check_writable(args, "out")
-    mg, _, machine = _planned(args)
+    mg, _, machine = _planned(args, _taskgraph(args))
     with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
         mg.to_json(tmp)
     args.outputs.commit()
@@ -450,13 +450,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _source(args: argparse.Namespace):
-    """The MemGraph, TaskGraph (None for a MemGraph file) and Machine ``run`` executes."""
+    """The MemGraph, TaskGraph (None for a MemGraph file) and Machine ``run`` executes; a
+    TaskGraph the executor cannot run is refused before planning."""
+    from ..executor import check_runnable
     if args.memgraph:
         mg, machine = _memgraph_file(args)
         return mg, None, machine
     if not args.machine:
         raise SpecError("--machine is required with --workload or --taskgraph")
-    return _planned(args)
+    graph = _taskgraph(args)
+    check_runnable(graph)
+    return _planned(args, graph)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -762,14 +766,18 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
     with _phases(args).phase("tracing"):
         graph = from_torch(module, inputs, train=args.train, gpus=args.gpus, dtype=args.dtype,
                            name=args.name or args.factory.rpartition(":")[2],
-                           loss=args.loss, target=target, optimizer=args.optimizer)
+                           loss=args.loss, target=target, optimizer=args.optimizer,
+                           generic=args.generic)
     with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
         graph.to_json(tmp)
     args.outputs.commit()
     if not args.quiet:
         weights = sum(t.bytes for t in graph if t.kind == "input")
+        generic = sum(t.op is not None and op_name(t.op) == GENERIC for t in graph)
         print(f"wrote {args.out}: {len(graph)} vertices ({graph.meta['mode']}, "
-              f"{args.gpus} GPU(s)), {fmt_bytes(weights)} of inputs and weights in host RAM")
+              f"{args.gpus} GPU(s)), {fmt_bytes(weights)} of inputs and weights in host RAM"
+              + (f"; {generic} generic op(s) priced from shapes alone: it plans and simulates, "
+                 f"the executor refuses it" if generic else ""))
     return 0
 
 
@@ -1199,6 +1207,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--train with cross_entropy: the target's shape, e.g. 4,64:int64")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
                    help="--train: the update per weight (adam)")
+    p.add_argument("--generic", action="store_true",
+                   help="price an ATen op the toolkit does not know from its shapes alone (one "
+                        "flop per output element, its inputs and outputs touched) as a "
+                        "generic:<op> vertex, instead of an error; the executor refuses such "
+                        "a graph")
     p.add_argument("--name", help="the TaskGraph's name (default: the factory's)")
 
     p = add("simulate", cmd_simulate, "verify and simulate a MemGraph JSON file")

@@ -127,7 +127,8 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
         check_spec(spec)                    # a typo stops here, not as an error row
     machine.check_devices(graph.gpus())     # as does a machine without the graph's GPUs
     if measured:
-        from ..executor import check_outputs, execute, reference_outputs
+        from ..executor import check_outputs, check_runnable, execute, reference_outputs
+        check_runnable(graph)               # and a graph the executor cannot run
     reference = None
     best = problem_bound(graph, machine)
     milp = _milp_bound(graph, machine, milp_time_limit, say)

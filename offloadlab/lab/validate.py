@@ -19,7 +19,7 @@ from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
 from ..core.trace import busy_time
-from ..executor import ExecResult, check_outputs, execute, reference_outputs
+from ..executor import ExecResult, check_outputs, check_runnable, execute, reference_outputs
 from ..planner import plan
 from ..simulator import makespan, simulate
 
@@ -97,7 +97,9 @@ def validate_memgraph(mg: MemGraph, machine: Machine, graph: TaskGraph | None, p
 def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: int = 3,
              backend: str = "numpy", policy: str = "dynamic", rate_limit: bool = True,
              progress: Callable[[str], None] | None = None) -> list[Validation]:
-    """:func:`validate_memgraph` for each planner's MemGraph of ``graph``."""
+    """:func:`validate_memgraph` for each planner's MemGraph of ``graph`` (a graph the
+    executor cannot run is refused before planning)."""
+    check_runnable(graph)
     out = []
     for spec in planners:
         if progress:

@@ -13,13 +13,24 @@ dtype and strides only; a module built on the meta device works) and
 - views and metadata ops (``view``, ``t``, ``expand``, ``permute``, ``slice``, ``alias``,
   ``_unsafe_view``, ``getitem`` of a split, ...) are no vertex: they move no bytes, and their
   readers read the tensor they alias (``clone`` copies, so it is a vertex);
+- a dtype conversion (``x.half()``, ``x.to(torch.float16)``, autocast's casts and, in
+  training, their backward: ATen's ``_to_copy``) between floating-point dtypes is a ``cast``
+  vertex, priced by the bytes it reads and writes (no flops); one that changes neither dtype
+  nor element order (a device or layout change, ``copy=True``) is no vertex either: its
+  readers read the tensor it copies, as a version of their own (an in-place write into either
+  leaves the other as it was);
 - an op that writes an input in place (``add_``) makes a new version of it: later readers,
   through any view, read the op's vertex;
 - ``bytes`` is the output's bytes rounded up to 8 (every planned offset stays aligned for any
   dtype); ``flops`` come from shapes: ``2*M*N*K`` for ``mm``/``addmm`` (and per batch for
   ``bmm``/``baddbmm``), ``2*out_numel*Cin/groups*kh*kw`` for ``convolution`` (its backward: that
   per input and weight gradient it computes), ``4*L*S*E`` per batch and head for fused attention
-  (2.5 times that backward), and the largest input or output numel for everything else;
+  (2.5 times that backward), none for a cast, and the largest input or output numel for the
+  elementwise ops, reductions, normalizations, losses, copies and pooling of :data:`PER_ELEMENT`;
+- any other ATen op (``cumsum``, ``sort``, ``mish``, ...) is one the toolkit does not know: a
+  :class:`GraphError` naming the node and the op, unless ``generic=True``, which makes it a
+  ``generic:<op>`` vertex (:data:`~offloadlab.core.ops.GENERIC`) priced from its shapes alone,
+  one flop per output element: planners and the simulator take it, the executor refuses it;
 - the op is the executor's kernel when that kernel computes exactly what the ATen op does with
   those input vertices in that order (:func:`kernel_op`), else ``mix``.  A ``mix`` vertex
   that all its readers read through one reshape (``addmm``'s ``[B*T, D]`` viewed as
@@ -45,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..devices import HOST
 from ..errors import GraphError, OffloadlabError, SpecError
-from ..ops import DTYPES
+from ..ops import DTYPES, FLOAT_DTYPES, GENERIC
 from ..taskgraph import TaskGraph
 from .pipeline import pipeline
 
@@ -55,17 +66,54 @@ if TYPE_CHECKING:
 
 LOSSES = ("mean", "cross_entropy")
 OPTIMIZERS = {"adam": "adam_update", "sgd": "sgd_update"}
-FLOAT_DTYPES = ("float16", "float32", "float64")
 FLOAT_OF_SIZE = {2: "float16", 4: "float32", 8: "float64"}
 ALIGN = 8         # vertex bytes are rounded up to a multiple of the largest item size
 NO_COPY = ("_unsafe_view",)   # not views by their schema, but they move no bytes
 DEVICE = "gpu0"   # where compute runs before the pipeline placement
+MATMULS = ("mm", "bmm", "addmm", "baddbmm")
+CONVOLUTIONS = ("convolution", "convolution_backward")
+CAST = "_to_copy"   # x.half(), x.to(dtype), autocast: aten.to and type_as dispatch to it
+PER_ELEMENT = frozenset((
+    # arithmetic, comparisons and selection (an in-place ``add_`` is ``add``)
+    "add", "sub", "rsub", "mul", "div", "neg", "pow", "sqrt", "rsqrt", "exp", "log", "abs",
+    "reciprocal", "sin", "cos", "erf", "sign", "clamp", "clamp_min", "clamp_max", "maximum",
+    "minimum", "where", "masked_fill", "addcmul", "addcdiv", "lerp", "eq", "ne", "lt", "le",
+    "gt", "ge", "logical_not", "logical_and", "logical_or", "bitwise_not", "bitwise_and",
+    "bitwise_or", "fill", "zero", "copy",
+    # activations and their gradients
+    "relu", "gelu", "silu", "sigmoid", "tanh", "hardtanh", "leaky_relu", "elu", "threshold",
+    "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward",
+    "tanh_backward", "hardtanh_backward", "leaky_relu_backward", "elu_backward",
+    # softmax, normalizations, dropout, losses
+    "_softmax", "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data",
+    "native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
+    "native_batch_norm_backward", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
+    "native_group_norm", "native_group_norm_backward", "native_dropout",
+    "native_dropout_backward", "nll_loss_forward", "nll_loss_backward", "mse_loss",
+    "mse_loss_backward",
+    # reductions
+    "sum", "mean", "amax", "amin", "max", "min", "var", "var_mean", "std", "argmax", "argmin",
+    "all", "any",
+    # copies, gathers, scatters and new tensors
+    "clone", "cat", "stack", "constant_pad_nd", "repeat", "flip", "roll", "triu", "tril",
+    "embedding", "embedding_dense_backward", "index_select", "gather", "index", "scatter",
+    "scatter_add", "index_add", "index_put", "select_backward", "slice_backward", "arange",
+    "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like",
+    "new_zeros", "new_ones", "new_full", "new_empty", "empty_strided", "scalar_tensor",
+    # pooling
+    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
+    "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+))
+"""The ATen ops (overload packets, an in-place ``op_`` as ``op``) priced by the largest
+input's or output's element count: with :data:`MATMULS`, :data:`CONVOLUTIONS`, fused attention
+and :data:`CAST`, the ops the toolkit knows."""
 
 
 def from_torch(module: torch.nn.Module, inputs: torch.Tensor | Sequence[torch.Tensor], *,
                train: bool = False, gpus: int = 1, dtype: str | None = None, name: str = "",
                loss: str = "mean", target: torch.Tensor | None = None,
-               optimizer: str = "adam") -> TaskGraph:
+               optimizer: str = "adam", generic: bool = False) -> TaskGraph:
     """The TaskGraph of ``module``'s forward pass on ``inputs``, or with ``train=True`` of one
     training step (forward, ``loss``, backward, one ``optimizer`` update per weight), placed
     as a pipeline on ``gpus`` GPUs (:func:`~offloadlab.core.workloads.pipeline.pipeline`).
@@ -75,7 +123,8 @@ def from_torch(module: torch.nn.Module, inputs: torch.Tensor | Sequence[torch.Te
     input.  The module is traced in training mode if ``train``, else in eval mode, and its
     modes are restored afterwards.  Raises :class:`GraphError` naming the op for what a
     TaskGraph cannot hold (a dtype outside :data:`~offloadlab.core.ops.DTYPES`, an op that
-    returns a number, an in-place write into part of a tensor).
+    returns a number, an in-place write into part of a tensor) and naming the node for an op
+    the toolkit does not know, unless ``generic`` prices that op from its shapes alone.
     """
     if loss not in LOSSES:
         raise SpecError(f"from_torch: unknown loss {loss!r}; known: {', '.join(LOSSES)}")
@@ -95,7 +144,8 @@ def from_torch(module: torch.nn.Module, inputs: torch.Tensor | Sequence[torch.Te
                                 mode="train" if train else "infer", gpus=gpus)
     if train:
         meta.update(loss=loss, optimizer=optimizer)
-    graph = _Converter(traced, TaskGraph(name=name, meta=meta), OPTIMIZERS[optimizer]).run()
+    graph = _Converter(traced, TaskGraph(name=name, meta=meta), OPTIMIZERS[optimizer],
+                       generic).run()
     return pipeline(graph, gpus)
 
 
@@ -190,8 +240,8 @@ class _Converter:
     """Walks a traced FX graph in order, adding vertices to ``graph`` (all compute on
     :data:`DEVICE`)."""
 
-    def __init__(self, traced: _Traced, graph: TaskGraph, update_op: str):
-        self.traced, self.g, self.update_op = traced, graph, update_op
+    def __init__(self, traced: _Traced, graph: TaskGraph, update_op: str, generic: bool):
+        self.traced, self.g, self.update_op, self.generic = traced, graph, update_op, generic
         self.refs: dict[fx.Node, Any] = {}          # node -> _Ref, or a list of them
         self.current: dict[str, str] = {}           # base -> vertex holding its latest version
         self.holds: dict[str, Any] = {}             # vertex -> its one tensor (None: several)
@@ -250,11 +300,46 @@ class _Converter:
                              dtype=_dtype_name(val, f"input {vertex!r}"))
         return vertex
 
+    def _copied(self, node: fx.Node) -> tuple[str, Any]:
+        """The vertex a ``_to_copy`` reads, and the tensor it holds if the copy reads that
+        tensor's elements in order (whatever its shape), else None."""
+        ref = self.refs[_tensor_args(node)[0]]
+        vertex = self._vertex(ref.base)
+        held = self.holds[vertex]
+        return vertex, held if held is not None and _in_order(ref.val, held) else None
+
+    def _copy_of_same(self, node: fx.Node) -> bool:
+        """Whether ``node`` is a ``_to_copy`` changing neither dtype nor element order; then
+        its readers read the vertex of the tensor it copies, under a version of their own."""
+        if _aten_name(node) != CAST:
+            return False
+        vertex, held = self._copied(node)
+        val = node.meta["val"]
+        if held is None or val.dtype != held.dtype or not val.is_contiguous():
+            return False
+        self.refs[node] = _Ref(node.name, val)
+        self.current[node.name] = vertex
+        return True
+
+    def _cast(self, node: fx.Node, out: Any) -> tuple[str, list[str]] | None:
+        """``cast`` if ``node`` converts, between floats, a tensor its input vertex holds
+        and reads it in order into ``out``, else None."""
+        vertex, held = self._copied(node)
+        ok = held is not None and _float(held) and out.is_contiguous()
+        return ("cast", [vertex]) if ok else None
+
     def _compute(self, node: fx.Node) -> None:
+        if self._copy_of_same(node):
+            return
         val = node.meta.get("val")
         outputs = _outputs(node, val)
         if outputs is None:
             return                                       # an op returning nothing (an assert)
+        known = _known(_aten_name(node))
+        if not known and not self.generic:
+            raise GraphError(f"{self.g.name}: node {node.name!r}: ATen op {node.target} is not "
+                             f"one the toolkit knows (--generic prices it from its shapes "
+                             f"alone, and the executor then refuses the graph)")
         args = _tensor_args(node)
         reads = {a: self._read(a) for a in args}
         written = _written(node)
@@ -276,13 +361,18 @@ class _Converter:
                 dtype = FLOAT_OF_SIZE.get(DTYPES[dtype], "float32")
                 shape = shape if DTYPES[dtype] == single.element_size() else None
                 single = None                           # the vertex is not this tensor
-        found = kernel_op(node, single, reads) if single is not None else None
-        op, inputs = found or ("mix", list(dict.fromkeys(v for v, _ in reads.values())))
+        found = None
+        if single is not None and known:
+            found = self._cast(node, single) if _aten_name(node) == CAST else \
+                kernel_op(node, single, reads)
+        op, inputs = found or ("mix" if known else f"{GENERIC}:{node.target}",
+                               list(dict.fromkeys(v for v, _ in reads.values())))
         if op == "mix" and single is not None and not written:
             single = _read_as(node, single)
             shape = tuple(single.shape)
-        self.g.add_compute(node.name, op, inputs, DEVICE, _nbytes(tensors),
-                           flops=_flops(node, val), shape=shape, dtype=dtype)
+        flops = _flops(node, val) if known else float(sum(t.numel() for t in tensors))
+        self.g.add_compute(node.name, op, inputs, DEVICE, _nbytes(tensors), flops=flops,
+                           shape=shape, dtype=dtype)
         self.holds[node.name] = single
         self.current[node.name] = node.name
         for a in written:
@@ -311,7 +401,7 @@ def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
     (floating-point) output, ``reads`` the vertex of each tensor argument and whether it holds
     exactly that tensor."""
     import torch
-    name = node.target._overloadpacket.__name__      # type: ignore[union-attr]
+    name = _aten_name(node)
     args: Any = node.args
     kwargs: Any = node.kwargs
     shape = tuple(out.shape)
@@ -345,6 +435,23 @@ def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
         ins = exact(*args, fits=lambda s: True)
         return ("matmul", ins) if ins else None
     return None
+
+
+def _aten_name(node: fx.Node) -> str:
+    """The ATen op of a ``call_function`` node, without its overload (``add`` for
+    ``aten.add.Tensor``)."""
+    return node.target._overloadpacket.__name__      # type: ignore[union-attr]
+
+
+def _known(name: str) -> bool:
+    """Whether the toolkit prices ATen op ``name`` by a rule of its own (module docstring)."""
+    return name in MATMULS or name in CONVOLUTIONS or name == CAST or _attention(name) \
+        or name.removesuffix("_") in PER_ELEMENT
+
+
+def _attention(name: str) -> bool:
+    """Fused attention, forward or backward (``_scaled_dot_product_flash_attention``...)."""
+    return name.startswith("_scaled_dot_product") and "attention" in name
 
 
 # -- FX nodes ------------------------------------------------------------------------------
@@ -430,7 +537,7 @@ def _outputs(node: fx.Node, val: Any) -> list[Any] | None:
 def _flops(node: fx.Node, val: Any) -> float:
     """Flops from shapes (see the module's docstring)."""
     import torch
-    name = node.target._overloadpacket.__name__      # type: ignore[union-attr]
+    name = _aten_name(node)
     shapes = [a.meta["val"].shape for a in _tensor_args(node)
               if isinstance(a.meta.get("val"), torch.Tensor)]
     args: list[Any] = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args]
@@ -444,7 +551,9 @@ def _flops(node: fx.Node, val: Any) -> float:
         grad_out, weight, mask = args[0], args[2], args[-1]
         per = 2.0 * grad_out.numel() * math.prod(weight.shape[1:])
         return per * (mask[0] + mask[1]) + grad_out.numel() * mask[2]
-    if name.startswith("_scaled_dot_product") and "attention" in name:
+    if name == CAST:
+        return 0.0                  # memory-bound, and none in torch.utils.flop_counter either
+    if _attention(name):
         backward = name.endswith("_backward")
         q, k, v = args[1:4] if backward else args[0:3]
         forward = 2.0 * math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
@@ -467,10 +576,21 @@ def _dtype_name(t: Any, what: str) -> str:
     return name
 
 
+def _float(t: Any) -> bool:
+    return str(t.dtype).removeprefix("torch.") in FLOAT_DTYPES
+
+
 def _same_tensor(t: Any, held: Any) -> bool:
     """Whether ``t`` is ``held`` or a view of it with its shape, dtype and element order."""
-    return t is held or (t.dtype == held.dtype and t.shape == held.shape and t.is_contiguous()
-                         and held.is_contiguous() and t.storage_offset() == held.storage_offset())
+    return t is held or (t.shape == held.shape and _in_order(t, held))
+
+
+def _in_order(t: Any, held: Any) -> bool:
+    """Whether ``t`` is a view of all of ``held`` with its dtype and element order, of any
+    shape (``[B*T, D]`` seen as ``[B, T, D]``)."""
+    return t is held or (t.dtype == held.dtype and t.numel() == held.numel()
+                         and t.is_contiguous() and held.is_contiguous()
+                         and t.storage_offset() == held.storage_offset())
 
 
 def _tiles(shape: Sequence[int], out: Sequence[int]) -> bool:
