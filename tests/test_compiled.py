@@ -59,8 +59,9 @@ def test_list_describes_every_planner(capsys):
         line = next(line for line in lines if line.split()[:1] == [name])
         assert line.split(None, 1)[1:], f"no description for {name}: {line!r}"
     assert any(line.split()[:2] == ["buildmemgraph", "TURNIP's"] for line in lines), lines
-    assert planner_options("buildmemgraph") == {"victim": "cost", "ahead": True,
-                                                "order": "given", "search": 1}
+    assert planner_options("buildmemgraph") == {"victim": "belady", "ahead": True,
+                                                "reserve": 1.0, "order": "given",
+                                                "retry": True, "search": 1}
 
 
 PLANS = ("buildmemgraph", "buildmemgraph:victim=lru", "buildmemgraph:ahead=false", "levelwise")

@@ -26,7 +26,7 @@ def test_figure4_five_locations(tp_graph):
     """TURNIP Figs. 3-5: A and 4 share GPU1-Loc1, 1 and 8 share Loc3; memory edge 3 -> 4
     (3 is A's only reader); 3 -> 8 is superfluous (already a data edge); no offload."""
     m = tp_machine(5)
-    mg = plan(tp_graph, m, "buildmemgraph")
+    mg = plan(tp_graph, m, "buildmemgraph:reserve=0")   # the paper's look-ahead
     verify(mg, tp_graph, m)
     assert mg.count("offload") == mg.count("reload") == 0
     assert slot(mg, "A") == slot(mg, "4") == 0
@@ -40,7 +40,7 @@ def test_figure6_four_locations(tp_graph):
     """TURNIP Figs. 6-7: with four locations A is offloaded so that 4 can overwrite it, then
     reloaded over 2; edges offload_A -> 4 and 4 -> reload_A; four pairs share locations."""
     m = tp_machine(4)
-    mg = plan(tp_graph, m, "buildmemgraph", order=FIG6_ORDER)
+    mg = plan(tp_graph, m, "buildmemgraph:reserve=0", order=FIG6_ORDER)
     verify(mg, tp_graph, m)
     (off,) = [v for v in mg if v.kind == "offload"]
     (rel,) = [v for v in mg if v.kind == "reload"]

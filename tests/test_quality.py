@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offloadlab.core.bound import bound, least_memgraph, lower_bound, problem_bound
-from offloadlab.core.errors import PlanError
+from offloadlab.core.errors import PlanError, SpecError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
 from offloadlab.core.workloads.models import GPUS, MODELS, MODES
 from offloadlab.planner import plan
-from offloadlab.planner.buildmemgraph import min_capacity
+from offloadlab.planner.buildmemgraph import BuildMemGraph, memory_needs, min_capacity
 from offloadlab.planner.turnip import PORTFOLIO
 from offloadlab.simulator import makespan, simulate
 
@@ -26,20 +26,9 @@ WORKLOADS = ("matmul-chain:layers=8,gpus=2", "matmul-chain:layers=16,gpus=1", "t
              "bert-train:depth=12", "training-chain",
              *(f"model:name={n},mode={m},gpus={g}" for n in MODELS for m in MODES for g in GPUS))
 
-#: Where the default still loses, as measured (README, "Planner quality"): makespan more
-#: than 5% above levelwise's ("slower") or bytes moved more than 5% above the Belady rule's
-#: ("bytes").  The test fails if any other setting loses, or if one of these stops losing.
-KNOWN = {
-    ("model:name=gpt2,mode=train,gpus=2", 1.0): {"slower"},
-    ("model:name=gpt2,mode=train,gpus=2", 1.1): {"slower", "bytes"},
-    ("model:name=llama,mode=train,gpus=1", 1.1): {"slower"},
-    ("model:name=llama,mode=train,gpus=2", 1.1): {"slower", "bytes"},
-    ("model:name=bert,mode=train,gpus=1", 1.0): {"bytes"},
-    ("model:name=mlp,mode=train,gpus=1", 1.5): {"bytes"},
-    ("model:name=mlp,mode=train,gpus=3", 1.5): {"bytes"},
-    ("model:name=resnet18,mode=train,gpus=2", 1.1): {"slower", "bytes"},
-    ("random:vertices=300,gpus=2,seed=1", 1.1): {"bytes"},
-}
+#: The paper's BuildMemGraph: Belady's rule, allocation as far ahead as memory allows, one
+#: serial order.
+PAPER = "buildmemgraph:victim=belady,reserve=0,retry=false"
 
 
 def machine_for(graph, factor):
@@ -65,11 +54,9 @@ def test_default_within_5_percent_of_levelwise_and_of_belady_bytes(spec):
         machine = machine_for(graph, factor)
         ours = planned(graph, machine, "buildmemgraph")
         base = planned(graph, machine, "levelwise")
-        paper = planned(graph, machine, "buildmemgraph:victim=belady")
-        losses = {"slower"} if makespan(ours, machine) > 1.05 * makespan(base, machine) else set()
-        if moved(ours) > 1.05 * moved(paper):
-            losses.add("bytes")
-        assert losses == KNOWN.get((spec, factor), set()), factor
+        paper = planned(graph, machine, PAPER)
+        assert makespan(ours, machine) <= 1.05 * makespan(base, machine), factor
+        assert moved(ours) <= 1.05 * moved(paper), factor
 
 
 def test_search_keeps_the_fastest_of_its_portfolio():
@@ -77,13 +64,15 @@ def test_search_keeps_the_fastest_of_its_portfolio():
     machine = machine_for(graph, 1.2)
     n = 5
     best = planned(graph, machine, f"buildmemgraph:search={n}")
-    times = [makespan(planned(graph, machine, f"buildmemgraph:victim={v},ahead={a},order={o}"),
-                      machine) for v, a, o in PORTFOLIO[:n]]
+    times = [makespan(planned(graph, machine, "buildmemgraph"), machine)]
+    times += [makespan(plan(graph, machine, "buildmemgraph", **change), machine)
+              for change in PORTFOLIO[:n - 1]]
     assert makespan(best, machine) == min(times)
     assert best.graph["options"]["search"] == n
     first = planned(graph, machine, "buildmemgraph:victim=lru,search=2")
-    assert makespan(first, machine) == min(times[0], makespan(
-        planned(graph, machine, "buildmemgraph:victim=lru"), machine))
+    assert makespan(first, machine) == min(makespan(
+        planned(graph, machine, "buildmemgraph:victim=lru"), machine), makespan(
+        plan(graph, machine, "buildmemgraph:victim=cost"), machine))
 
 
 def test_search_needs_an_evaluator_and_a_sane_count():
@@ -148,3 +137,58 @@ def test_problem_bound_of_the_disco_example():
     least = least_memgraph(graph)
     assert least.count("load") == 16 and least.count("offload") == 0
     assert {v.id for v in least if v.kind not in ("load", "offload")} == set(graph.tasks)
+
+
+class Recording(BuildMemGraph):
+    """BuildMemGraph that records the free bytes each allocation ahead of execution leaves."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.left: list[tuple[str, int]] = []
+
+    def sim_malloc_item(self, i):
+        placed = super().sim_malloc_item(i)
+        dev = self.items[i][1]
+        if placed and i > self.exec_hzn and dev in self.memory:
+            self.left.append((dev, self.memory[dev].free))
+        return placed
+
+
+@pytest.mark.parametrize("reserve", [0.0, 0.5, 1.0, 2.0])
+def test_allocation_ahead_keeps_the_room_executing_needs(reserve):
+    graph = build_workload("random:vertices=300,gpus=2,seed=1")
+    machine = machine_for(graph, 1.5)
+    need: dict[str, int] = {}       # the most one vertex holds on each GPU
+    for vertex, dev, nbytes in memory_needs(graph):
+        if vertex is not None:
+            need[dev] = max(need.get(dev, 0), nbytes)
+    ids = [t for t in graph.tasks if graph[t].kind != "input"]
+    builder = Recording(graph, machine, ids, "belady", True, None, reserve)
+    verify(builder.run(), graph, machine)
+    assert builder.left, "nothing was allocated ahead"
+    assert all(free >= int(reserve * need[dev]) for dev, free in builder.left)
+    if reserve == 0:     # the paper's rule fills memory as far as it goes
+        assert any(free < need[dev] for dev, free in builder.left)
+
+
+def test_a_repacked_plan_is_retried_in_levels_order():
+    """GPT-2's step on 2 GPUs at the tightest memory repacks a GPU; the default keeps whichever
+    of its plan and the levels-order plan moves fewer bytes, and records it."""
+    graph = build_workload("model:name=gpt2,mode=train,gpus=2")
+    machine = machine_for(graph, 1.0)
+    ids = [t for t in graph.tasks if graph[t].kind != "input"]
+    first = BuildMemGraph(graph, machine, ids, "belady", True, None, 1.0)
+    first.run()
+    assert first.repacks > 0
+    ours = planned(graph, machine, "buildmemgraph")
+    alone = planned(graph, machine, "buildmemgraph:retry=false")
+    levels = planned(graph, machine, "buildmemgraph:order=levels")
+    assert moved(ours) == min(moved(alone), moved(levels))
+    assert ours.graph["options"].get("retried", False) == (moved(levels) < moved(alone))
+
+
+@pytest.mark.parametrize("value", ["-1", "inf", "nan"])
+def test_reserve_must_be_finite_and_not_negative(value):
+    graph = build_workload("random:vertices=20,gpus=1")
+    with pytest.raises((PlanError, SpecError), match="reserve"):
+        plan(graph, machine_for(graph, 2.0), f"buildmemgraph:reserve={value}")

@@ -111,14 +111,16 @@ def _row(planner: str, noise: float | None, a: Sequence[float], b: Sequence[floa
 #: The parts of BuildMemGraph :func:`ablate_parts` varies one at a time: (part, settings);
 #: the first setting of each is the default.
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("victim", ("cost", "belady", "lru")), ("ahead", ("true", "false")),
-    ("order", ("given", "topological")), ("streams", ("default", "1", "2")))
+    ("victim", ("belady", "cost", "lru")), ("ahead", ("true", "false")),
+    ("reserve", ("1", "0")), ("order", ("given", "topological", "levels")),
+    ("retry", ("true", "false")), ("streams", ("default", "1", "2")))
 
 
 def ablate_parts(graph: TaskGraph, machine: Machine, policy: str = "dynamic",
                  progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """BuildMemGraph with its defaults, then with one part changed at a time (:data:`PARTS`:
-    the victim policy, allocation ahead, the serial order, and the number of streams per GPU
+    the victim policy, allocation ahead and its bound, the serial order, the retry in levels
+    order, and the number of streams per GPU
     that the plan runs with): one row per setting with the simulated makespan, host<->GPU
     traffic, and ``change``, the makespan over the default's less one."""
     import pandas as pd

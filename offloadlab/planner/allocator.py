@@ -59,6 +59,7 @@ class GpuMemory:
         self.device = device
         self.capacity = capacity
         self.segments: list[Segment] = [Segment(0, capacity)]
+        self.free = capacity          # free bytes
         self._no_fit = capacity + 1   # no free run holds this many bytes
         self._hand = 0                # find_victims' clock hand: an offset
         self._indexed = False         # whether the free runs below are kept
@@ -239,6 +240,7 @@ class GpuMemory:
             self._split(j, end)
         covered = segs[i:j + 1]
         segs[i:j + 1] = [Segment(offset, end, owner)]
+        self.free -= size
         if indexed:
             if run < offset:
                 self._add_run(run, offset, first)
@@ -252,12 +254,15 @@ class GpuMemory:
         s = self.segments[i]
         assert s.owner == owner
         s.owner, s.guard, s.freed_at = None, guard, now
+        self.free += s.end - s.start
         self._freed(i, i, now)
 
     def restore(self, owner: Owner, offset: int, covered: list[Segment]) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
         i = self._index(offset)
-        assert self.segments[i].owner == owner
+        s = self.segments[i]
+        assert s.owner == owner
+        self.free += s.end - s.start
         self.segments[i:i + 1] = covered
         self._freed(i, i + len(covered) - 1, covered[0].freed_at)
 

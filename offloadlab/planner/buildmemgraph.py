@@ -2,8 +2,10 @@
 
 The TaskGraph is "executed" in a serial order V while two horizons advance: ``alloc_hzn``
 (every item before it has GPU memory) and ``exec_hzn`` (every item before it has run).
-Allocation is pushed as far ahead of execution as memory allows, so that the runtime may
-later run vertices out of the serial order.  Memory comes from :class:`GpuMemory`, a real
+Allocation is pushed ahead of execution, so that the runtime may later run vertices out of
+the serial order: as far as memory allows in the paper, and here (``reserve`` > 0) only while
+the GPU keeps room for what executing needs, so that allocating ahead never forces out what
+the next vertices read.  Memory comes from :class:`GpuMemory`, a real
 offset allocator: an allocation may overlap several former occupants (memory edges from all
 of their readers) and an eviction may need several victims.
 
@@ -30,7 +32,7 @@ from .allocator import GpuMemory, Segment
 
 Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
 NEVER = 2**62           # the next use of a tensor not read again
-VICTIMS = ("cost", "belady", "lru")   # victim policies, the default first
+VICTIMS = ("belady", "cost", "lru")   # victim policies, the default first
 SCALE = 20              # fixed-point bits of the ``cost`` victim policy's bytes per item
 
 
@@ -59,9 +61,12 @@ class BuildMemGraph:
     """One run of the algorithm; :func:`buildmemgraph` is the registered entry point."""
 
     def __init__(self, graph: TaskGraph, machine: Machine, order: Sequence[str],
-                 victim: str, ahead: bool, progress: Callable[[int], None] | None = None):
+                 victim: str, ahead: bool, progress: Callable[[int], None] | None = None,
+                 reserve: float = 0.0):
         check_victim(victim)
         self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
+        self.reserve = reserve
+        self.room: dict[str, int] = {}          # GPU -> free bytes allocating ahead leaves
         self.task = graph.tasks
         self.mg = MemGraph()
         self.memory = {d: GpuMemory(d, machine.gpu_memory) for d in machine.gpu_names()}
@@ -80,6 +85,7 @@ class BuildMemGraph:
         self.item_load: list[bool] = []         # item -> whether it is a load (from host RAM)
         self.item_reads: list[tuple[Slot, ...]] = []  # item -> the GPU slots it reads
         self.moves = 0
+        self.repacks = 0                        # times a GPU was cleared and repacked
         self.sequence = itertools.count()   # the MemGraph order of each vertex
         self.exec_hzn = 0
         self.alloc_hzn = 0
@@ -131,10 +137,12 @@ class BuildMemGraph:
         self._place_gpu_inputs()
         n, allocated, ahead = len(self.items), self.allocated, self.ahead
         sim_malloc_item, execute, progress = self.sim_malloc_item, self.execute, self.progress
+        has_room = self.has_room
         total = len(self.g)
         while self.exec_hzn < n:
             a, e = self.alloc_hzn, self.exec_hzn
-            if a < n and (a in allocated or ((ahead or a == e) and sim_malloc_item(a))):
+            if a < n and (a in allocated or ((a == e or ahead and has_room(a))
+                                             and sim_malloc_item(a))):
                 self.alloc_hzn = a + 1       # allocated space for a future result
             elif a == e:
                 self.sim_malloc_offload_item(a)   # cannot allocate for the next execution
@@ -147,13 +155,25 @@ class BuildMemGraph:
         return self.mg
 
     def _check_fits(self) -> None:
-        cap = self.machine.gpu_memory
+        """Refuse a vertex that cannot fit its GPU; size each GPU's room (``reserve`` times
+        the most a vertex holds there at once)."""
+        cap, room = self.machine.gpu_memory, self.room
         for vertex, dev, nbytes in memory_needs(self.g):
             if nbytes > cap:
                 what = (f"vertex {vertex!r} (its output and inputs)" if vertex is not None
                         else f"the inputs living on {dev}")
                 raise PlanError(f"{what} need(s) {nbytes} bytes on {dev} but {dev} has a "
                                 f"capacity of {cap} bytes")
+            if vertex is not None:
+                room[dev] = max(room.get(dev, 0), int(self.reserve * nbytes))
+
+    def has_room(self, i: int) -> bool:
+        """Whether item ``i`` may be allocated ahead of execution: its GPU keeps at least its
+        room free after it (the bound on looking ahead; room 0 is the paper's "as far as
+        memory allows")."""
+        t, dev = self.items[i]
+        memory = self.memory.get(dev)
+        return memory is None or memory.free - self.task[t].bytes >= self.room.get(dev, 0)
 
     def _place_gpu_inputs(self) -> None:
         for task in self.g:
@@ -183,6 +203,8 @@ class BuildMemGraph:
         found = memory.find_victims(nbytes, self._costs(pinned))
         # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
         # (execute() then brings back whatever pinned tensor this evicted).
+        if found is None:
+            self.repacks += 1
         offset, victims = found or (0, memory.owners())
         for owner in victims:
             self.sim_free(self.resident[owner], evict=True)

@@ -44,21 +44,38 @@ class LevelwiseOptions(Options):
         check_victim(self.victim)
 
 
-@register("levelwise", LevelwiseOptions)
-def levelwise(graph: TaskGraph, machine: Machine, options: LevelwiseOptions,
-              hooks: Hooks) -> MemGraph:
-    """Levelwise processing: load a level's weights, run the level, repeat (DISCO Fig. 2)."""
-    by_level = levels(graph)
+def load_levels(graph: TaskGraph, by_level: list[list[str]]) -> dict[str, int]:
+    """Each host-resident input's first level: levelwise loads it before that level."""
     first_level: dict[str, int] = {}
     for k, vertices in enumerate(by_level):
         for t in vertices:
             for u in graph[t].inputs:
                 if graph[u].device == HOST:
                     first_level.setdefault(u, k)
+    return first_level
+
+
+def _order(by_level: list[list[str]], first_level: dict[str, int]) -> list[str]:
     weights: list[list[str]] = [[] for _ in by_level]
     for u, k in first_level.items():
         weights[k].append(u)
-    order = [t for k, vertices in enumerate(by_level) for t in (*weights[k], *vertices)]
+    return [t for k, vertices in enumerate(by_level) for t in (*weights[k], *vertices)]
+
+
+def level_order(graph: TaskGraph) -> list[str]:
+    """The levelwise serial order: level by level, each level's host-resident inputs first
+    (BuildMemGraph loads a host tensor listed in its order there), then its vertices."""
+    by_level = levels(graph)
+    return _order(by_level, load_levels(graph, by_level))
+
+
+@register("levelwise", LevelwiseOptions)
+def levelwise(graph: TaskGraph, machine: Machine, options: LevelwiseOptions,
+              hooks: Hooks) -> MemGraph:
+    """Levelwise processing: load a level's weights, run the level, repeat (DISCO Fig. 2)."""
+    by_level = levels(graph)
+    first_level = load_levels(graph, by_level)
+    order = _order(by_level, first_level)
     builder = BuildMemGraph(graph, machine, order, options.victim, ahead=False,
                             progress=hooks.progress)
     mg = builder.run()

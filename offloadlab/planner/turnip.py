@@ -8,67 +8,79 @@ build, where mypyc drops the docstrings of compiled functions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
 from .buildmemgraph import BuildMemGraph, check_victim, serial_order
+from .levelwise import level_order
 from .registry import Hooks, Options, option, register
 
-PORTFOLIO: tuple[tuple[str, bool, str], ...] = (
-    ("cost", True, "given"), ("belady", True, "given"), ("cost", False, "given"),
-    ("belady", False, "given"), ("cost", True, "topological"),
-    ("belady", True, "topological"), ("lru", True, "given"), ("cost", False, "topological"))
-"""The settings ``search=N`` tries after the given ones: (victim, ahead, order)."""
+PORTFOLIO: tuple[dict[str, Any], ...] = (
+    {"victim": "cost"}, {"reserve": 0.0}, {"order": "levels"}, {"ahead": False},
+    {"victim": "cost", "reserve": 0.0}, {"order": "topological"}, {"retry": False},
+    {"victim": "lru"})
+"""The settings ``search=N`` tries after the given ones, each as the options it changes."""
 
 
 @dataclass(frozen=True)
 class BuildMemGraphOptions(Options):
-    victim: str = option("cost", "which resident to evict: cost (fewest bytes moved per item "
-                                 "until its next use), belady (the paper's furthest next use) "
-                                 "or lru")
-    ahead: bool = option(True, "allocate as far ahead of execution as memory allows (false: "
-                               "just before execution)")
-    order: str | Sequence[str] = option("given", "the serial order V: given, topological, or "
-                                                 "(from Python) a list of vertex ids")
+    victim: str = option("belady", "which resident to evict: belady (the paper's furthest next "
+                                   "use, fewest bytes to offload among equals), cost (fewest "
+                                   "bytes moved per item until its next use) or lru")
+    ahead: bool = option(True, "allocate ahead of execution (false: just before execution)")
+    reserve: float = option(1.0, "allocate ahead only while each GPU keeps this many times "
+                                 "the most one vertex holds there free (0: as far as memory "
+                                 "allows, as the paper)")
+    order: str | Sequence[str] = option("given", "the serial order V: given, topological, "
+                                                 "levels (levelwise's order), or (from "
+                                                 "Python) a list of vertex ids")
+    retry: bool = option(True, "if a GPU had to be cleared and repacked, plan again in "
+                               "levels order and keep the plan that moves fewer bytes")
     search: int = option(1, f"plan with these settings and up to N-1 others, simulate each "
                             f"and keep the fastest (1-{1 + len(PORTFOLIO)})")
 
     def __post_init__(self) -> None:
         check_victim(self.victim)
+        if not 0 <= self.reserve < float("inf"):
+            raise PlanError(f"buildmemgraph: reserve must be a finite number >= 0, got "
+                            f"{self.reserve!r}")
         if type(self.search) is not int or not 1 <= self.search <= 1 + len(PORTFOLIO):
             raise PlanError(f"buildmemgraph: search must be an integer from 1 to "
                             f"{1 + len(PORTFOLIO)}, got {self.search!r}")
 
     def recorded(self) -> dict[str, object]:
-        return {"victim": self.victim, "ahead": self.ahead,
-                "order": self.order if isinstance(self.order, str) else "explicit"}
+        return {"victim": self.victim, "ahead": self.ahead, "reserve": self.reserve,
+                "order": self.order if isinstance(self.order, str) else "explicit",
+                "retry": self.retry}
 
 
 @register("buildmemgraph", BuildMemGraphOptions)
 def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
                   hooks: Hooks) -> MemGraph:
-    """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU.
+    """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU, allocation
+    ahead bounded by what executing needs, and a second serial order where memory is so tight
+    that a GPU had to be repacked.
 
     With ``search`` > 1 it plans with its settings and up to N-1 others from
-    :data:`PORTFOLIO` (victim, ahead, order), scores each with ``hooks.evaluate`` and keeps
-    the fastest, recording the winner's settings.
+    :data:`PORTFOLIO`, scores each with ``hooks.evaluate`` and keeps the fastest, recording
+    the winner's settings.
     """
     if options.search == 1:
         return _plan(graph, machine, options, hooks)
     if hooks.evaluate is None:
         raise PlanError("buildmemgraph: search needs to simulate each plan: pass "
                         "evaluate=offloadlab.simulator.makespan (the CLI does)")
-    first = (options.victim, options.ahead, options.order)
-    settings = [first] + [s for s in PORTFOLIO if s != first][:options.search - 1]
+    others = [replace(options, search=1, **change) for change in PORTFOLIO]
+    settings = [replace(options, search=1)]
+    settings += [s for s in others if s != settings[0]][:options.search - 1]
     best: tuple[float, MemGraph] | None = None
-    for k, (victim, ahead, order) in enumerate(settings):
-        candidate = BuildMemGraphOptions(victim, ahead, order)
+    for k, candidate in enumerate(settings):
         mg = _plan(graph, machine, candidate, hooks if k == 0 else Hooks())
-        mg.graph["options"] = {**candidate.recorded(), "search": options.search}
-        mg.stamp_tensors(graph)         # dtypes price its kernels, as in the plan returned
+        mg.graph["options"] = {**mg.graph["options"], "search": options.search}
         seconds = hooks.evaluate(mg, machine)
         if best is None or seconds < best[0]:
             best = seconds, mg
@@ -78,7 +90,26 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
 
 def _plan(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
           hooks: Hooks) -> MemGraph:
-    tasks = graph.tasks
-    ids = [t for t in serial_order(graph, options.order) if tasks[t].kind != "input"]
-    return BuildMemGraph(graph, machine, ids, options.victim, options.ahead,
-                         hooks.progress).run()
+    """One plan with ``options`` (``search`` aside), recording the settings that made it."""
+    levels = isinstance(options.order, str) and options.order == "levels"
+    if levels:
+        ids = level_order(graph)
+    else:
+        tasks = graph.tasks
+        ids = [t for t in serial_order(graph, options.order) if tasks[t].kind != "input"]
+    builder = BuildMemGraph(graph, machine, ids, options.victim, options.ahead,
+                            hooks.progress, options.reserve)
+    mg = builder.run()
+    mg.graph["options"] = options.recorded()
+    if options.retry and builder.repacks and not levels:
+        again = _plan(graph, machine, replace(options, order="levels"), Hooks())
+        if moved(again) < moved(mg):
+            again.graph["options"]["retried"] = True
+            return again
+    return mg
+
+
+def moved(mg: MemGraph) -> int:
+    """Bytes a plan moves between host RAM and the GPUs."""
+    m = mg.moved_bytes()
+    return m["offload"] + m["reload"] + m["load"]
