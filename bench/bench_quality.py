@@ -32,7 +32,9 @@ def workloads() -> list[str]:
             "random:vertices=300,gpus=1,seed=0", "random:vertices=300,gpus=2,seed=1",
             "random:vertices=300,gpus=2,seed=2,host_fraction=1",
             "gpt2-train:depth=12", "bert-train:depth=12", "training-chain",
-            *(f"model:name={n},mode={m},gpus={g}" for n in MODELS for m in MODES for g in GPUS)]
+            *(f"model:name={n},mode={m},gpus={g}" for n in MODELS for m in MODES for g in GPUS),
+            "llama-prefill:model=tiny", "llama-prefill:model=tiny,gpus=2",
+            "llama-lora-train:model=tiny", "llama-lora-train:model=tiny,gpus=2"]
 
 
 def one(spec: str, factor: float, planner: str) -> dict:
