@@ -81,7 +81,7 @@ def test_search_keeps_the_fastest_of_its_portfolio():
     first = planned(graph, machine, "buildmemgraph:victim=lru,search=2")
     assert makespan(first, machine) == min(makespan(
         planned(graph, machine, "buildmemgraph:victim=lru"), machine), makespan(
-        plan(graph, machine, "buildmemgraph:victim=cost"), machine))
+        plan(graph, machine, "buildmemgraph:victim=lru,reserve=0"), machine))
 
 
 def test_search_needs_an_evaluator_and_a_sane_count():

@@ -20,7 +20,7 @@ from .levelwise import level_order
 from .registry import Hooks, Options, option, register
 
 PORTFOLIO: tuple[dict[str, Any], ...] = (
-    {"victim": "cost"}, {"reserve": 0.0}, {"order": "levels"}, {"ahead": False},
+    {"reserve": 0.0}, {"victim": "cost"}, {"order": "levels"}, {"ahead": False},
     {"victim": "cost", "reserve": 0.0}, {"order": "topological"}, {"retry": False},
     {"victim": "lru"})
 """The settings ``search=N`` tries after the given ones, each as the options it changes."""
