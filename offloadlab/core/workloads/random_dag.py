@@ -38,31 +38,39 @@ def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int
     rng = random.Random(seed)
     g = TaskGraph(name="random", meta=dict(vertices=vertices, gpus=gpus, seed=seed))
     lo, hi = math.log(min_bytes), math.log(max_bytes)
-    ids: list[str] = []
+    where: list[str] = []    # each vertex's output device (host or a GPU), by index
+    sizes: list[int] = []
 
     def size() -> int:
         nbytes = int(math.exp(rng.uniform(lo, hi)))
         return nbytes - nbytes % 4 or nbytes      # whole float32 elements (aligned views)
 
-    while len(ids) < vertices:
-        n = len(ids)
+    def add(out_device: str, nbytes: int) -> None:
+        where.append(out_device)
+        sizes.append(nbytes)
+
+    for n in range(vertices):
         if n == 0 or rng.random() < input_fraction:
             home = "host" if rng.random() < host_fraction else gpu_name(rng.randrange(gpus))
-            ids.append(g.add_input(f"v{n}", size(), home=home).id)
+            nbytes = size()
+            g.add_input(f"v{n}", nbytes, home=home)
+            add(home, nbytes)
             continue
-        recent = ids[-window:]
-        gpu_tensors = [u for u in recent if g[u].out_device.startswith("gpu")]
+        recent = range(max(0, n - window), n)
+        gpu_tensors = [u for u in recent if where[u] != "host"]
         if gpus > 1 and gpu_tensors and n + 1 < vertices and rng.random() < transfer_fraction:
             src = rng.choice(gpu_tensors)
-            dst = gpu_name(rng.choice([i for i in range(gpus) if gpu_name(i) != g[src].out_device]))
-            ids.append(g.add_transfer(f"v{n}", src, dst).id)
+            dst = gpu_name(rng.choice([i for i in range(gpus) if gpu_name(i) != where[src]]))
+            g.add_transfer(f"v{n}", f"v{src}", dst)
+            add(dst, sizes[src])
             continue
         device = gpu_name(rng.randrange(gpus))
-        readable: list[str | None] = [u for u in recent if g[u].out_device in (device, "host")]
+        readable: list[int | None] = [u for u in recent if where[u] in (device, "host")]
         picks = (rng.choice(readable or [None]) for _ in range(rng.randint(1, max_inputs)))
-        inputs = sorted({u for u in picks if u is not None}, key=lambda u: int(u[1:]))
+        inputs = sorted({u for u in picks if u is not None})
         out = size()
-        touched = out + sum(g[u].bytes for u in inputs)
-        ids.append(g.add_compute(f"v{n}", "mix", inputs, device, out,
-                                 flops=flops_per_byte * touched).id)
+        touched = out + sum([sizes[u] for u in inputs])
+        g.add_compute(f"v{n}", "mix", [f"v{u}" for u in inputs], device, out,
+                      flops=flops_per_byte * touched)
+        add(device, out)
     return g
