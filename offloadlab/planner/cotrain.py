@@ -30,7 +30,7 @@ from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.ops import DTYPES, UPDATE_OPS, touched_bytes
 from ..core.taskgraph import Task, TaskGraph
-from .buildmemgraph import BuildMemGraph
+from .turnip import BuildMemGraphOptions, plan_once
 from .registry import Hooks, Options, option, register
 
 
@@ -116,7 +116,7 @@ def cotrain(graph: TaskGraph, machine: Machine, options: CoTrainOptions,
     placed = TaskGraph(name=graph.name, meta=dict(graph.meta))
     for t in graph:
         placed.add(_on_cpu(t) if t.id in moved else t)
-    ids = [t for t in placed.topological_order() if placed[t].kind != "input"]
-    mg = BuildMemGraph(placed, machine, ids, "cost", True, hooks.progress).run()
+    mg = plan_once(placed, machine, BuildMemGraphOptions(order=placed.topological_order()),
+                   hooks)
     mg.graph.update(options={"k": k}, cpu_updates=sorted(moved))
     return mg

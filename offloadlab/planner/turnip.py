@@ -70,7 +70,7 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
     the winner's settings.
     """
     if options.search == 1:
-        return _plan(graph, machine, options, hooks)
+        return plan_once(graph, machine, options, hooks)
     if hooks.evaluate is None:
         raise PlanError("buildmemgraph: search needs to simulate each plan: pass "
                         "evaluate=offloadlab.simulator.makespan (the CLI does)")
@@ -79,7 +79,7 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
     settings += [s for s in others if s != settings[0]][:options.search - 1]
     best: tuple[float, MemGraph] | None = None
     for k, candidate in enumerate(settings):
-        mg = _plan(graph, machine, candidate, hooks if k == 0 else Hooks())
+        mg = plan_once(graph, machine, candidate, hooks if k == 0 else Hooks())
         mg.graph["options"] = {**mg.graph["options"], "search": options.search}
         seconds = hooks.evaluate(mg, machine)
         if best is None or seconds < best[0]:
@@ -88,9 +88,10 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
     return best[1]
 
 
-def _plan(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
+def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
           hooks: Hooks) -> MemGraph:
-    """One plan with ``options`` (``search`` aside), recording the settings that made it."""
+    """One BuildMemGraph plan with ``options`` (``search`` aside), recording the settings that
+    made it; the planners built on BuildMemGraph (``cotrain``) plan through it too."""
     levels = isinstance(options.order, str) and options.order == "levels"
     if levels:
         ids = level_order(graph)
@@ -102,7 +103,7 @@ def _plan(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
     mg = builder.run()
     mg.graph["options"] = options.recorded()
     if options.retry and builder.repacks and not levels:
-        again = _plan(graph, machine, replace(options, order="levels"), Hooks())
+        again = plan_once(graph, machine, replace(options, order="levels"), Hooks())
         if moved(again) < moved(mg):
             again.graph["options"]["retried"] = True
             return again
