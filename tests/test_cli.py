@@ -422,6 +422,9 @@ def test_nan_in_memgraph_file(capsys, memgraph_file, tmp_path):
     ("--machine", "a100x8:gpu_half_flops=-1", "gpu_half_flops must be a number >= 0"),
     ("--planner", "buildmemgraph:victim=foo", "unknown victim policy 'foo'"),
     ("--planner", "buildmemgraph:ahead=perhaps", "option ahead: cannot read 'perhaps'"),
+    ("--planner", "buildmemgraph:order=bogus", "unknown order 'bogus'; use given, topological"),
+    ("--planner", "buildmemgraph:reserve=-1", "reserve must be a finite number >= 0"),
+    ("--planner", "buildmemgraph:retry=maybe", "option retry: cannot read 'maybe'"),
 ])
 def test_bad_spec_values(capsys, tmp_path, flag, spec, message):
     err = one_line_error(plan_fails(capsys, tmp_path, flag, spec))

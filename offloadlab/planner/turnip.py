@@ -26,6 +26,10 @@ PORTFOLIO: tuple[dict[str, Any], ...] = (
 """The settings ``search=N`` tries after the given ones, each as the options it changes."""
 
 
+ORDERS = ("given", "topological", "levels")
+"""The serial orders a spec may name."""
+
+
 @dataclass(frozen=True)
 class BuildMemGraphOptions(Options):
     victim: str = option("belady", "which resident to evict: belady (the paper's furthest next "
@@ -45,6 +49,9 @@ class BuildMemGraphOptions(Options):
 
     def __post_init__(self) -> None:
         check_victim(self.victim)
+        if isinstance(self.order, str) and self.order not in ORDERS:
+            raise PlanError(f"buildmemgraph: unknown order {self.order!r}; use "
+                            f"{', '.join(ORDERS)} or (from Python) a list of vertex ids")
         if not 0 <= self.reserve < float("inf"):
             raise PlanError(f"buildmemgraph: reserve must be a finite number >= 0, got "
                             f"{self.reserve!r}")
