@@ -30,8 +30,8 @@ from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.ops import DTYPES, UPDATE_OPS, touched_bytes
 from ..core.taskgraph import Task, TaskGraph
-from .turnip import BuildMemGraphOptions, plan_once
 from .registry import Hooks, Options, option, register
+from .turnip import BuildMemGraphOptions, plan_once
 
 
 @dataclass(frozen=True)
