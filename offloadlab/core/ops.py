@@ -96,6 +96,9 @@ SILU_FLOPS = 4.0        # negate, exp, add 1, divide
 SWIGLU_FLOPS = SILU_FLOPS + 1.0
 RMSNORM_BACKWARD_FLOPS = 8.0    # the root again (2), g dy (1), its dot with x (2), combine (3)
 SWIGLU_DGATE_FLOPS = 10.0       # sigmoid (4), dy up, 1 - s, g (1 - s), + 1, two products
+SILU_BACKWARD_FLOPS = 9.0       # sigmoid (4), 1 - s, x (1 - s), + 1, times s, times dy
+GELU_BACKWARD_FLOPS = 17.0      # tanh(u) (6), c x (1 + 3a x^2) (5), the product rule (6)
+LAYERNORM_BACKWARD_FLOPS = 14.0     # the statistics (5), g dy (1), two row means (4), combine (4)
 SOFTMAX_BACKWARD_FLOPS = 2.0    # P (dP - delta)
 ADAM_FLOPS = 12.0               # two moment updates, bias corrections, root, division, step
 SGD_FLOPS = 2.0                 # scaled subtraction
@@ -166,6 +169,13 @@ OPS: dict[str, Op] = {
                        flops=_elementwise(SWIGLU_DGATE_FLOPS)),
     "swiglu_dup": Op("d up of silu(gate) * up (inputs gate, up, dy): silu(gate) dy",
                      flops=_elementwise(SWIGLU_FLOPS)),
+    "gelu_backward": Op("dx of gelu (inputs x, dy): the tanh approximation differentiated",
+                        flops=_elementwise(GELU_BACKWARD_FLOPS)),
+    "silu_backward": Op("dx of silu (inputs x, dy): s (1 + x (1 - s)) dy, s = sigmoid(x)",
+                        flops=_elementwise(SILU_BACKWARD_FLOPS)),
+    "layernorm_backward": Op("dx of LayerNorm from x, the optional gain and dy (inputs x, "
+                             "[g,] dy); the gain frozen",
+                             flops=_elementwise(LAYERNORM_BACKWARD_FLOPS)),
     "rotary_backward": Op("the gradient through rotary:offset=..: the inverse rotation of dy",
                           params=(("offset", 0),), flops=_elementwise(ROTARY_FLOPS)),
     "attn_dprobs": Op("dP = dO V^T for one head, a query block against a key block",

@@ -229,15 +229,44 @@ def gelu(xp, out, args, scratch) -> None:
     """tanh approximation: ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
     _same("gelu", out, args, 1)
     x = args[0]
-    xp.multiply(x, x, out=out)
-    xp.multiply(out, 0.044715, out=out)
-    xp.add(out, 1.0, out=out)
-    xp.multiply(out, x, out=out)
-    xp.multiply(out, math.sqrt(2 / math.pi), out=out)
-    xp.tanh(out, out=out)
+    _gelu_tanh(xp, out, x)
     xp.add(out, 1.0, out=out)
     xp.multiply(out, x, out=out)
     xp.multiply(out, 0.5, out=out)
+
+
+GELU_A, GELU_C = 0.044715, math.sqrt(2 / math.pi)
+
+
+def _gelu_tanh(xp, t, x) -> None:
+    """``t = tanh(c (x + a x^3))``, ``c = sqrt(2/pi)``, ``a = 0.044715``."""
+    xp.multiply(x, x, out=t)
+    xp.multiply(t, GELU_A, out=t)
+    xp.add(t, 1.0, out=t)
+    xp.multiply(t, x, out=t)
+    xp.multiply(t, GELU_C, out=t)
+    xp.tanh(t, out=t)
+
+
+def gelu_backward(xp, out, args, scratch) -> None:
+    """The derivative of :func:`gelu`'s formula times ``dy``: with ``t = tanh(u)``,
+    ``u' = c (1 + 3a x^2)``, ``(1 + t)/2 + x (1 - t^2) u'/2 = (1 + t) (1 + x u' (1 - t)) / 2``."""
+    _same("gelu_backward", out, args, 2)
+    x, dy = args
+    t = scratch[:out.nbytes].view(out.dtype).reshape(out.shape)
+    _gelu_tanh(xp, t, x)
+    xp.multiply(x, x, out=out)
+    xp.multiply(out, 3 * GELU_A, out=out)
+    xp.add(out, 1.0, out=out)
+    xp.multiply(out, x, out=out)
+    xp.multiply(out, GELU_C, out=out)               # x u'
+    xp.subtract(1.0, t, out=t)
+    xp.multiply(out, t, out=out)
+    xp.add(out, 1.0, out=out)                       # 1 + x u' (1 - t)
+    xp.subtract(2.0, t, out=t)                      # 1 + t, exact from 1 - t
+    xp.multiply(out, t, out=out)
+    xp.multiply(out, 0.5, out=out)
+    xp.multiply(out, dy, out=out)
 
 
 def silu(xp, out, args, scratch) -> None:
@@ -281,6 +310,15 @@ def layernorm(xp, out, args, scratch) -> None:
     _same("layernorm", out, args[:1])
     x, y = _rows(args[0]), _rows(out)
     mean, r = _row_scratch(scratch, out)
+    _layernorm_stats(xp, x, y, mean, r)
+    xp.subtract(x, mean, out=y)
+    xp.divide(y, r, out=y)
+    _gain(xp, y, args[1:])
+
+
+def _layernorm_stats(xp, x, y, mean, r) -> None:
+    """The row ``mean`` and ``r = sqrt(mean(x^2) - mean^2 + eps)`` of ``x``, ``y`` a
+    workspace of its shape."""
     xp.mean(x, axis=1, keepdims=True, out=mean)
     xp.multiply(x, x, out=y)
     xp.mean(y, axis=1, keepdims=True, out=r)
@@ -289,9 +327,6 @@ def layernorm(xp, out, args, scratch) -> None:
     xp.subtract(r, square, out=r)
     xp.add(r, NORM_EPS, out=r)
     xp.sqrt(r, out=r)
-    xp.subtract(x, mean, out=y)
-    xp.divide(y, r, out=y)
-    _gain(xp, y, args[1:])
 
 
 def _gain(xp, y, gain: Sequence[Array]) -> None:
@@ -627,7 +662,37 @@ def rmsnorm_backward(xp, out, args, scratch) -> None:
     xp.divide(y, r, out=y)
 
 
-def _rmsnorm_backward_scratch(out: Array, args: Sequence[Array]) -> int:
+def layernorm_backward(xp, out, args, scratch) -> None:
+    """``dx = (z - mean(z)) / r``, ``z = g dy - xhat mean(g dy xhat)``, ``xhat = (x - mean) /
+    r``: the usual ``(g dy - mean(g dy) - xhat mean(g dy xhat)) / r``, as ``mean(xhat) = 0``."""
+    if len(args) not in (2, 3):
+        raise KernelError(f"layernorm_backward takes x, the optional gain and dy, got "
+                          f"{len(args)} inputs")
+    x, *gain, dy = args
+    _same("layernorm_backward", out, [x, dy])
+    x2, y, d2 = _rows(x), _rows(out), _rows(dy)
+    c, r = _row_scratch(scratch, out)
+    xhat = scratch[2 * r.nbytes:2 * r.nbytes + y.nbytes].view(out.dtype).reshape(y.shape)
+    _layernorm_stats(xp, x2, y, c, r)
+    xp.subtract(x2, c, out=xhat)
+    xp.divide(xhat, r, out=xhat)
+    _gain_dy(xp, y, d2, gain)
+    xp.multiply(y, xhat, out=y)
+    xp.mean(y, axis=1, keepdims=True, out=c)
+    xp.multiply(xhat, c, out=xhat)                  # xhat mean(g dy xhat)
+    _gain_dy(xp, y, d2, gain)
+    xp.subtract(y, xhat, out=y)                     # z
+    xp.mean(y, axis=1, keepdims=True, out=c)
+    xp.subtract(y, c, out=y)
+    xp.divide(y, r, out=y)
+
+
+def _gain_dy(xp, y, dy, gain: Sequence[Array]) -> None:
+    xp.copyto(y, dy)
+    _gain(xp, y, gain)
+
+
+def _norm_backward_scratch(out: Array, args: Sequence[Array]) -> int:
     return _row_bytes(out, args) + out.nbytes
 
 
@@ -642,13 +707,26 @@ def swiglu_dgate(xp, out, args, scratch) -> None:
     """``dy up s (1 + gate (1 - s))``, ``s = sigmoid(gate)``."""
     _same("swiglu_dgate", out, args, 3)
     gate, up, dy = args
+    _silu_grad(xp, out, gate, scratch)
+    xp.multiply(out, up, out=out)
+    xp.multiply(out, dy, out=out)
+
+
+def _silu_grad(xp, out, x, scratch) -> None:
+    """``silu'(x) = s (1 + x (1 - s))``, ``s = sigmoid(x)`` in ``scratch``."""
     s = scratch[:out.nbytes].view(out.dtype).reshape(out.shape)
-    _sigmoid(xp, s, gate)
+    _sigmoid(xp, s, x)
     xp.subtract(1.0, s, out=out)
-    xp.multiply(out, gate, out=out)
+    xp.multiply(out, x, out=out)
     xp.add(out, 1.0, out=out)
     xp.multiply(out, s, out=out)
-    xp.multiply(out, up, out=out)
+
+
+def silu_backward(xp, out, args, scratch) -> None:
+    """``silu'(x) dy``."""
+    _same("silu_backward", out, args, 2)
+    x, dy = args
+    _silu_grad(xp, out, x, scratch)
     xp.multiply(out, dy, out=out)
 
 
@@ -816,9 +894,12 @@ KERNELS: dict[str, Kernel] = {
     "lora_linear": Kernel(lora_linear, lambda out, args: out.nbytes),
     "linear_dx": Kernel(linear_dx, lambda out, args: out.nbytes if len(args) > 2 else 0),
     "linear_dw": Kernel(linear_dw, lambda out, args: out.nbytes if len(args) > 2 else 0),
-    "rmsnorm_backward": Kernel(rmsnorm_backward, _rmsnorm_backward_scratch),
+    "rmsnorm_backward": Kernel(rmsnorm_backward, _norm_backward_scratch),
     "swiglu_dgate": Kernel(swiglu_dgate, lambda out, args: out.nbytes),
     "swiglu_dup": Kernel(swiglu_dup),
+    "gelu_backward": Kernel(gelu_backward, lambda out, args: out.nbytes),
+    "silu_backward": Kernel(silu_backward, lambda out, args: out.nbytes),
+    "layernorm_backward": Kernel(layernorm_backward, _norm_backward_scratch),
     "rotary_backward": Kernel(rotary_backward, _rotary_backward_scratch),
     "attn_dprobs": Kernel(attn_dprobs),
     "attn_delta": Kernel(attn_delta, lambda out, args: args[0].size * out.dtype.itemsize),
