@@ -27,6 +27,7 @@ except Exception as exc:           # no driver, no device: CuPy raises CUDARunti
 if not GPUS:
     pytest.skip("no CUDA device visible", allow_module_level=True)
 
+from kernel_cases import kernel_case  # noqa: E402
 from test_executor import CHAIN, POLICIES  # noqa: E402
 from test_properties import machine_for  # noqa: E402
 
@@ -217,47 +218,10 @@ def test_backend_memory_copies_and_streams():
     backend.close()
 
 
-# one small set of inputs per op: (output shape, input shapes)
-KERNEL_SHAPES = {
-    "matmul": ((8, 6), [(8, 2), (8, 2), (4, 6)]),       # column shards: uses scratch
-    "add": ((8, 6), [(8, 6), (100,), (5,)]),           # folded and tiled inputs
-    "mul": ((8, 6), [(8, 6), (8, 6)]),
-    "relu": ((8, 6), [(8, 6)]),
-    "gelu": ((8, 6), [(8, 6)]),
-    "silu": ((8, 6), [(8, 6)]),
-    "copy": ((8, 6), [(8, 6)]),
-    "cast": ((8, 6), [(48,)]),                         # float32 to float32, read in order
-    "softmax": ((8, 6), [(8, 6)]),
-    "rmsnorm": ((8, 6), [(8, 6), (6,)]),
-    "layernorm": ((8, 6), [(8, 6), (6,)]),
-    "gelu_backward": ((8, 6), [(8, 6), (8, 6)]),
-    "silu_backward": ((8, 6), [(8, 6), (8, 6)]),
-    "layernorm_backward": ((8, 6), [(8, 6), (6,), (8, 6)]),
-    "adam_update": ((8, 6), [(8, 6), (8, 6)]),
-    "sgd_update": ((8, 6), [(8, 6), (8, 6)]),
-    "layer_forward": ((8, 6), [(8, 6), (100,), (5,)]),
-    "layer_backward": ((8, 6), [(8, 6), (100,), (5,)]),
-    "weight_grad": ((8, 6), [(8, 6), (100,), (5,)]),
-    "mix": ((8, 6), [(8, 6), (100,), (5,)]),
-    "linear": ((8, 6), [(8, 2), (8, 3), (6, 5)]),     # column shards: uses scratch
-    "swiglu": ((8, 6), [(8, 6), (8, 6)]),
-    "embedding": ((8, 6), [(8,), (16, 6)]),            # the ids are made integers below
-    "rotary": ((8, 6), [(8, 6)]),
-    "attn_scores": ((8, 6), [(8, 4), (6, 4)]),
-    "softmax_stats": ((8, 2), [(8, 8), (8, 4)]),       # the diagonal block, then one skipped
-    "causal_softmax": ((8, 8), [(8, 8), (8, 2)]),
-    "attn_values": ((8, 4), [(8, 8), (8, 2), (8, 4), (2, 4)]),
-}
-
-
 @pytest.mark.parametrize("op", sorted(kernels.KERNELS))
 def test_every_kernel_matches_numpy_and_allocates_nothing(op):
     """kernels.py's promise on the GPU: ``out=`` everywhere, no device allocation."""
-    shape, shapes = KERNEL_SHAPES[op]
-    rng = np.random.default_rng(0)
-    args = [rng.uniform(-1, 1, s).astype(np.float32) for s in shapes]
-    if op == "embedding":
-        args[0] = (args[0] * 20).astype(np.int32)
+    shape, args = kernel_case(op)
     k = kernels.KERNELS[op]
     expected = np.empty(shape, np.float32)
     k.fn(np, expected, args, np.empty(k.scratch(expected, args), np.uint8))
