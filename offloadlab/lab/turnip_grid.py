@@ -142,13 +142,14 @@ def run(experiment: Experiment, points: Iterable[Point] | None = None, *,
 
 
 def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
-    """Simulated seconds against sequence length, a panel per server, a line per model, batch
-    and planner; OOM points as crosses on the panel's top edge, the paper's seconds as stars."""
+    """Simulated seconds against sequence length, a panel per server with its legend below, a
+    line per model, batch and planner; OOM points as crosses on the panel's top edge, the
+    paper's seconds as stars."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     machines = list(dict.fromkeys(table["machine"]))
-    fig, axes = plt.subplots(1, len(machines), figsize=(6 * len(machines), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(machines), figsize=(6.5 * len(machines), 6), squeeze=False)
     for ax, machine in zip(axes[0], machines):
         rows = table[table["machine"] == machine]
         top = rows[experiment.time].max() if rows[experiment.time].notna().any() else 1.0
@@ -171,8 +172,8 @@ def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
         ax.set_xlabel("sequence length (tokens)")
         ax.set_title(f"{experiment.name} on {machine} (simulated; x: OOM)", fontsize=10)
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     axes[0][0].set_ylabel(experiment.label)
-    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
