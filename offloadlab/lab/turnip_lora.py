@@ -12,8 +12,8 @@ beside ours in the ``paper`` column: for 7B at 1K tokens, 5.6 s at batch 8 and 1
 tokens, batch 8, 58.5 s (ZeRO-Infinity 72.9 s), on a server the text does not name.  We put it
 on ``a100x8``: 65B in fp32 is 260 GB of weights; it does 9.7x the flops of 7B per token, and
 9.7 x 5.6 s = 54 s is near the 58.5 s, where the P100 server has 4.2x less fp32 compute than
-the A100 server's.  The paper ran its kernels in fp32 here (Sec. 8: "single precision"), as
-the presets price them.
+the A100 server's.  The workload is float32 (Sec. 8: "All TURNIP model weights are stored as
+single precision"), priced at the presets' fp32 rates (19.5 TFLOP/s per A100, 9.3 per P100).
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ runner is :mod:`.turnip_grid`'s.
 
 The paper shows its prefill times only as bar charts (Figs. 10-12; its text gives no value),
 so there is no number of the paper's to print beside ours: ``PREFILL.paper`` is empty, and the
-table says so.  The machine presets price every kernel at their fp32 rate (19.5 TFLOP/s for the
-A100, 9.3 for the P100), not the fp16 tensor cores the paper's kernels could use, so our times
-are an upper bound in that respect.
+table says so.  The workload is float16, as the paper's prefill (Sec. 8), priced at the presets'
+fp16 rates (the A100's tensor cores, the P100's half2 arithmetic).
 """
 
 from __future__ import annotations
