@@ -903,8 +903,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     """Recreate a figure or table of a paper from our cost model: a CSV table and a plot."""
     from .reproduce import COLUMNS, REPRODUCTIONS, parse_setting, shape_checks
 
-    if args.what == "turnip-prefill":
-        return _reproduce_prefill(args)
+    if args.what.startswith("turnip-"):
+        return _reproduce_grid(args)
     run, plot, default = REPRODUCTIONS[args.what]
     settings = [parse_setting(s) for s in args.only.split(",")] if args.only else list(default)
     if not args.json:
@@ -941,34 +941,40 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reproduce_prefill(args: argparse.Namespace) -> int:
-    """TURNIP's prefill grid (Figs. 10-12) in simulation: a CSV table and a plot."""
-    from . import turnip_prefill as tp
+def _reproduce_grid(args: argparse.Namespace) -> int:
+    """One of TURNIP's LLaMA grids in simulation (prefill, Figs. 10-12; LoRA training, Fig.
+    13): a CSV table and a plot."""
+    from . import turnip_grid, turnip_lora, turnip_prefill
 
-    points = tp.parse_points(args.only) if args.only else list(tp.GRID)
+    experiment, note = {"turnip-prefill": (turnip_prefill.PREFILL, turnip_prefill.NOTE),
+                        "turnip-lora": (turnip_lora.LORA, turnip_lora.NOTE)}[args.what]
+    points = turnip_grid.parse_points(experiment, args.only) if args.only else None
     if not args.json:
         _check_out_dir(args.out)
-    table = tp.turnip_prefill(points, progress=not args.json and _progress(args))
+    table = turnip_grid.run(experiment, points, progress=not args.json and _progress(args))
     if args.json:
-        print(_json_text(table[tp.COLUMNS].to_dict(orient="records")))
+        print(_json_text(table.to_dict(orient="records")))
         return 0
     out = args.outputs.directory(args.out)
     with args.outputs.file(out / f"{args.what}.csv") as tmp:
         table.to_csv(tmp, index=False)
     with args.outputs.file(out / f"{args.what}.png") as tmp:
-        tp.plot(table, tmp)
+        turnip_grid.plot(experiment, table, tmp)
     args.outputs.commit()
     shown = table.copy()
-    shown["ttft"] = shown["ttft"].map(lambda t: "OOM" if t != t else f"{t:.3g}")
-    for column in ("build_s", "plan_s", "simulate_s"):
+    for column in (experiment.time, "paper"):
+        shown[column] = shown[column].map(lambda t: "" if t != t else f"{t:.3g}")
+    shown.loc[table[experiment.time].isna(), experiment.time] = "OOM"
+    for column in turnip_grid.STAGES:
         shown[column] = shown[column].round(2)
     shown["status"] = shown["status"].str.slice(0, 60)
-    print("time to first token (ttft) in simulated seconds, one sequence; build/plan/simulate "
-          "in seconds of this machine")
-    print(shown.drop(columns=["paper"]).to_string(index=False))
+    if table["paper"].isna().all():
+        shown = shown.drop(columns=["paper"])
+    print(f"{experiment.time}: {experiment.label}, simulated; build/plan/verify/simulate in "
+          f"seconds of this machine")
+    print(shown.to_string(index=False))
     print()
-    print("the paper (TURNIP Sec. 8, Figs. 10-12) shows its prefill times only as bar charts, "
-          "with no values in its text: no paper column to compare")
+    print(note)
     print(f"wrote {out / (args.what + '.csv')} and {out / (args.what + '.png')}")
     return 0
 
@@ -1290,11 +1296,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("reproduce", cmd_reproduce, "recreate a paper's table or figure from our cost model "
             "(beaumont-table1: Table 1; beaumont-bandwidth: Figure 4; turnip-prefill: "
-            "TURNIP's LLaMA prefill grid, Figs. 10-12)")
-    p.add_argument("what", choices=("beaumont-table1", "beaumont-bandwidth", "turnip-prefill"))
+            "TURNIP's LLaMA prefill grid, Figs. 10-12; turnip-lora: its LoRA training grid, "
+            "Fig. 13)")
+    p.add_argument("what", choices=("beaumont-table1", "beaumont-bandwidth", "turnip-prefill",
+                                    "turnip-lora"))
     p.add_argument("--only", metavar="SETTINGS",
                    help="comma-separated settings NETWORK-DEPTHxBATCH, e.g. gpt2-38x16,bert-96x16 "
-                        "(turnip-prefill: MODEL-SEQ[@MACHINE], e.g. 7b-1024,65b-32768@a100x8)")
+                        "(turnip-prefill, turnip-lora: MODEL-SEQ[xBATCH][@MACHINE], e.g. "
+                        "7b-1024,65b-1024x8@a100x8)")
     p.add_argument("--solver", choices=("auto", "cbc", "highs"), default="auto",
                    help="MILP solver (auto: HiGHS if installed, else CBC)")
     p.add_argument("--time-limit", type=_nonnegative_float, default=60.0, metavar="S",
