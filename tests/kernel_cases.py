@@ -21,6 +21,9 @@ KERNEL_SHAPES = {
     "gelu_backward": ((8, 6), [(8, 6), (8, 6)]),
     "silu_backward": ((8, 6), [(8, 6), (8, 6)]),
     "layernorm_backward": ((8, 6), [(8, 6), (6,), (8, 6)]),
+    "layernorm_dgain": ((6,), [(8, 6), (8, 6)]),
+    "layernorm_dbias": ((6,), [(8, 6)]),
+    "embedding_backward": ((16, 6), [(2, 8), (2, 8, 6)]),   # ids up to 40: wrapped, repeated
     "adam_update": ((8, 6), [(8, 6), (8, 6)]),
     "sgd_update": ((8, 6), [(8, 6), (8, 6)]),
     "layer_forward": ((8, 6), [(8, 6), (100,), (5,)]),
@@ -53,7 +56,7 @@ KERNEL_SHAPES = {
 }
 
 #: inputs that are integer indices: (op, input) -> the range they are drawn from
-INTEGER_INPUTS = {("embedding", 0): 16, ("cross_entropy", 1): 10,
+INTEGER_INPUTS = {("embedding", 0): 16, ("embedding_backward", 0): 40, ("cross_entropy", 1): 10,
                   ("cross_entropy_backward", 1): 10}
 
 

@@ -79,8 +79,8 @@ def _lora_linear(out: Shape, ins: Sequence[Shape]) -> float:
     return 2.0 * _numel(out) * (ins[0][-1] + ins[2][-1]) + _numel(out)
 
 
-def _per_input_element(per: float) -> FlopsFn:
-    return lambda out, ins: per * _numel(ins[0])
+def _per_input_element(per: float, which: int = 0) -> FlopsFn:
+    return lambda out, ins: per * _numel(ins[which])
 
 
 def _stats(out: Shape, ins: Sequence[Shape]) -> float:
@@ -99,6 +99,7 @@ SWIGLU_DGATE_FLOPS = 10.0       # sigmoid (4), dy up, 1 - s, g (1 - s), + 1, two
 SILU_BACKWARD_FLOPS = 9.0       # sigmoid (4), 1 - s, x (1 - s), + 1, times s, times dy
 GELU_BACKWARD_FLOPS = 17.0      # tanh(u) (6), c x (1 + 3a x^2) (5), the product rule (6)
 LAYERNORM_BACKWARD_FLOPS = 14.0     # the statistics (5), g dy (1), two row means (4), combine (4)
+LAYERNORM_DGAIN_FLOPS = 9.0     # the statistics (5), xhat (2), dy xhat (1), the column sum (1)
 SOFTMAX_BACKWARD_FLOPS = 2.0    # P (dP - delta)
 ADAM_FLOPS = 12.0               # two moment updates, bias corrections, root, division, step
 SGD_FLOPS = 2.0                 # scaled subtraction
@@ -176,6 +177,14 @@ OPS: dict[str, Op] = {
     "layernorm_backward": Op("dx of LayerNorm from x, the optional gain and dy (inputs x, "
                              "[g,] dy); the gain frozen",
                              flops=_elementwise(LAYERNORM_BACKWARD_FLOPS)),
+    "layernorm_dgain": Op("dg of LayerNorm's gain from x and dy (inputs x, dy), shape (dim,): "
+                          "sum over rows of dy xhat",
+                          flops=_per_input_element(LAYERNORM_DGAIN_FLOPS)),
+    "layernorm_dbias": Op("db of a bias added to LayerNorm's output (input dy), shape (dim,): "
+                          "sum over rows of dy", flops=_per_input_element(1.0)),
+    "embedding_backward": Op("dtable of embedding (inputs ids, dy; output the table's shape): "
+                             "each row of dy added at row id mod rows, repeated ids summed",
+                             flops=_per_input_element(1.0, which=1)),
     "rotary_backward": Op("the gradient through rotary:offset=..: the inverse rotation of dy",
                           params=(("offset", 0),), flops=_elementwise(ROTARY_FLOPS)),
     "attn_dprobs": Op("dP = dO V^T for one head, a query block against a key block",

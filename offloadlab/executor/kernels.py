@@ -398,6 +398,27 @@ def embedding(xp, out, args, scratch) -> None:
         xp.take(table, ids, axis=0, out=out)
 
 
+def embedding_backward(xp, out, args, scratch) -> None:
+    """``dtable``: zero, then each row of ``dy`` added at row ``id mod rows`` (repeated ids
+    add up), the gradient of :func:`embedding`; the wrapped ids go to ``scratch``."""
+    if len(args) != 2:
+        raise KernelError(f"embedding_backward takes ids and dy, got {len(args)} inputs")
+    ids, dy = args
+    if ids.dtype.kind not in "iu":
+        raise KernelError(f"embedding_backward: ids must be integers, got {ids.dtype}")
+    if out.ndim != 2 or dy.shape != (*ids.shape, out.shape[1]):
+        raise KernelError(f"embedding_backward: ids {ids.shape} and dy {dy.shape} do not give "
+                          f"a table {out.shape}")
+    rows = scratch[:ids.size * 8].view(np.int64)
+    xp.remainder(ids.reshape(-1), out.shape[0], out=rows)
+    out.fill(0)
+    if xp is np:
+        np.add.at(out, rows, dy.reshape(-1, out.shape[1]))
+    else:
+        import cupyx
+        cupyx.scatter_add(out, rows, dy.reshape(-1, out.shape[1]))
+
+
 ROPE_BASE = 10000.0
 
 
@@ -671,11 +692,7 @@ def layernorm_backward(xp, out, args, scratch) -> None:
     x, *gain, dy = args
     _same("layernorm_backward", out, [x, dy])
     x2, y, d2 = _rows(x), _rows(out), _rows(dy)
-    c, r = _row_scratch(scratch, out)
-    xhat = scratch[2 * r.nbytes:2 * r.nbytes + y.nbytes].view(out.dtype).reshape(y.shape)
-    _layernorm_stats(xp, x2, y, c, r)
-    xp.subtract(x2, c, out=xhat)
-    xp.divide(xhat, r, out=xhat)
+    xhat, c, r = _layernorm_xhat(xp, x2, out, scratch)
     _gain_dy(xp, y, d2, gain)
     xp.multiply(y, xhat, out=y)
     xp.mean(y, axis=1, keepdims=True, out=c)
@@ -685,6 +702,39 @@ def layernorm_backward(xp, out, args, scratch) -> None:
     xp.mean(y, axis=1, keepdims=True, out=c)
     xp.subtract(y, c, out=y)
     xp.divide(y, r, out=y)
+
+
+def _layernorm_xhat(xp, x2: Array, like: Array, scratch: Array) -> tuple[Array, Array, Array]:
+    """``xhat = (x - mean) / r`` of the rows ``x2`` in ``scratch`` (:func:`_norm_backward_scratch`
+    of ``like``, whose rows and dtype it takes), and the row ``mean`` and ``r`` beside it."""
+    mean, r = _row_scratch(scratch, like)
+    xhat = scratch[2 * r.nbytes:2 * r.nbytes + x2.size * like.dtype.itemsize]
+    xhat = xhat.view(like.dtype).reshape(x2.shape)
+    _layernorm_stats(xp, x2, xhat, mean, r)
+    xp.subtract(x2, mean, out=xhat)
+    xp.divide(xhat, r, out=xhat)
+    return xhat, mean, r
+
+
+def layernorm_dgain(xp, out, args, scratch) -> None:
+    """``dg = sum over rows of dy xhat``: the gain's gradient of ``layernorm`` (inputs x, dy)."""
+    if len(args) != 2:
+        raise KernelError(f"layernorm_dgain takes x and dy, got {len(args)} inputs")
+    x, dy = args
+    if x.shape != dy.shape or out.shape != (x.shape[-1],):
+        raise KernelError(f"layernorm_dgain: x {x.shape} and dy {dy.shape} do not give "
+                          f"{out.shape}")
+    xhat, _, _ = _layernorm_xhat(xp, _rows(x), x, scratch)
+    xp.multiply(xhat, _rows(dy), out=xhat)
+    xp.sum(xhat, axis=0, out=out)
+
+
+def layernorm_dbias(xp, out, args, scratch) -> None:
+    """``db = sum over rows of dy``: the bias's gradient of ``layernorm(x) + b``."""
+    if len(args) != 1 or out.shape != (args[0].shape[-1],):
+        raise KernelError(f"layernorm_dbias takes dy and gives one value per column, got "
+                          f"inputs {[a.shape for a in args]} for {out.shape}")
+    xp.sum(_rows(args[0]), axis=0, out=out)
 
 
 def _gain_dy(xp, y, dy, gain: Sequence[Array]) -> None:
@@ -877,6 +927,7 @@ KERNELS: dict[str, Kernel] = {
     "linear": Kernel(linear, lambda out, args: out.nbytes if len(args) > 2 else 0),
     "swiglu": Kernel(swiglu),
     "embedding": Kernel(embedding),
+    "embedding_backward": Kernel(embedding_backward, lambda out, args: args[0].size * 8),
     "rotary": Kernel(rotary, _rotary_scratch),
     "attn_scores": Kernel(attn_scores),
     "softmax_stats": Kernel(softmax_stats, _stats_scratch),
@@ -900,6 +951,9 @@ KERNELS: dict[str, Kernel] = {
     "gelu_backward": Kernel(gelu_backward, lambda out, args: out.nbytes),
     "silu_backward": Kernel(silu_backward, lambda out, args: out.nbytes),
     "layernorm_backward": Kernel(layernorm_backward, _norm_backward_scratch),
+    "layernorm_dgain": Kernel(layernorm_dgain,
+                              lambda out, args: _norm_backward_scratch(args[0], args)),
+    "layernorm_dbias": Kernel(layernorm_dbias),
     "rotary_backward": Kernel(rotary_backward, _rotary_backward_scratch),
     "attn_dprobs": Kernel(attn_dprobs),
     "attn_delta": Kernel(attn_delta, lambda out, args: args[0].size * out.dtype.itemsize),
