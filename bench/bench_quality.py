@@ -61,9 +61,7 @@ def one(spec: str, factor: float, planner: str) -> dict:
         return row
     row["plan_s"] = time.perf_counter() - start
     verify(mg, graph, machine)
-    moved = mg.moved_bytes()
-    row.update(makespan=simulate(mg, machine).makespan,
-               moved=moved["offload"] + moved["reload"] + moved["load"],
+    row.update(makespan=simulate(mg, machine).makespan, moved=mg.host_bytes(),
                bound=lower_bound(mg, machine))
     return row
 

@@ -6,6 +6,7 @@ import pytest
 
 from offloadlab.core import GraphError, MemGraph, SpecError, TaskGraph
 from offloadlab.core.machine import PRESETS, Machine, MiB, machine_from_spec
+from offloadlab.core.memgraph import MemVertex
 from offloadlab.core.spec import parse_bytes, parse_spec
 from offloadlab.core.util import no_gc
 from offloadlab.core.workloads import WORKLOADS, build_workload
@@ -576,3 +577,14 @@ def test_graph_files_are_written_in_chunks_that_join_into_the_same_json(chunk, d
                                             "nodes": [], "edges": []}
     assert mg.to_json(tmp_path / "mg.json") is None
     assert MemGraph.from_json(tmp_path / "mg.json").to_json() == mg.to_json()
+
+
+def test_host_bytes_counts_offloads_reloads_and_loads_not_transfers():
+    mg = MemGraph()
+    mg.add_vertex(MemVertex("x", "input", "host", 8))
+    for name, kind, size in (("L", "load", 8), ("O", "offload", 3), ("R", "reload", 5),
+                             ("T", "transfer", 100)):
+        mg.add_vertex(MemVertex(name, kind, "gpu0", size))
+    assert mg.host_bytes() == 16
+    moved = mg.moved_bytes()
+    assert mg.host_bytes() == moved["load"] + moved["offload"] + moved["reload"]

@@ -138,6 +138,10 @@ class MemGraph:
                 out[v.kind] += v.bytes
         return out
 
+    def host_bytes(self) -> int:
+        """Bytes moved between host RAM and the GPUs (offloads, reloads and loads)."""
+        return sum([v.bytes for v in self.vertices.values() if v.kind in MOVE_KINDS])
+
     # -- interchange ------------------------------------------------------------------
     def to_networkx(self):
         """A networkx DiGraph with vertex fields as node attributes and ``kind`` on edges."""

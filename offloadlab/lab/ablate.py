@@ -143,9 +143,8 @@ def ablate_parts(graph: TaskGraph, machine: Machine, policy: str = "dynamic",
                 replace(machine, streams=int(setting))
             span = makespan(mg, run_on, policy)
             base = span if base is None else base
-            moved = mg.moved_bytes()
             rows.append({"part": part, "setting": setting if setting != "default" else
                          str(machine.streams), "default": setting == settings[0],
                          "makespan": span, "change": span / base - 1,
-                         "bytes_moved": moved["load"] + moved["reload"] + moved["offload"]})
+                         "bytes_moved": mg.host_bytes()})
     return pd.DataFrame(rows)

@@ -34,13 +34,12 @@ class Run:
     def row(self) -> dict[str, object]:
         """This run as a row of :func:`table`.  ``bytes_moved`` counts host<->GPU traffic
         (offloads, reloads, loads); GPU->GPU transfers are TaskGraph vertices every plan has."""
-        moved = self.memgraph.moved_bytes()
         gpu_peaks = [b for d, b in self.result.peak_memory.items() if is_gpu(d)]
         return {
             "planner": self.planner,
             "policy": self.policy,
             "makespan": float(self.result.makespan),
-            "bytes_moved": int(moved["offload"] + moved["reload"] + moved["load"]),
+            "bytes_moved": self.memgraph.host_bytes(),
             "offloads": self.memgraph.count("offload"),
             "reloads": self.memgraph.count("reload"),
             "loads": self.memgraph.count("load"),

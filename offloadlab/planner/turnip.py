@@ -111,13 +111,7 @@ def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
     mg.graph["options"] = options.recorded()
     if options.retry and builder.repacks and not levels:
         again = plan_once(graph, machine, replace(options, order="levels"), Hooks())
-        if moved(again) < moved(mg):
+        if again.host_bytes() < mg.host_bytes():
             again.graph["options"]["retried"] = True
             return again
     return mg
-
-
-def moved(mg: MemGraph) -> int:
-    """Bytes a plan moves between host RAM and the GPUs."""
-    m = mg.moved_bytes()
-    return m["offload"] + m["reload"] + m["load"]
