@@ -16,7 +16,7 @@ from offloadlab.core.workloads import build_workload
 from offloadlab.core.workloads.models import GPUS, MODELS, MODES
 from offloadlab.planner import plan
 from offloadlab.planner.buildmemgraph import BuildMemGraph, memory_needs, min_capacity
-from offloadlab.planner.turnip import PORTFOLIO
+from offloadlab.planner.turnip import PORTFOLIO, REFETCH
 from offloadlab.simulator import makespan, simulate
 
 FACTORS = (1.0, 1.1, 1.5, 3.0, 10.0)
@@ -27,13 +27,6 @@ WORKLOADS = ("matmul-chain:layers=8,gpus=2", "matmul-chain:layers=16,gpus=1", "t
              *(f"model:name={n},mode={m},gpus={g}" for n in MODELS for m in MODES for g in GPUS),
              "llama-prefill:model=tiny", "llama-prefill:model=tiny,gpus=2",
              "llama-lora-train:model=tiny", "llama-lora-train:model=tiny,gpus=2")
-
-#: Where the default moves more than 5% more bytes than the paper's rule, as measured
-#: (README, "Planner quality"); the test fails if any other setting does, or one of these
-#: stops.  No setting is more than 5% slower than levelwise.
-MORE_BYTES = {("llama-prefill:model=tiny,gpus=2", 1.5), ("llama-lora-train:model=tiny", 3.0),
-              ("llama-lora-train:model=tiny,gpus=2", 1.0),
-              ("llama-lora-train:model=tiny,gpus=2", 1.5)}
 
 #: The paper's BuildMemGraph: Belady's rule, allocation as far ahead as memory allows, one
 #: serial order.
@@ -61,8 +54,7 @@ def test_default_within_5_percent_of_levelwise_and_of_belady_bytes(spec):
         base = planned(graph, machine, "levelwise")
         paper = planned(graph, machine, PAPER)
         assert makespan(ours, machine) <= 1.05 * makespan(base, machine), factor
-        more = ours.host_bytes() > 1.05 * paper.host_bytes()
-        assert more == ((spec, factor) in MORE_BYTES), factor
+        assert ours.host_bytes() <= 1.05 * paper.host_bytes(), factor
 
 
 def test_search_keeps_the_fastest_of_its_portfolio():
@@ -197,8 +189,8 @@ def test_allocation_ahead_keeps_the_room_executing_needs(reserve):
 
 
 def test_a_repacked_plan_is_retried_in_levels_order():
-    """GPT-2's step on 2 GPUs at the tightest memory repacks a GPU; the default keeps whichever
-    of its plan and the levels-order plan moves fewer bytes, and records it."""
+    """GPT-2's step on 2 GPUs at the tightest memory repacks a GPU; the default keeps the
+    levels-order plan if it moves fewer bytes with no higher lower bound, and records it."""
     graph = build_workload("model:name=gpt2,mode=train,gpus=2")
     machine = machine_for(graph, 1.0)
     ids = [t for t in graph.tasks if graph[t].kind != "input"]
@@ -207,10 +199,31 @@ def test_a_repacked_plan_is_retried_in_levels_order():
     assert first.repacks > 0
     ours = planned(graph, machine, "buildmemgraph")
     alone = planned(graph, machine, "buildmemgraph:retry=false")
-    levels = planned(graph, machine, "buildmemgraph:order=levels")
-    assert ours.host_bytes() == min(alone.host_bytes(), levels.host_bytes())
-    retried = levels.host_bytes() < alone.host_bytes()
-    assert ours.graph["options"].get("retried", False) == retried
+    levels = planned(graph, machine, "buildmemgraph:order=levels,retry=false")
+    better = (levels.host_bytes() < alone.host_bytes()
+              and lower_bound(levels, machine) <= lower_bound(alone, machine))
+    assert better, "the case no longer exercises the retry"
+    assert ours.host_bytes() == levels.host_bytes()
+    assert ours.graph["options"]["retried"] == {"order": "levels"}
+
+
+def test_a_plan_that_brings_much_back_is_retried_with_the_papers_look_ahead():
+    """LLaMA prefill on 2 GPUs at 1.5x: the room held for the attention scores fragments
+    memory, and the plan brings back a third of its bytes after evictions; the paper's unbounded
+    look-ahead moves only the weights, so the default keeps that plan."""
+    graph = build_workload("llama-prefill:model=tiny,gpus=2")
+    machine = machine_for(graph, 1.5)
+    ids = [t for t in graph.tasks if graph[t].kind != "input"]
+    first = BuildMemGraph(graph, machine, ids, "belady", True, None, 1.0)
+    alone = first.run()
+    assert first.refetched > REFETCH * alone.host_bytes()
+    ours = planned(graph, machine, "buildmemgraph")
+    paper = planned(graph, machine, "buildmemgraph:reserve=0,retry=false")
+    assert ours.host_bytes() == paper.host_bytes() < alone.host_bytes()
+    assert ours.graph["options"]["retried"] == {"reserve": 0.0}
+    # a plan that brings nothing back is not planned again
+    roomy = machine_for(graph, 10.0)
+    assert "retried" not in planned(graph, roomy, "buildmemgraph").graph["options"]
 
 
 @pytest.mark.parametrize("value", ["-1", "inf", "nan"])

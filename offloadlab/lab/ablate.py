@@ -119,10 +119,10 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def ablate_parts(graph: TaskGraph, machine: Machine, policy: str = "dynamic",
                  progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """BuildMemGraph with its defaults, then with one part changed at a time (:data:`PARTS`:
-    the victim policy, allocation ahead and its bound, the serial order, the retry in levels
-    order, and the number of streams per GPU
-    that the plan runs with): one row per setting with the simulated makespan, host<->GPU
-    traffic, and ``change``, the makespan over the default's less one."""
+    the victim policy, allocation ahead and its bound, the serial order, the retry, and the
+    number of streams per GPU that the plan runs with): one row per setting with the
+    simulated makespan, host<->GPU traffic, and ``change``, the makespan over the default's
+    less one."""
     import pandas as pd
 
     from ..core.verify import verify

@@ -86,6 +86,7 @@ class BuildMemGraph:
         self.item_reads: list[tuple[Slot, ...]] = []  # item -> the GPU slots it reads
         self.moves = 0
         self.repacks = 0                        # times a GPU was cleared and repacked
+        self.refetched = 0                      # bytes brought back after an eviction
         self.sequence = itertools.count()   # the MemGraph order of each vertex
         self.exec_hzn = 0
         self.alloc_hzn = 0
@@ -215,6 +216,7 @@ class BuildMemGraph:
         t, dev = slot
         source = self.host_copy[t]
         kind = "reload" if self.mg[source].kind == "offload" else "load"
+        self.refetched += self.task[t].bytes
         res = self.sim_malloc(slot, (kind, source), -1)
         if res is None:
             res = self.sim_malloc_offload(slot, (kind, source), -1, pinned)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.bound import lower_bound
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
@@ -24,6 +25,11 @@ PORTFOLIO: tuple[dict[str, Any], ...] = (
     {"victim": "cost", "reserve": 0.0}, {"order": "topological"}, {"retry": False},
     {"victim": "lru"})
 """The settings ``search=N`` tries after the given ones, each as the options it changes."""
+
+
+REFETCH = 0.05
+"""The share of a plan's host<->GPU bytes which, brought back to a GPU after evictions, makes
+``retry`` plan again with the paper's unbounded look-ahead."""
 
 
 ORDERS = ("given", "topological", "levels")
@@ -42,8 +48,10 @@ class BuildMemGraphOptions(Options):
     order: str | Sequence[str] = option("given", "the serial order V: given, topological, "
                                                  "levels (levelwise's order), or (from "
                                                  "Python) a list of vertex ids")
-    retry: bool = option(True, "if a GPU had to be cleared and repacked, plan again in "
-                               "levels order and keep the plan that moves fewer bytes")
+    retry: bool = option(True, "if a GPU had to be repacked, plan again in levels order; if "
+                               "evictions brought back over 5% of the bytes, plan again with "
+                               "reserve=0; keep a plan moving fewer bytes with no higher "
+                               "lower bound")
     search: int = option(1, f"plan with these settings and up to N-1 others, simulate each "
                             f"and keep the fastest (1-{1 + len(PORTFOLIO)})")
 
@@ -69,8 +77,9 @@ class BuildMemGraphOptions(Options):
 def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
                   hooks: Hooks) -> MemGraph:
     """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU, allocation
-    ahead bounded by what executing needs, and a second serial order where memory is so tight
-    that a GPU had to be repacked.
+    ahead bounded by what executing needs, and a second plan (in levelwise's serial order, or
+    with the paper's unbounded look-ahead) where the first had to repack a GPU or bring much
+    back after evictions.
 
     With ``search`` > 1 it plans with its settings and up to N-1 others from
     :data:`PORTFOLIO`, scores each with ``hooks.evaluate`` and keeps the fastest, recording
@@ -96,9 +105,15 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
 
 
 def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
-          hooks: Hooks) -> MemGraph:
+              hooks: Hooks) -> MemGraph:
     """One BuildMemGraph plan with ``options`` (``search`` aside), recording the settings that
-    made it; the planners built on BuildMemGraph (``cotrain``) plan through it too."""
+    made it; the planners built on BuildMemGraph (``cotrain``) plan through it too.
+
+    With ``retry``, a plan that had to repack a GPU is planned again in ``levels`` order, and
+    one that brought back more than :data:`REFETCH` of its bytes after evictions is planned
+    again with the paper's unbounded look-ahead (``reserve=0``); another plan is kept only if
+    it moves fewer bytes and its lower bound (:func:`~offloadlab.core.bound.lower_bound`) is
+    no higher, and the MemGraph's options then say ``retried`` with what changed."""
     levels = isinstance(options.order, str) and options.order == "levels"
     if levels:
         ids = level_order(graph)
@@ -109,9 +124,24 @@ def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
                             hooks.progress, options.reserve)
     mg = builder.run()
     mg.graph["options"] = options.recorded()
-    if options.retry and builder.repacks and not levels:
-        again = plan_once(graph, machine, replace(options, order="levels"), Hooks())
-        if again.host_bytes() < mg.host_bytes():
-            again.graph["options"]["retried"] = True
-            return again
-    return mg
+    if not options.retry:
+        return mg
+    changes: list[dict[str, Any]] = []
+    if builder.repacks and not levels:
+        changes.append({"order": "levels"})
+    if options.reserve and builder.refetched > REFETCH * mg.host_bytes():
+        changes.append({"reserve": 0.0})
+    if not changes:
+        return mg
+    best, best_bound = mg, None
+    for change in changes:
+        other = plan_once(graph, machine, replace(options, retry=False, **change), Hooks())
+        if other.host_bytes() >= best.host_bytes():
+            continue
+        if best_bound is None:
+            best_bound = lower_bound(best, machine)
+        other_bound = lower_bound(other, machine)
+        if other_bound <= best_bound:
+            best, best_bound = other, other_bound
+            best.graph["options"] = {**mg.graph["options"], "retried": change}
+    return best
