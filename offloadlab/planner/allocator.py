@@ -68,6 +68,7 @@ class GpuMemory:
         self._run_start: dict[int, int] = {}     # free run end -> its start
         self._class_runs: dict[int, list[tuple[int, int]]] = {}  # (first freed_at, start)
         self._classes: list[int] = []            # size classes holding a free run, ascending
+        self._prefix: dict[int, tuple[list[int], list[int]]] = {}   # run start -> _window's
 
     # -- simMalloc's search ---------------------------------------------------------------
     def find_free(self, size: int) -> int | None:
@@ -93,7 +94,7 @@ class GpuMemory:
                     break
                 if c == lowest and runs[start][0] - start < size:
                     continue
-                key = self._newest(start, start + size)
+                key = self._window(start, size)
                 if key < best_key or (key == best_key and start < best):
                     best, best_key = start, float(key)     # mypyc: best_key is a float
         if best < 0:
@@ -125,18 +126,28 @@ class GpuMemory:
             self._no_fit = size
         return best
 
-    def _newest(self, start: int, end: int) -> int:
-        """The latest freeing among the free bytes ``[start, end)``."""
-        segs = self.segments
-        i = self._index(start)
-        newest = -1
-        while True:
-            s = segs[i]
-            if s.freed_at > newest:
-                newest = s.freed_at
-            if s.end >= end:
-                return newest
-            i += 1
+    def _window(self, start: int, size: int) -> int:
+        """The latest freeing among the first ``size`` bytes of the free run at ``start``,
+        from the run's prefix maxima (its segments' ends and the latest freeing up to each),
+        computed when the run is first judged and kept until the run changes."""
+        prefix = self._prefix.get(start)
+        if prefix is None:
+            segs, run_end = self.segments, self._runs[start][0]
+            i, newest = self._index(start), -1
+            ends: list[int] = []
+            latest: list[int] = []
+            while True:
+                s = segs[i]
+                if s.freed_at > newest:
+                    newest = s.freed_at
+                ends.append(s.end)
+                latest.append(newest)
+                if s.end >= run_end:
+                    break
+                i += 1
+            prefix = self._prefix[start] = (ends, latest)
+        ends, latest = prefix
+        return latest[bisect.bisect_left(ends, start + size)]
 
     def find_victims(self, size: int, cost: Callable[[Owner], tuple[float, int] | None]
                      ) -> tuple[int, list[Owner]] | None:
@@ -294,7 +305,7 @@ class GpuMemory:
 
     def _index_runs(self, on: bool) -> None:
         """Start keeping the index of free runs (``on``), or stop."""
-        for kept in (self._runs, self._run_start, self._class_runs):
+        for kept in (self._runs, self._run_start, self._class_runs, self._prefix):
             kept.clear()
         self._run_starts.clear()
         self._classes.clear()
@@ -326,6 +337,7 @@ class GpuMemory:
 
     def _drop_run(self, start: int) -> None:
         end, first = self._runs.pop(start)
+        self._prefix.pop(start, None)
         del self._run_start[end]
         starts = self._run_starts
         del starts[bisect.bisect_left(starts, start)]
