@@ -1,5 +1,6 @@
 """The offset allocator behind BuildMemGraph (planner/allocator.py), against brute force."""
 
+import itertools
 import math
 
 import pytest
@@ -44,6 +45,11 @@ def check_layout(memory: GpuMemory) -> None:
     assert sorted(x for same in memory._class_runs.values() for x in same) == \
         sorted((memory._runs[a][1], a) for a, _ in runs)
     assert all(same == sorted(same) for same in memory._class_runs.values())
+    # the prefix maxima find_free keeps per run agree with the run's segments now
+    for start, (ends, latest) in memory._prefix.items():
+        inside = [seg for seg in segs if start <= seg.start < memory._runs[start][0]]
+        assert ends == [seg.end for seg in inside]
+        assert latest == list(itertools.accumulate((seg.freed_at for seg in inside), max))
 
 
 @pytest.fixture(autouse=True, scope="module")
