@@ -129,19 +129,21 @@ def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
     changes: list[dict[str, Any]] = []
     if builder.repacks and not levels:
         changes.append({"order": "levels"})
-    if options.reserve and builder.refetched > REFETCH * mg.host_bytes():
+    moved = mg.host_bytes()
+    if options.reserve and builder.refetched > REFETCH * moved:
         changes.append({"reserve": 0.0})
     if not changes:
         return mg
     best, best_bound = mg, None
     for change in changes:
         other = plan_once(graph, machine, replace(options, retry=False, **change), Hooks())
-        if other.host_bytes() >= best.host_bytes():
+        other_moved = other.host_bytes()
+        if other_moved >= moved:
             continue
         if best_bound is None:
             best_bound = lower_bound(best, machine)
         other_bound = lower_bound(other, machine)
         if other_bound <= best_bound:
-            best, best_bound = other, other_bound
+            best, moved, best_bound = other, other_moved, other_bound
             best.graph["options"] = {**mg.graph["options"], "retried": change}
     return best
