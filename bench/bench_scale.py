@@ -3,13 +3,15 @@
     python bench/bench_scale.py                                   # the README's table
     python bench/bench_scale.py --vertices 10000,100000 --factors 1.5 --workloads host
 
-For every workload, machine, memory factor and size, one fresh process builds the workload,
-plans it with ``buildmemgraph``, verifies the MemGraph, writes and reads it as node-link JSON,
-simulates it (``dynamic``) and reports each stage's seconds, microseconds per vertex and the
-process's peak resident memory.  GPU memory is ``factor`` times the tightest feasible capacity
-(:func:`min_capacity`) on the machine's GPUs.  Workloads: ``host`` is the benchmark DAG
-(``random`` with ``host_fraction=1``, every input in host RAM); ``default`` is the ``random``
-workload with its default options (half the inputs live on GPUs).
+For every workload, machine, memory factor and size, two fresh processes do what the two
+commands users run do: the first (``offloadlab plan``) builds the workload, plans it with
+``buildmemgraph``, verifies the MemGraph and writes it as node-link JSON; the second
+(``offloadlab simulate``) reads it, verifies it again and simulates it (``dynamic``).  Each
+stage's seconds and microseconds per TaskGraph vertex are reported, with each process's peak
+resident memory.  GPU memory is ``factor`` times the tightest feasible capacity
+(:func:`min_capacity`, not timed) on the machine's GPUs.  Workloads: ``host`` is the benchmark
+DAG (``random`` with ``host_fraction=1``, every input in host RAM); ``default`` is the
+``random`` workload with its default options (half the inputs live on GPUs).
 """
 
 from __future__ import annotations
@@ -23,23 +25,21 @@ import tempfile
 from timing import in_fresh_process, stopwatch
 
 WORKLOADS = {"host": "host_fraction=1", "default": ""}
-STAGES = ("build", "plan", "verify", "write", "read", "simulate")
+STAGES = ("build", "plan", "verify", "write", "read", "verify2", "simulate")
 
 
-def one(workload: str, machine: str, factor: float, vertices: int) -> dict:
-    """Run every stage once in this process; a row of seconds per stage."""
+def plan_process(workload: str, machine: str, factor: float, vertices: int, path: str) -> dict:
+    """What ``offloadlab plan`` does, stage by stage, in this process; writes ``path``."""
     from offloadlab.core.machine import machine_from_spec
-    from offloadlab.core.memgraph import MemGraph
     from offloadlab.core.verify import verify
     from offloadlab.core.workloads import build_workload
     from offloadlab.planner import plan
     from offloadlab.planner.buildmemgraph import min_capacity
-    from offloadlab.simulator import simulate
 
     base = machine_from_spec(machine)
     extra = WORKLOADS[workload]
     spec = f"random:vertices={vertices},gpus={base.gpus}" + (f",{extra}" if extra else "")
-    row: dict = dict(workload=workload, machine=machine, factor=factor, vertices=vertices)
+    row: dict = {}
     lap = stopwatch(row)
     graph = build_workload(spec)
     lap("build")
@@ -49,17 +49,47 @@ def one(workload: str, machine: str, factor: float, vertices: int) -> dict:
     lap("plan")
     verify(mg, graph, m)
     lap("verify")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "mg.json")
-        mg.to_json(path)
-        lap("write")
-        mg = MemGraph.from_json(path)
-        lap("read")
+    mg.to_json(path)
+    lap("write")
+    row.update(memgraph=len(mg), offloads=mg.count("offload"),
+               plan_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return row
+
+
+def simulate_process(path: str) -> dict:
+    """What ``offloadlab simulate`` does, stage by stage, in this process."""
+    from offloadlab.core.machine import Machine
+    from offloadlab.core.memgraph import MemGraph
+    from offloadlab.core.verify import verify
+    from offloadlab.simulator import simulate
+
+    row: dict = {}
+    lap = stopwatch(row)
+    mg = MemGraph.from_json(path)
+    lap("read")
+    m = Machine.from_dict(mg.graph["machine"])
+    verify(mg, machine=m)
+    lap("verify2")
     result = simulate(mg, m)
     lap("simulate")
-    row.update(memgraph=len(mg), offloads=mg.count("offload"), makespan=result.makespan,
-               peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    row.update(makespan=result.makespan,
+               simulate_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return row
+
+
+def point(workload: str, machine: str, factor: str, vertices: str, timeout: float
+          ) -> tuple[dict | None, str]:
+    """Both processes of one point: their rows merged, or (None, why one failed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "mg.json")
+        planned, why = in_fresh_process(
+            __file__, f"plan|{workload}|{machine}|{factor}|{vertices}|{path}", timeout)
+        if planned is None:
+            return None, f"plan: {why}"
+        simulated, why = in_fresh_process(__file__, f"simulate|{path}", timeout)
+        if simulated is None:
+            return None, f"simulate: {why}"
+    return {**planned, **simulated, "vertices": int(vertices)}, ""
 
 
 def main() -> None:
@@ -73,25 +103,29 @@ def main() -> None:
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        w, m, f, n = args.one.split("|")
-        print(json.dumps(one(w, m, float(f), int(n))))
+        which, *fields = args.one.split("|")
+        if which == "plan":
+            w, m, f, n, path = fields
+            print(json.dumps(plan_process(w, m, float(f), int(n), path)))
+        else:
+            print(json.dumps(simulate_process(fields[0])))
         return
     print(f"{'workload':8} {'machine':7} {'factor':>6} {'vertices':>9} {'memgraph':>9} "
-          + " ".join(f"{s:>14}" for s in STAGES) + f" {'peak RSS':>9}")
+          + " ".join(f"{s:>14}" for s in STAGES) + f" {'plan RSS':>9} {'sim RSS':>9}")
     print(" " * 43 + " ".join(f"{'s (us/vertex)':>14}" for _ in STAGES))
     for w in args.workloads.split(","):
         for m in args.machines.split(","):
             for f in args.factors.split(","):
                 for n in args.vertices.split(","):
-                    row, why = in_fresh_process(__file__, f"{w}|{m}|{f}|{n}", args.timeout)
+                    row, why = point(w, m, f, n, args.timeout)
                     if row is None:
-                        print(f"{w:8} {m:7} {f:>6} {n:>9} "
-                              f"{why if why.startswith('timed out') else 'failed: ' + why}")
+                        print(f"{w:8} {m:7} {f:>6} {n:>9} {why}", flush=True)
                         continue
                     cells = " ".join(f"{row[s]:6.2f} ({row[s] / row['vertices'] * 1e6:5.1f})"
                                      for s in STAGES)
                     print(f"{w:8} {m:7} {f:>6} {n:>9} {row['memgraph']:>9} {cells} "
-                          f"{row['peak_rss_mib']:>5.0f} MiB", flush=True)
+                          f"{row['plan_rss_mib']:>5.0f} MiB {row['simulate_rss_mib']:>5.0f} MiB",
+                          flush=True)
 
 
 if __name__ == "__main__":
