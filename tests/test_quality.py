@@ -15,7 +15,7 @@ from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
 from offloadlab.core.workloads.models import GPUS, MODELS, MODES
 from offloadlab.planner import plan
-from offloadlab.planner.buildmemgraph import BuildMemGraph, memory_needs, min_capacity
+from offloadlab.planner.buildmemgraph import BuildMemGraph, OverBudget, memory_needs, min_capacity
 from offloadlab.planner.turnip import PORTFOLIO, REFETCH
 from offloadlab.simulator import makespan, simulate
 
@@ -224,6 +224,25 @@ def test_a_plan_that_brings_much_back_is_retried_with_the_papers_look_ahead():
     # a plan that brings nothing back is not planned again
     roomy = machine_for(graph, 10.0)
     assert "retried" not in planned(graph, roomy, "buildmemgraph").graph["options"]
+
+
+@given(seed=st.integers(0, 2**16), factor=st.sampled_from([1.0, 1.1, 1.5]))
+@settings(max_examples=25, deadline=None)
+def test_a_run_with_a_budget_stops_exactly_when_it_has_moved_that_many_bytes(seed, factor):
+    """The retry abandons another plan once it has moved as many bytes as the best one: a run
+    counts the bytes of its offloads, reloads and loads as it adds them, stops at the budget,
+    and under it makes the very plan it makes without one."""
+    graph = build_workload(f"random:vertices=120,gpus=2,seed={seed},host_fraction=0.5")
+    machine = machine_for(graph, factor)
+    ids = [t for t in graph.tasks if graph[t].kind != "input"]
+    free = BuildMemGraph(graph, machine, ids, "belady", True, None, 1.0)
+    mg = free.run()
+    assert free.moved == mg.host_bytes()
+    if free.moved:
+        with pytest.raises(OverBudget):
+            BuildMemGraph(graph, machine, ids, "belady", True, None, 1.0, free.moved).run()
+    under = BuildMemGraph(graph, machine, ids, "belady", True, None, 1.0, free.moved + 1).run()
+    assert under.to_json() == mg.to_json()
 
 
 @pytest.mark.parametrize("value", ["-1", "inf", "nan"])

@@ -51,6 +51,11 @@ class Resident:
     next_use: int = -1        # cache of the first item after execution that reads it
 
 
+class OverBudget(Exception):
+    """A run given a ``budget`` has moved that many bytes to or from host RAM: a plan that
+    would only be kept if it moved fewer is abandoned there."""
+
+
 def check_victim(victim: str) -> None:
     """Raise :class:`PlanError` unless ``victim`` is one of :data:`VICTIMS`."""
     if victim not in VICTIMS:
@@ -62,7 +67,7 @@ class BuildMemGraph:
 
     def __init__(self, graph: TaskGraph, machine: Machine, order: Sequence[str],
                  victim: str, ahead: bool, progress: Callable[[int], None] | None = None,
-                 reserve: float = 0.0):
+                 reserve: float = 0.0, budget: int | None = None):
         check_victim(victim)
         self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
         self.reserve = reserve
@@ -87,6 +92,8 @@ class BuildMemGraph:
         self.moves = 0
         self.repacks = 0                        # times a GPU was cleared and repacked
         self.refetched = 0                      # bytes brought back after an eviction
+        self.moved = 0                          # bytes moved to or from host RAM so far
+        self.budget = budget                    # raise OverBudget when moved reaches it
         self.sequence = itertools.count()   # the MemGraph order of each vertex
         self.exec_hzn = 0
         self.alloc_hzn = 0
@@ -322,6 +329,7 @@ class BuildMemGraph:
             kind, source = writer_for
             writer = f"{kind}:{t}@{dev}#{self.moves}"
             self.moves += 1
+            self._count_moved(nbytes)
             mg.add_vertex(MemVertex(writer, kind, dev, nbytes, loc=loc, of=t,
                                     inputs=(source,), order=next(self.sequence)))
             mg.add_edge(source, writer, "data")
@@ -351,11 +359,17 @@ class BuildMemGraph:
         t, dev = res.slot
         off = f"offload:{t}@{dev}#{self.moves}"
         self.moves += 1
+        self._count_moved(res.loc.size)
         self.mg.add_vertex(MemVertex(off, "offload", dev, res.loc.size, of=t,
                                      inputs=(res.writer,), order=next(self.sequence)))
         self.mg.add_edge(res.writer, off, "data")
         res.readers.append(off)
         self.host_copy[t] = off
+
+    def _count_moved(self, nbytes: int) -> None:
+        self.moved += nbytes
+        if self.budget is not None and self.moved >= self.budget:
+            raise OverBudget(f"moved {self.moved} bytes, the budget is {self.budget}")
 
     def _ensure_host_copy(self, t: str) -> str:
         """A CPU vertex reads ``t`` from host RAM: offload a GPU copy if needed."""

@@ -7,7 +7,7 @@ build, where mypyc drops the docstrings of compiled functions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,7 +16,7 @@ from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
-from .buildmemgraph import BuildMemGraph, check_victim, serial_order
+from .buildmemgraph import BuildMemGraph, OverBudget, check_victim, serial_order
 from .levelwise import level_order
 from .registry import Hooks, Options, option, register
 
@@ -113,37 +113,43 @@ def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
     one that brought back more than :data:`REFETCH` of its bytes after evictions is planned
     again with the paper's unbounded look-ahead (``reserve=0``); another plan is kept only if
     it moves fewer bytes and its lower bound (:func:`~offloadlab.core.bound.lower_bound`) is
-    no higher, and the MemGraph's options then say ``retried`` with what changed."""
-    levels = isinstance(options.order, str) and options.order == "levels"
-    if levels:
-        ids = level_order(graph)
-    else:
-        tasks = graph.tasks
-        ids = [t for t in serial_order(graph, options.order) if tasks[t].kind != "input"]
-    builder = BuildMemGraph(graph, machine, ids, options.victim, options.ahead,
-                            hooks.progress, options.reserve)
+    no higher, and the MemGraph's options then say ``retried`` with what changed.  Another
+    plan is abandoned as soon as it has moved as many bytes as the best so far."""
+    builder = _builder(graph, machine, options, hooks.progress)
     mg = builder.run()
     mg.graph["options"] = options.recorded()
     if not options.retry:
         return mg
     changes: list[dict[str, Any]] = []
-    if builder.repacks and not levels:
+    if builder.repacks and not (isinstance(options.order, str) and options.order == "levels"):
         changes.append({"order": "levels"})
-    moved = mg.host_bytes()
+    moved = builder.moved
     if options.reserve and builder.refetched > REFETCH * moved:
         changes.append({"reserve": 0.0})
-    if not changes:
-        return mg
     best, best_bound = mg, None
     for change in changes:
-        other = plan_once(graph, machine, replace(options, retry=False, **change), Hooks())
-        other_moved = other.host_bytes()
-        if other_moved >= moved:
-            continue
+        try:
+            other = _builder(graph, machine, replace(options, retry=False, **change), None,
+                             budget=moved).run()
+        except OverBudget:
+            continue                 # it moves at least as many bytes: it would not be kept
         if best_bound is None:
             best_bound = lower_bound(best, machine)
         other_bound = lower_bound(other, machine)
         if other_bound <= best_bound:
-            best, moved, best_bound = other, other_moved, other_bound
+            best, moved, best_bound = other, other.host_bytes(), other_bound
             best.graph["options"] = {**mg.graph["options"], "retried": change}
     return best
+
+
+def _builder(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
+             progress: Callable[[int], None] | None, budget: int | None = None
+             ) -> BuildMemGraph:
+    """A BuildMemGraph run in the serial order ``options`` names, not yet started."""
+    if isinstance(options.order, str) and options.order == "levels":
+        ids = level_order(graph)
+    else:
+        tasks = graph.tasks
+        ids = [t for t in serial_order(graph, options.order) if tasks[t].kind != "input"]
+    return BuildMemGraph(graph, machine, ids, options.victim, options.ahead, progress,
+                         options.reserve, budget)
