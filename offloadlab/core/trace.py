@@ -172,78 +172,89 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
 
     if trace["run"].nunique() > 1:
         raise ValueError("memory_over_time: the trace holds several runs; select one first")
-    start = dict(zip(trace["vertex"], trace["start"].tolist()))
-    end = dict(zip(trace["vertex"], trace["end"].tolist()))
-    run_end = max(end.values(), default=0.0)
-    succ = memgraph.succ
-    times: list[float] = []
-    devices: list[str] = []
-    deltas: list[int] = []
-    unread: dict[str, tuple[float, str, int]] = {}   # vertex -> (start, GPU, bytes)
-    for v in memgraph:
-        begin = start.get(v.id, 0.0 if v.kind == "input" else None)
-        if begin is None:
-            continue
-        loc = v.loc
-        if loc is not None:
-            last = max([end[w] for w, kind in succ[v.id].items() if kind == "data" and w in end],
-                       default=None)
-            if last is None:      # unread: live until a later writer reuses its bytes
-                unread[v.id] = (begin, loc.device, loc.size)
-            else:
-                times += (begin, last)
-                devices += (loc.device, loc.device)
-                deltas += (loc.size, -loc.size)
-        if v.kind == "offload":
-            times += (begin, run_end)
-            devices += (HOST, HOST)
-            deltas += (v.bytes, -v.bytes)
-    overwritten = _overwritten(memgraph, start, set(unread)) if unread else {}
-    for vid, (begin, device, size) in unread.items():
-        times += (begin, overwritten.get(vid, run_end))
-        devices += (device, device)
-        deltas += (size, -size)
-    changes = (pd.DataFrame({"device": devices, "time": np.asarray(times, dtype=float),
-                             "bytes": np.asarray(deltas, dtype=np.int64)})
-               .groupby(["device", "time"], sort=True)["bytes"].sum())
+    vertices = list(memgraph)
+    index = {v.id: i for i, v in enumerate(vertices)}
+    n = len(vertices)
+    rows = np.array([index.get(v, -1) for v in trace["vertex"].tolist()], dtype=np.int64)
+    known = rows >= 0
+    start, end = np.full(n, np.nan), np.full(n, np.nan)
+    start[rows[known]] = trace["start"].to_numpy(dtype=float)[known]
+    end[rows[known]] = trace["end"].to_numpy(dtype=float)[known]
+    run_end = float(trace["end"].max()) if len(trace) else 0.0
+    begin = np.where(np.isnan(start) & np.array([v.kind == "input" for v in vertices], bool),
+                     0.0, start)
+    located = [i for i, v in enumerate(vertices) if v.loc is not None]
+    # the end of each located vertex's last data reader (-inf: none in the trace)
+    succ, sources, readers = memgraph.succ, [], []
+    for i in located:
+        for w, kind in succ[vertices[i].id].items():
+            if kind == "data":
+                sources.append(i)
+                readers.append(index[w])
+    last = np.full(n, -np.inf)
+    read_end = end[np.array(readers, dtype=np.int64)]
+    traced = ~np.isnan(read_end)
+    np.maximum.at(last, np.array(sources, dtype=np.int64)[traced], read_end[traced])
+    where = np.array(located, dtype=np.int64)
+    where = where[~np.isnan(begin[where])]
+    devices = [vertices[i].loc.device for i in where.tolist()]   # type: ignore[union-attr]
+    size = np.array([vertices[i].loc.size for i in where.tolist()],  # type: ignore[union-attr]
+                    dtype=np.int64)
+    until = last[where]
+    unread = until == -np.inf
+    if unread.any():
+        until[unread] = _overwritten(vertices, begin, where, devices, unread, run_end)
+    offloads = np.array([i for i, v in enumerate(vertices) if v.kind == "offload"
+                         and not np.isnan(begin[i])], dtype=np.int64)
+    moved = np.array([vertices[i].bytes for i in offloads.tolist()], dtype=np.int64)
+    changes = (pd.DataFrame({
+        "device": devices * 2 + [HOST] * (2 * len(offloads)),
+        "time": np.concatenate([begin[where], until, begin[offloads],
+                                np.full(len(offloads), run_end)]),
+        "bytes": np.concatenate([size, -size, moved, -moved])})
+        .groupby(["device", "time"], sort=True)["bytes"].sum())
     changes = changes[changes != 0]
     used = changes.groupby(level="device").cumsum().reset_index()
     return used.sort_values(["time", "device"], kind="stable")[["time", "device", "bytes"]] \
                .reset_index(drop=True)
 
 
-def _overwritten(memgraph: MemGraph, start: dict[str, float], unread: set[str]
-                 ) -> dict[str, float]:
-    """When the bytes of each ``unread`` vertex are first written again: one sweep over the
-    writers in order of their start (ties in planner order), keeping per GPU the unread
-    copies not yet overwritten (disjoint intervals, sorted by offset)."""
+def _overwritten(vertices: Sequence[MemVertex], begin, where, devices: list[str], unread,
+                 run_end: float):
+    """When the bytes of each ``unread`` writer (a mask over ``where``, the located vertices
+    that ran) are first written again, else ``run_end``: one sweep over the writers in order
+    of their start (ties in planner order), from the first unread one on, keeping per GPU the
+    unread copies not yet overwritten (disjoint intervals, sorted by offset)."""
     import bisect
 
-    writers = sorted((start.get(v.id, 0.0), v.order, v.id, v.loc) for v in memgraph
-                     if v.loc is not None and (v.id in start or v.kind == "input"))
-    pending: dict[str, list[tuple[int, int, str]]] = {}
-    overwritten: dict[str, float] = {}
-    for time, _, vid, loc in writers:
-        alive = pending.setdefault(loc.device, [])
+    import numpy as np
+
+    order = np.array([vertices[i].order for i in where.tolist()], dtype=np.int64)
+    sweep = np.lexsort((np.arange(len(where)), order, begin[where]))
+    first = int(np.argmax(unread[sweep]))
+    pending: dict[str, list[tuple[int, int, int]]] = {}
+    until = np.full(len(where), run_end)
+    for k in sweep[first:].tolist():
+        loc = vertices[where[k]].loc
+        assert loc is not None
+        alive = pending.setdefault(devices[k], [])
         i = max(bisect.bisect_right(alive, (loc.offset,)) - 1, 0)
         while i < len(alive) and alive[i][0] < loc.end:
             if alive[i][1] > loc.offset:
-                overwritten[alive.pop(i)[2]] = time
+                until[alive.pop(i)[2]] = begin[where[k]]
             else:
                 i += 1
-        if vid in unread:
-            bisect.insort(alive, (loc.offset, loc.end, vid))
-    return overwritten
+        if unread[k]:
+            bisect.insort(alive, (loc.offset, loc.end, k))
+    return until[unread]
 
 
 def memory_and_peaks(trace: pd.DataFrame, memgraph: MemGraph,
                      gpus: Sequence[str]) -> tuple[pd.DataFrame, dict[str, int]]:
     """:func:`memory_over_time` and :func:`peak_memory`, with a peak for each of ``gpus``
-    (every GPU of the machine, 0 where unused)."""
+    (every GPU of the machine, which includes those the MemGraph uses; 0 where unused)."""
     memory = memory_over_time(trace, memgraph)
-    peaks = {gpu: 0 for gpu in gpus}
-    peaks.update(peak_memory(trace, memgraph, memory))
-    return memory, peaks
+    return memory, _peaks(memory, (*gpus, HOST))
 
 
 def peak_memory(trace: pd.DataFrame, memgraph: MemGraph,
@@ -254,9 +265,14 @@ def peak_memory(trace: pd.DataFrame, memgraph: MemGraph,
     """
     if memory is None:
         memory = memory_over_time(trace, memgraph)
-    peaks = {d: 0 for d in (*memgraph_gpus(memgraph), HOST)}
+    return _peaks(memory, (*memgraph_gpus(memgraph), HOST))
+
+
+def _peaks(memory: pd.DataFrame, devices: Iterable[str]) -> dict[str, int]:
+    """The most bytes in use on each of ``devices`` (0 if none) and any other in ``memory``."""
+    peaks = {d: 0 for d in devices}
     for device, peak in memory.groupby("device")["bytes"].max().items():
-        peaks[device] = max(int(peak), 0)
+        peaks[str(device)] = max(int(peak), 0)
     return peaks
 
 
