@@ -23,34 +23,52 @@ def verify(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | None
     (locations within capacity; without it the capacity stored in ``mg.graph["machine"]``
     is used when present).
     """
-    position = _rule1_acyclic(mg)
+    order = {v.id: v.order for v in mg.vertices.values()}
+    backwards = _backward_edge(mg, order)
+    if backwards is not None:
+        _rule1_acyclic(mg)
     _check_fields(mg)
-    _check_order(mg)
+    if backwards is not None:
+        u, v, kind = backwards
+        raise VerificationError(f"order: {kind} edge {u!r} -> {v!r} goes from order "
+                                f"{order[u]} to {order[v]}; 'order' must increase "
+                                f"along every edge")
     if graph is not None:
         _rule2_data_edges(mg, graph)
-    _rule3_no_races(mg, position)
+    _rule3_no_races(mg, order)
     capacity = machine.gpu_memory if machine else (mg.graph.get("machine") or {}).get("gpu_memory")
     if capacity is not None:
         _rule4_capacity(mg, capacity)
 
 
-def _rule1_acyclic(mg: MemGraph) -> dict[str, int]:
-    """Kahn's algorithm; returns each vertex's position in a topological order."""
+def _backward_edge(mg: MemGraph, order: dict[str, int]) -> tuple[str, str, str] | None:
+    """The first edge along which the planner's ``order`` does not increase, or None.  None
+    proves rule 1 too: ``order`` is then a topological order, and there is no cycle."""
+    for u, targets in mg.succ.items():
+        before = order[u]
+        for v, kind in targets.items():
+            if order[v] <= before:
+                return u, v, kind
+    return None
+
+
+def _rule1_acyclic(mg: MemGraph) -> None:
+    """Kahn's algorithm, for a MemGraph whose ``order`` goes backwards along some edge: raise
+    if that is because it has a cycle."""
     indeg = {v: len(p) for v, p in mg.pred.items()}
     ready = [v for v, d in indeg.items() if d == 0]
-    position: dict[str, int] = {}
+    done = 0
     while ready:
         u = ready.pop()
-        position[u] = len(position)
+        done += 1
         for w in mg.succ[u]:
             indeg[w] -= 1
             if indeg[w] == 0:
                 ready.append(w)
-    if len(position) != len(mg.vertices):
-        stuck = [v for v in mg.vertices if v not in position][:5]
+    if done != len(mg.vertices):
+        stuck = [v for v, d in indeg.items() if d > 0][:5]
         raise VerificationError("rule 1: MemGraph has a cycle through "
                                 + ", ".join(map(repr, stuck)))
-    return position
 
 
 def _check_fields(mg: MemGraph) -> None:
@@ -68,15 +86,6 @@ def _check_fields(mg: MemGraph) -> None:
         for u in v.inputs:
             if mg.pred[v.id].get(u) != "data":
                 raise VerificationError(f"vertex {v.id!r} reads {u!r} without a data edge")
-
-
-def _check_order(mg: MemGraph) -> None:
-    """The planner's ``order`` must be a topological order (``fixed`` dispatch follows it)."""
-    for u, v, kind in mg.edges():
-        if mg[u].order >= mg[v].order:
-            raise VerificationError(f"order: {kind} edge {u!r} -> {v!r} goes from order "
-                                    f"{mg[u].order} to {mg[v].order}; 'order' must increase "
-                                    f"along every edge")
 
 
 def _provides(mg: MemGraph, m: MemVertex, task: str) -> bool:
@@ -124,7 +133,7 @@ def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
                                         f"but runs on {read_device}")
 
 
-def _rule3_no_races(mg: MemGraph, position: dict[str, int]) -> None:
+def _rule3_no_races(mg: MemGraph, order: dict[str, int]) -> None:
     """Whenever x and y write overlapping bytes, x is an ancestor of y and so is every reader
     of x (or it is y).  Checking each byte's consecutive writers in topological order
     suffices: the relation is transitive.
@@ -134,9 +143,8 @@ def _rule3_no_races(mg: MemGraph, position: dict[str, int]) -> None:
     every ancestor is a predecessor of y or of one of y's predecessors; only the rest are
     searched for, backwards from y and no further back than the oldest of them."""
     maps: dict[str, LastWriter] = {}
-    order = {v.id: v.order for v in mg.vertices.values()}
-    writers = sorted((v.order, position[v.id], v.id, v.loc) for v in mg.vertices.values()
-                      if v.loc is not None)
+    writers = sorted((v.order, i, v.id, v.loc) for i, v in enumerate(mg.vertices.values())
+                     if v.loc is not None)
     pred, succ = mg.pred, mg.succ
     for _, _, y_id, loc in writers:
         near: set[str] | None = None             # y's predecessors and theirs
