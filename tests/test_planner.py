@@ -2,6 +2,8 @@
 
 import pytest
 from conftest import tp_machine
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from offloadlab.core import MemGraph, PlanError, SpecError, VerificationError
 from offloadlab.core.machine import machine_from_spec
@@ -127,6 +129,22 @@ def test_levelwise_barriers(disco):
     for load in loads:            # all level-2 weights load before either matmul of layer 2
         assert {"X3.0", "X3.1"} <= set(mg.succ[load.id])
         assert {"X2.0>gpu1", "X2.1>gpu0"} <= set(mg.pred[load.id])  # after the previous level
+
+
+@given(seed=st.integers(0, 2**16), vertices=st.integers(1, 150))
+@settings(max_examples=40, deadline=None)
+def test_levels_are_networkx_topological_generations(seed, vertices):
+    """levels() against networkx's topological generations of the graph without its inputs,
+    each generation in the TaskGraph's order."""
+    import networkx as nx
+    g = build_workload(f"random:vertices={vertices},gpus=2,seed={seed}")
+    computed = nx.DiGraph()
+    computed.add_nodes_from(t for t, task in g.tasks.items() if task.kind != "input")
+    computed.add_edges_from((u, t) for t in computed for u in g[t].inputs if u in computed)
+    position = {t: i for i, t in enumerate(g.tasks)}
+    want = [sorted(level, key=position.__getitem__)
+            for level in nx.topological_generations(computed)]
+    assert levels(g) == want
 
 
 def test_registry_lists_both():

@@ -24,15 +24,18 @@ from .registry import Hooks, Options, option, register
 def levels(graph: TaskGraph) -> list[list[str]]:
     """Non-input vertices by level, the topological generations of the graph without its
     inputs (level 0 reads only inputs, level k reads some level k-1 vertex), each level in the
-    TaskGraph's order."""
-    import networkx as nx
-    graph.validate()
-    computed = nx.DiGraph()
-    computed.add_nodes_from(t for t, task in graph.tasks.items() if task.kind != "input")
-    computed.add_edges_from((u, t) for t in computed for u in graph[t].inputs if u in computed)
-    position = {t: i for i, t in enumerate(graph.tasks)}
-    return [sorted(level, key=position.__getitem__)
-            for level in nx.topological_generations(computed)]
+    TaskGraph's order: the longest path to each vertex, in one pass over a topological order."""
+    tasks = graph.tasks
+    level: dict[str, int] = {}
+    for t in graph.topological_order():
+        task = tasks[t]
+        if task.kind != "input":
+            level[t] = 1 + max([level[u] for u in task.inputs if u in level], default=-1)
+    by_level: list[list[str]] = [[] for _ in range(1 + max(level.values(), default=-1))]
+    for t in tasks:
+        if t in level:
+            by_level[level[t]].append(t)
+    return by_level
 
 
 @dataclass(frozen=True)
