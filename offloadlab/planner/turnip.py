@@ -126,6 +126,7 @@ def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
     moved = builder.moved
     if options.reserve and builder.refetched > REFETCH * moved:
         changes.append({"reserve": 0.0})
+    del builder                      # its allocators and residents: make room for the retries
     best, best_bound = mg, None
     for change in changes:
         try:
