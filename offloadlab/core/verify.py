@@ -140,18 +140,21 @@ def _rule3_no_races(mg: MemGraph, order: dict[str, int]) -> None:
 
     One pass over the writers in planner order with an interval map per GPU.  Planners
     order an overwrite with a memory edge from each reader (or from the writer), so almost
-    every ancestor is a predecessor of y or of one of y's predecessors; only the rest are
-    searched for, backwards from y and no further back than the oldest of them."""
+    every ancestor is a predecessor of y (x itself then through any of its readers that is) or
+    of one of y's predecessors; only the rest are searched for, backwards from y and no
+    further back than the oldest of them."""
     maps: dict[str, LastWriter] = {}
     writers = sorted((v.order, i, v.id, v.loc) for i, v in enumerate(mg.vertices.values())
                      if v.loc is not None)
     pred, succ = mg.pred, mg.succ
     for _, _, y_id, loc in writers:
         near: set[str] | None = None             # y's predecessors and theirs
+        direct = pred[y_id]
         for x in maps.setdefault(loc.device, LastWriter()).overwrite(loc.offset, loc.end, y_id):
-            targets = [x, *(r for r, kind in succ[x].items() if kind == "data" and r != y_id)]
-            direct = pred[y_id]
-            far = [t for t in targets if t not in direct]
+            readers = [r for r, kind in succ[x].items() if kind == "data" and r != y_id]
+            far = [r for r in readers if r not in direct]
+            if x not in direct and len(far) == len(readers):
+                far.insert(0, x)                 # else x -> a reader of it -> y
             if far and near is None:
                 near = set(direct)
                 for p in direct:
