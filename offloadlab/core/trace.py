@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 from .devices import HOST, is_gpu, lane_key, split_transfer
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
-    from .memgraph import MemGraph, MemVertex
+    from .memgraph import Loc, MemGraph, MemVertex
 
 TRACE_COLUMNS = ["vertex", "kind", "device", "resource", "stream", "start", "end", "bytes",
                  "flops", "source", "run"]
@@ -183,29 +184,29 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     run_end = float(trace["end"].max()) if len(trace) else 0.0
     begin = np.where(np.isnan(start) & np.array([v.kind == "input" for v in vertices], bool),
                      0.0, start)
-    located = [i for i, v in enumerate(vertices) if v.loc is not None]
+    ran = (~np.isnan(begin)).tolist()
+    located = [i for i, v in enumerate(vertices) if v.loc is not None and ran[i]]
     # the end of each located vertex's last data reader (-inf: none in the trace)
     succ, sources, readers = memgraph.succ, [], []
-    for i in located:
+    for k, i in enumerate(located):
         for w, kind in succ[vertices[i].id].items():
             if kind == "data":
-                sources.append(i)
+                sources.append(k)
                 readers.append(index[w])
-    last = np.full(n, -np.inf)
+    until = np.full(len(located), -np.inf)
     read_end = end[np.array(readers, dtype=np.int64)]
     traced = ~np.isnan(read_end)
-    np.maximum.at(last, np.array(sources, dtype=np.int64)[traced], read_end[traced])
+    np.maximum.at(until, np.array(sources, dtype=np.int64)[traced], read_end[traced])
     where = np.array(located, dtype=np.int64)
-    where = where[~np.isnan(begin[where])]
-    devices = [vertices[i].loc.device for i in where.tolist()]   # type: ignore[union-attr]
-    size = np.array([vertices[i].loc.size for i in where.tolist()],  # type: ignore[union-attr]
-                    dtype=np.int64)
-    until = last[where]
+    locs: list[Loc] = [vertices[i].loc for i in located]   # type: ignore[misc]
+    devices = [loc.device for loc in locs]
+    size = np.array([loc.size for loc in locs], dtype=np.int64)
     unread = until == -np.inf
     if unread.any():
-        until[unread] = _overwritten(vertices, begin, where, devices, unread, run_end)
-    offloads = np.array([i for i, v in enumerate(vertices) if v.kind == "offload"
-                         and not np.isnan(begin[i])], dtype=np.int64)
+        order = np.array([vertices[i].order for i in where.tolist()], dtype=np.int64)
+        until[unread] = _overwritten(locs, begin[where], order, unread, run_end)
+    offloads = np.array([i for i, v in enumerate(vertices) if v.kind == "offload" and ran[i]],
+                        dtype=np.int64)
     moved = np.array([vertices[i].bytes for i in offloads.tolist()], dtype=np.int64)
     changes = (pd.DataFrame({
         "device": devices * 2 + [HOST] * (2 * len(offloads)),
@@ -219,29 +220,27 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
                .reset_index(drop=True)
 
 
-def _overwritten(vertices: Sequence[MemVertex], begin, where, devices: list[str], unread,
-                 run_end: float):
-    """When the bytes of each ``unread`` writer (a mask over ``where``, the located vertices
-    that ran) are first written again, else ``run_end``: one sweep over the writers in order
-    of their start (ties in planner order), from the first unread one on, keeping per GPU the
-    unread copies not yet overwritten (disjoint intervals, sorted by offset)."""
+def _overwritten(locs: list[Loc], begin: np.ndarray, order: np.ndarray, unread: np.ndarray,
+                 run_end: float) -> np.ndarray:
+    """When the bytes of each ``unread`` writer (a mask over the writers ``locs``, which start
+    at ``begin``) are first written again, else ``run_end``: one sweep over the writers in
+    order of their start (ties in planner ``order``), from the first unread one on, keeping per
+    GPU the unread copies not yet overwritten (disjoint intervals, sorted by offset)."""
     import bisect
 
     import numpy as np
 
-    order = np.array([vertices[i].order for i in where.tolist()], dtype=np.int64)
-    sweep = np.lexsort((np.arange(len(where)), order, begin[where]))
+    sweep = np.lexsort((np.arange(len(locs)), order, begin))
     first = int(np.argmax(unread[sweep]))
     pending: dict[str, list[tuple[int, int, int]]] = {}
-    until = np.full(len(where), run_end)
+    until = np.full(len(locs), run_end)
     for k in sweep[first:].tolist():
-        loc = vertices[where[k]].loc
-        assert loc is not None
-        alive = pending.setdefault(devices[k], [])
+        loc = locs[k]
+        alive = pending.setdefault(loc.device, [])
         i = max(bisect.bisect_right(alive, (loc.offset,)) - 1, 0)
         while i < len(alive) and alive[i][0] < loc.end:
             if alive[i][1] > loc.offset:
-                until[alive.pop(i)[2]] = begin[where[k]]
+                until[alive.pop(i)[2]] = begin[k]
             else:
                 i += 1
         if unread[k]:
