@@ -168,12 +168,13 @@ def to_networkx(graph: dict, nodes: Iterable[dict], edges: Iterable[dict]):
 def write(graph: dict, nodes: Iterable[dict], edges: Iterable[dict], path: str | Path | None,
           what: str) -> str | None:
     """Strict node-link JSON (no NaN or Infinity) as text, or written to ``path``."""
-    if path is None:
-        out = io.BytesIO()
-        write_node_link(out, graph, nodes, edges, what)
-        return out.getvalue().decode()
-    with open(path, "wb") as f:
-        write_node_link(f, graph, nodes, edges, what)
+    with no_gc():                       # a dict per node and edge, none of them cyclic
+        if path is None:
+            out = io.BytesIO()
+            write_node_link(out, graph, nodes, edges, what)
+            return out.getvalue().decode()
+        with open(path, "wb") as f:
+            write_node_link(f, graph, nodes, edges, what)
     return None
 
 

@@ -14,6 +14,7 @@ from .machine import Machine
 from .memgraph import MOVE_KINDS, TASK_KINDS, MemGraph, MemVertex
 from .ops import UPDATE_OPS
 from .taskgraph import TaskGraph
+from .util import no_gc
 
 
 def verify(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | None = None) -> None:
@@ -23,6 +24,11 @@ def verify(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | None
     (locations within capacity; without it the capacity stored in ``mg.graph["machine"]``
     is used when present).
     """
+    with no_gc():                       # sets, lists and dicts by the vertex; none cyclic
+        _verify(mg, graph, machine)
+
+
+def _verify(mg: MemGraph, graph: TaskGraph | None, machine: Machine | None) -> None:
     order = {v.id: v.order for v in mg.vertices.values()}
     backwards = _backward_edge(mg, order)
     if backwards is not None:

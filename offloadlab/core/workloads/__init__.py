@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ..errors import SpecError
 from ..spec import apply_options, parse_spec
 from ..taskgraph import TaskGraph
+from ..util import no_gc
 from .llama import llama_prefill
 from .llama_lora import llama_lora_train
 from .matmul_chain import matmul_chain
@@ -41,8 +42,9 @@ def build_workload(spec: str) -> TaskGraph:
     """``"matmul-chain:layers=4,gpus=2"`` -> its TaskGraph."""
     name, raw = parse_spec(spec)
     options = apply_options(workload_options(name), raw, f"workload {name!r}")
-    graph = WORKLOADS[name](**options)
-    graph.validate()
+    with no_gc():                       # a vertex, a dict and a tuple or two per vertex
+        graph = WORKLOADS[name](**options)
+        graph.validate()
     return graph
 
 
