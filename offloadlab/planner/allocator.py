@@ -184,14 +184,15 @@ class GpuMemory:
         """:meth:`find_victims` over the windows starting at segments ``i0..i1-1``, beating
         ``best``: ``((worst badness, bytes, distance after the hand), first, last)``, the
         window being segments ``first..last-1``.  One sliding pass keeps the window's pinned
-        count, offload bytes and (in a monotonic deque) its worst badness."""
+        count, its evictable occupants and offload bytes, and (in a monotonic deque) its worst
+        badness."""
         segs, n = self.segments, len(self.segments)
         hand, capacity = self._hand, self.capacity
-        badness: dict[int, float] = {}     # of each evictable occupant seen, by index
-        moves: dict[int, int] = {}         # its bytes to offload (pinned ones are absent)
-        worst: deque[int] = deque()        # evictable indices in the window, badness decreasing
+        evictable: deque[tuple[int, int]] = deque()  # (index, bytes to offload), in the window
+        worst: deque[tuple[float, int]] = deque()    # (badness, index), badness decreasing
         j = i0
         pinned = moved = 0                 # the window is segments i..j-1
+        top, top_moved, top_distance = best[0] if best is not None else (math.inf, 0, 0)
         for i in range(i0, i1):
             start = segs[i].start
             end = start + size
@@ -204,22 +205,25 @@ class GpuMemory:
                     if c is None:
                         pinned += 1
                     else:
-                        badness[j], moves[j] = c
-                        moved += c[1]
-                        while worst and badness[worst[-1]] <= c[0]:
+                        bad, nbytes = c
+                        evictable.append((j, nbytes))
+                        moved += nbytes
+                        while worst and worst[-1][0] <= bad:
                             worst.pop()
-                        worst.append(j)
+                        worst.append((bad, j))
                 j += 1
             if not pinned:
-                key = (badness[worst[0]] if worst else -math.inf, moved, (start - hand) % capacity)
-                if best is None or key < best[0]:
-                    best = key, i, j
-                    if key[:2] == (-math.inf, 0):
+                bad = worst[0][0] if worst else -math.inf
+                if best is None or bad < top or bad == top and (moved < top_moved or (
+                        moved == top_moved and (start - hand) % capacity < top_distance)):
+                    top, top_moved, top_distance = bad, moved, (start - hand) % capacity
+                    best = (top, top_moved, top_distance), i, j
+                    if bad == -math.inf and moved == 0:
                         break                   # nothing to lose here: no window beats it
             if segs[i].owner is not None:       # segment i leaves the window
-                if i in moves:
-                    moved -= moves[i]
-                    if worst and worst[0] == i:
+                if evictable and evictable[0][0] == i:
+                    moved -= evictable.popleft()[1]
+                    if worst and worst[0][1] == i:
                         worst.popleft()
                 else:
                     pinned -= 1
