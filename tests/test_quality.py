@@ -196,7 +196,7 @@ def test_a_repacked_plan_is_retried_in_levels_order():
     ids = [t for t in graph.tasks if graph[t].kind != "input"]
     first = BuildMemGraph(graph, machine, ids, "belady", True, None, 1.0)
     first.run()
-    assert first.repacks > 0
+    assert first.repacked > REFETCH * first.moved
     ours = planned(graph, machine, "buildmemgraph")
     alone = planned(graph, machine, "buildmemgraph:retry=false")
     levels = planned(graph, machine, "buildmemgraph:order=levels,retry=false")
@@ -205,6 +205,31 @@ def test_a_repacked_plan_is_retried_in_levels_order():
     assert better, "the case no longer exercises the retry"
     assert ours.host_bytes() == levels.host_bytes()
     assert ours.graph["options"]["retried"] == {"order": "levels"}
+
+
+def test_a_repack_that_evicts_little_is_not_retried(monkeypatch):
+    """The 1000-vertex host DAG at 1.5x repacks once, evicting 2% of the bytes the plan
+    moves: not worth a second plan (a 1M-vertex plan that repacks once is not planned again
+    either)."""
+    from offloadlab.planner import turnip
+    runs, builder = [], turnip._builder
+
+    def counted(*args, **kw):
+        runs.append(args[2])
+        return builder(*args, **kw)
+    monkeypatch.setattr(turnip, "_builder", counted)
+    graph = build_workload("random:vertices=1000,gpus=2,seed=0,host_fraction=1")
+    machine = machine_for(graph, 1.5)
+    ids = [t for t in graph.tasks if graph[t].kind != "input"]
+    first = BuildMemGraph(graph, machine, ids, "belady", True, None, 1.0)
+    first.run()
+    assert first.repacks > 0 and 0 < first.repacked <= REFETCH * first.moved
+    assert first.refetched <= REFETCH * first.moved
+    ours = planned(graph, machine, "buildmemgraph")
+    assert len(runs) == 1 and "retried" not in ours.graph.pop("options")
+    alone = planned(graph, machine, "buildmemgraph:retry=false")
+    alone.graph.pop("options")
+    assert ours.to_json() == alone.to_json()
 
 
 def test_a_plan_that_brings_much_back_is_retried_with_the_papers_look_ahead():

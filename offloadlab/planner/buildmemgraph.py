@@ -91,6 +91,7 @@ class BuildMemGraph:
         self.item_reads: list[tuple[Slot, ...]] = []  # item -> the GPU slots it reads
         self.moves = 0
         self.repacks = 0                        # times a GPU was cleared and repacked
+        self.repacked = 0                       # bytes those repacks evicted
         self.refetched = 0                      # bytes brought back after an eviction
         self.moved = 0                          # bytes moved to or from host RAM so far
         self.budget = budget                    # raise OverBudget when moved reaches it
@@ -211,9 +212,10 @@ class BuildMemGraph:
         found = memory.find_victims(nbytes, self._costs(pinned))
         # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
         # (execute() then brings back whatever pinned tensor this evicted).
+        offset, victims = found or (0, memory.owners())
         if found is None:
             self.repacks += 1
-        offset, victims = found or (0, memory.owners())
+            self.repacked += sum(self.resident[owner].loc.size for owner in victims)
         for owner in victims:
             self.sim_free(self.resident[owner], evict=True)
         return self._occupy(slot, offset, writer_for, item)

@@ -28,8 +28,9 @@ PORTFOLIO: tuple[dict[str, Any], ...] = (
 
 
 REFETCH = 0.05
-"""The share of a plan's host<->GPU bytes which, brought back to a GPU after evictions, makes
-``retry`` plan again with the paper's unbounded look-ahead."""
+"""The share of a plan's host<->GPU bytes which, evicted by repacks, makes ``retry`` plan again
+in levels order, and, brought back to a GPU after evictions, with the paper's unbounded
+look-ahead."""
 
 
 ORDERS = ("given", "topological", "levels")
@@ -48,10 +49,10 @@ class BuildMemGraphOptions(Options):
     order: str | Sequence[str] = option("given", "the serial order V: given, topological, "
                                                  "levels (levelwise's order), or (from "
                                                  "Python) a list of vertex ids")
-    retry: bool = option(True, "if a GPU had to be repacked, plan again in levels order; if "
-                               "evictions brought back over 5% of the bytes, plan again with "
-                               "reserve=0; keep a plan moving fewer bytes with no higher "
-                               "lower bound")
+    retry: bool = option(True, "if repacking GPUs evicted over 5% of the bytes moved, plan "
+                               "again in levels order; if evictions brought back over 5%, "
+                               "plan again with reserve=0; keep a plan moving fewer bytes "
+                               "with no higher lower bound")
     search: int = option(1, f"plan with these settings and up to N-1 others, simulate each "
                             f"and keep the fastest (1-{1 + len(PORTFOLIO)})")
 
@@ -78,8 +79,8 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
                   hooks: Hooks) -> MemGraph:
     """TURNIP's BuildMemGraph (Figs. 8-9) with a real offset allocator on each GPU, allocation
     ahead bounded by what executing needs, and a second plan (in levelwise's serial order, or
-    with the paper's unbounded look-ahead) where the first had to repack a GPU or bring much
-    back after evictions.
+    with the paper's unbounded look-ahead) where the first evicted much by repacking a GPU or
+    brought much back after evictions.
 
     With ``search`` > 1 it plans with its settings and up to N-1 others from
     :data:`PORTFOLIO`, scores each with ``hooks.evaluate`` and keeps the fastest, recording
@@ -109,9 +110,10 @@ def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
     """One BuildMemGraph plan with ``options`` (``search`` aside), recording the settings that
     made it; the planners built on BuildMemGraph (``cotrain``) plan through it too.
 
-    With ``retry``, a plan that had to repack a GPU is planned again in ``levels`` order, and
-    one that brought back more than :data:`REFETCH` of its bytes after evictions is planned
-    again with the paper's unbounded look-ahead (``reserve=0``); another plan is kept only if
+    With ``retry``, a plan whose repacks (a GPU cleared because its pinned tensors fragment
+    it) evicted more than :data:`REFETCH` of the bytes it moves is planned again in ``levels``
+    order, and one that brought back more than that after evictions is planned again with
+    the paper's unbounded look-ahead (``reserve=0``); another plan is kept only if
     it moves fewer bytes and its lower bound (:func:`~offloadlab.core.bound.lower_bound`) is
     no higher, and the MemGraph's options then say ``retried`` with what changed.  Another
     plan is abandoned as soon as it has moved as many bytes as the best so far."""
@@ -121,9 +123,10 @@ def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
     if not options.retry:
         return mg
     changes: list[dict[str, Any]] = []
-    if builder.repacks and not (isinstance(options.order, str) and options.order == "levels"):
-        changes.append({"order": "levels"})
     moved = builder.moved
+    if builder.repacked > REFETCH * moved and not (isinstance(options.order, str)
+                                                    and options.order == "levels"):
+        changes.append({"order": "levels"})
     if options.reserve and builder.refetched > REFETCH * moved:
         changes.append({"reserve": 0.0})
     del builder                      # its allocators and residents: make room for the retries
