@@ -77,19 +77,22 @@ def simulate_process(path: str) -> dict:
     return row
 
 
-def point(workload: str, machine: str, factor: str, vertices: str, timeout: float
-          ) -> tuple[dict | None, str]:
-    """Both processes of one point: their rows merged, or (None, why one failed)."""
+def point(workload: str, machine: str, factor: str, vertices: str, timeout: float,
+          simulated: bool = True) -> tuple[dict | None, str]:
+    """Both processes of one point (the first alone unless ``simulated``): their rows merged,
+    or (None, why one failed)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "mg.json")
-        planned, why = in_fresh_process(
+        row, why = in_fresh_process(
             __file__, f"plan|{workload}|{machine}|{factor}|{vertices}|{path}", timeout)
-        if planned is None:
+        if row is None:
             return None, f"plan: {why}"
-        simulated, why = in_fresh_process(__file__, f"simulate|{path}", timeout)
-        if simulated is None:
-            return None, f"simulate: {why}"
-    return {**planned, **simulated, "vertices": int(vertices)}, ""
+        if simulated:
+            more, why = in_fresh_process(__file__, f"simulate|{path}", timeout)
+            if more is None:
+                return None, f"simulate: {why}"
+            row.update(more)
+    return {**row, "vertices": int(vertices)}, ""
 
 
 def main() -> None:
@@ -100,6 +103,8 @@ def main() -> None:
     p.add_argument("--workloads", default="host,default")
     p.add_argument("--machines", default="p100x4,a100x8")
     p.add_argument("--timeout", type=float, default=900, help="seconds per process (900)")
+    p.add_argument("--plan-only", action="store_true",
+                   help="run the first process (build, plan, verify, write) alone")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -110,22 +115,25 @@ def main() -> None:
         else:
             print(json.dumps(simulate_process(fields[0])))
         return
+    stages = STAGES[:4] if args.plan_only else STAGES
     print(f"{'workload':8} {'machine':7} {'factor':>6} {'vertices':>9} {'memgraph':>9} "
-          + " ".join(f"{s:>14}" for s in STAGES) + f" {'plan RSS':>9} {'sim RSS':>9}")
-    print(" " * 43 + " ".join(f"{'s (us/vertex)':>14}" for _ in STAGES))
+          + " ".join(f"{s:>14}" for s in stages) + f" {'plan RSS':>9}"
+          + ("" if args.plan_only else f" {'sim RSS':>9}"))
+    print(" " * 43 + " ".join(f"{'s (us/vertex)':>14}" for _ in stages))
     for w in args.workloads.split(","):
         for m in args.machines.split(","):
             for f in args.factors.split(","):
                 for n in args.vertices.split(","):
-                    row, why = point(w, m, f, n, args.timeout)
+                    row, why = point(w, m, f, n, args.timeout, not args.plan_only)
                     if row is None:
                         print(f"{w:8} {m:7} {f:>6} {n:>9} {why}", flush=True)
                         continue
                     cells = " ".join(f"{row[s]:6.2f} ({row[s] / row['vertices'] * 1e6:5.1f})"
-                                     for s in STAGES)
+                                     for s in stages)
+                    peaks = [row["plan_rss_mib"]] + ([] if args.plan_only
+                                                     else [row["simulate_rss_mib"]])
                     print(f"{w:8} {m:7} {f:>6} {n:>9} {row['memgraph']:>9} {cells} "
-                          f"{row['plan_rss_mib']:>5.0f} MiB {row['simulate_rss_mib']:>5.0f} MiB",
-                          flush=True)
+                          + " ".join(f"{peak:>5.0f} MiB" for peak in peaks), flush=True)
 
 
 if __name__ == "__main__":
