@@ -3,32 +3,67 @@
 from __future__ import annotations
 
 import bisect
+import sys
+
+BLOCK = 256
+"""Intervals per block of :class:`LastWriter` (a block is split at twice this many)."""
 
 
 class LastWriter:
-    """Byte ranges of one GPU mapped to the vertex that last wrote them (a sorted interval map)."""
+    """Byte ranges of one GPU mapped to the vertex that last wrote them: disjoint
+    ``(start, end, writer)`` intervals, sorted, in blocks of at most twice ``block``, with the
+    first start of each block beside them for the binary search, so that an update moves at
+    most a block's worth of entries however many intervals the GPU holds (one sorted list
+    moved its whole tail on every insertion, which made verifying a million-vertex plan at
+    generous memory quadratic)."""
 
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.items: list[tuple[int, int, str]] = []
+    def __init__(self, block: int = BLOCK) -> None:
+        self.block = block
+        self.blocks: list[list[tuple[int, int, str]]] = []
+        self.firsts: list[int] = []      # the start of each block's first interval
 
     def overwrite(self, start: int, end: int, writer: str) -> set[str]:
         """Record ``writer`` on ``[start, end)``; return the previous writers there."""
-        i = max(bisect.bisect_right(self.starts, start) - 1, 0)
-        j = i
-        previous, keep = set(), []
-        while j < len(self.items) and self.items[j][0] < end:
-            s, e, w = self.items[j]
-            if e > start:
-                previous.add(w)
-                if s < start:
-                    keep.append((s, start, w))
-                if e > end:
-                    keep.append((end, e, w))
-            else:
-                keep.append((s, e, w))
-            j += 1
-        new = sorted(keep + [(start, end, writer)])
-        self.items[i:j] = new
-        self.starts[i:j] = [s for s, _, _ in new]
+        blocks, firsts = self.blocks, self.firsts
+        new = (start, end, writer)
+        if not blocks:
+            blocks.append([new])
+            firsts.append(start)
+            return set()
+        b = max(bisect.bisect_right(firsts, start) - 1, 0)
+        block = blocks[b]
+        i = max(bisect.bisect_right(block, (start, sys.maxsize, "")) - 1, 0)
+        previous: set[str] = set()
+        keep: list[tuple[int, int, str]] = []
+        c, j = b, i                     # the intervals from block b, item i to block c, item j
+        while True:
+            items = blocks[c]
+            while j < len(items) and items[j][0] < end:
+                s, e, w = items[j]
+                if e > start:
+                    previous.add(w)
+                    if s < start:
+                        keep.append((s, start, w))
+                    if e > end:
+                        keep.append((end, e, w))
+                else:
+                    keep.append((s, e, w))
+                j += 1
+            if j < len(items) or c + 1 == len(blocks) or firsts[c + 1] >= end:
+                break
+            c, j = c + 1, 0
+        keep.append(new)
+        keep.sort()
+        if c == b:
+            block[i:j] = keep
+        else:                           # the overwrite spans blocks b..c: merge them into b
+            block[i:] = keep
+            block.extend(blocks[c][j:])
+            del blocks[b + 1:c + 1], firsts[b + 1:c + 1]
+        firsts[b] = block[0][0]
+        half = self.block
+        while len(block) > 2 * half:
+            blocks.insert(b + 1, block[-half:])
+            firsts.insert(b + 1, block[-half][0])
+            del block[-half:]
         return previous

@@ -1,0 +1,32 @@
+"""The verifier's interval map (core/intervals.py) against a map of every byte."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offloadlab.core.intervals import LastWriter
+
+SPACE = 64
+
+
+@given(block=st.sampled_from([1, 2, 3, 256]),
+       writes=st.lists(st.tuples(st.integers(0, SPACE - 1), st.integers(1, SPACE)), max_size=120))
+@settings(max_examples=300, deadline=None)
+def test_last_writer_agrees_with_a_map_of_every_byte(block, writes):
+    """Any sequence of overwrites, with blocks small enough to split and to be spanned: each
+    returns the writers of the bytes it covers, and the blocks stay sorted, disjoint and
+    described by their first starts."""
+    owner: list[str | None] = [None] * SPACE
+    lw = LastWriter(block)
+    for k, (start, length) in enumerate(writes):
+        end = min(start + length, SPACE)
+        writer = f"w{k}"
+        expected = {w for w in owner[start:end] if w is not None}
+        assert lw.overwrite(start, end, writer) == expected
+        owner[start:end] = [writer] * (end - start)
+        flat = [item for items in lw.blocks for item in items]
+        assert all(items for items in lw.blocks)
+        assert all(len(items) <= 2 * block for items in lw.blocks)
+        assert lw.firsts == [items[0][0] for items in lw.blocks]
+        assert all(a[1] <= b[0] for a, b in zip(flat, flat[1:]))
+        assert [w for s, e, w in flat for _ in range(s, e)] == [w for w in owner if w is not None]
+        assert all(owner[s:e] == [w] * (e - s) for s, e, w in flat)
