@@ -392,10 +392,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
         mg.to_json(tmp)
     args.outputs.commit()
-    moved = mg.moved_bytes()
     print(f"wrote {args.out}: {len(mg)} vertices, {mg.count('offload')} offloads, "
           f"{mg.count('reload')} reloads, {mg.count('load')} loads, "
-          f"{fmt_bytes(moved['offload'] + moved['reload'] + moved['load'])} moved to/from host "
+          f"{fmt_bytes(mg.host_bytes())} moved to/from host "
           f"(planner {args.planner}, machine {machine.name})")
     return 0
 
