@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.planner import allocator
-from offloadlab.planner.allocator import INDEX_AT, GpuMemory
+from offloadlab.planner.allocator import INDEX_AT, GpuMemory, size_class
 
 
 def free_runs(memory: GpuMemory) -> list[tuple[int, int]]:
@@ -42,9 +42,15 @@ def check_layout(memory: GpuMemory) -> None:
     assert memory._run_start == {b: a for a, b in runs}
     assert memory._runs == {a: (b, memory.segments[memory._index(a)].freed_at) for a, b in runs}
     assert sorted(memory._class_runs) == memory._classes
-    assert sorted(x for same in memory._class_runs.values() for x in same) == \
+    # each size class lists its runs as (first freed_at, start), packed in one int, ascending
+    shift = memory._shift
+    decoded = {c: [((key >> shift) - 1, key & ((1 << shift) - 1)) for key in same]
+               for c, same in memory._class_runs.items()}
+    assert sorted(x for same in decoded.values() for x in same) == \
         sorted((memory._runs[a][1], a) for a, _ in runs)
-    assert all(same == sorted(same) for same in memory._class_runs.values())
+    assert all(same == sorted(same) for same in decoded.values())
+    assert all(size_class(memory._runs[a][0] - a) == c for c, same in decoded.items()
+               for _, a in same)
     # the prefix maxima find_free keeps per run agree with the run's segments now
     for start, (ends, latest) in memory._prefix.items():
         inside = [seg for seg in segs if start <= seg.start < memory._runs[start][0]]

@@ -19,10 +19,9 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
-Owner = Any   # what the caller names an occupant by (BuildMemGraph: a Slot); hashable
+Owner = Any   # what the caller names an occupant by (BuildMemGraph: its Resident)
 
 
 @dataclass(slots=True, eq=False)
@@ -32,9 +31,6 @@ class Segment:
     owner: Owner = None              # None: free
     guard: tuple[str, ...] = ()
     freed_at: int = -1
-
-
-_start = attrgetter("start")
 
 
 def size_class(n: int) -> int:
@@ -66,7 +62,8 @@ class GpuMemory:
         self._runs: dict[int, tuple[int, int]] = {}   # free run start -> (end, first freed_at)
         self._run_starts: list[int] = []         # the free runs' starts, ascending
         self._run_start: dict[int, int] = {}     # free run end -> its start
-        self._class_runs: dict[int, list[tuple[int, int]]] = {}  # (first freed_at, start)
+        self._class_runs: dict[int, list[int]] = {}  # size class -> _run_key()s, ascending
+        self._shift = capacity.bit_length()     # _run_key's bits for a start
         self._classes: list[int] = []            # size classes holding a free run, ascending
         self._prefix: dict[int, tuple[list[int], list[int]]] = {}   # run start -> _window's
 
@@ -88,15 +85,17 @@ class GpuMemory:
         lowest = size_class(size)
         runs, class_runs, classes = self._runs, self._class_runs, self._classes
         best, best_key = -1, math.inf
+        shift, mask = self._shift, (1 << self._shift) - 1
         for c in classes[bisect.bisect_left(classes, lowest):]:
-            for first, start in class_runs[c]:
-                if first > best_key:
-                    break
+            for key in class_runs[c]:
+                if (key >> shift) - 1 > best_key:
+                    break                               # its first segment's freeing
+                start = key & mask
                 if c == lowest and runs[start][0] - start < size:
                     continue
-                key = self._window(start, size)
-                if key < best_key or (key == best_key and start < best):
-                    best, best_key = start, float(key)     # mypyc: best_key is a float
+                newest = self._window(start, size)
+                if newest < best_key or (newest == best_key and start < best):
+                    best, best_key = start, float(newest)  # mypyc: best_key is a float
         if best < 0:
             self._no_fit = size
             return None
@@ -335,9 +334,14 @@ class GpuMemory:
         if same is None:
             same = self._class_runs[c] = []
             bisect.insort(self._classes, c)
-        bisect.insort(same, (first, start))
+        bisect.insort(same, self._run_key(first, start))
         if end - start >= self._no_fit:
             self._no_fit = end - start + 1
+
+    def _run_key(self, first: int, start: int) -> int:
+        """A free run's place in its size class, ``(first, start)`` packed in one int so
+        that the class's sorted list compares ints instead of tuples."""
+        return (first + 1) << self._shift | start
 
     def _drop_run(self, start: int) -> None:
         end, first = self._runs.pop(start)
@@ -347,14 +351,23 @@ class GpuMemory:
         del starts[bisect.bisect_left(starts, start)]
         c = size_class(end - start)
         same = self._class_runs[c]
-        del same[bisect.bisect_left(same, (first, start))]
+        del same[bisect.bisect_left(same, self._run_key(first, start))]
         if not same:
             del self._class_runs[c]
             del self._classes[bisect.bisect_left(self._classes, c)]
 
     def _index(self, offset: int) -> int:
-        """Index of the segment containing ``offset`` (binary search on starts)."""
-        return bisect.bisect_right(self.segments, offset, key=_start) - 1
+        """Index of the segment containing ``offset`` (binary search on starts; by hand, as
+        compiled it reads each start directly where ``bisect``'s key would be called)."""
+        segs = self.segments
+        lo, hi = 0, len(segs)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if segs[mid].start <= offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1
 
     def _split(self, i: int, at: int) -> None:
         s = self.segments[i]

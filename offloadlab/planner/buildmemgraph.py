@@ -20,7 +20,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..core.devices import HOST, is_gpu
 from ..core.errors import PlanError
@@ -34,21 +34,26 @@ Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
 NEVER = 2**62           # the next use of a tensor not read again
 VICTIMS = ("belady", "cost", "lru")   # victim policies, the default first
 SCALE = 20              # fixed-point bits of the ``cost`` victim policy's bytes per item
+NO_USES: list[int] = []  # the uses of a tensor not read on its GPU (shared, never changed)
 
 
 @dataclass(slots=True, eq=False)
 class Resident:
-    """A tensor's copy on a GPU: where it is, which MemGraph vertex writes it, who read it."""
+    """A tensor's copy on a GPU: where it is, which MemGraph vertex writes it, who read it.
+    It is its memory's occupant in the allocator."""
 
     slot: Slot
     loc: Loc
     writer: str
-    covered: list[Segment]    # the free segments its allocation replaced
     item: int                 # the V item that allocated it (-1: placed before the run)
     materialized: bool
-    readers: list[str]
+    clean: bool               # host RAM has a copy (only a tensor with one can be on two GPUs)
     last_use: int
+    uses: list[int]           # the items that read it, ascending (BuildMemGraph.uses)
+    covered: list[Segment] = field(default_factory=list)  # the free segments it replaced
+    readers: list[str] = field(default_factory=list)
     next_use: int = -1        # cache of the first item after execution that reads it
+    pin: int = -1             # the victim search that must spare it (_costs)
 
 
 class OverBudget(Exception):
@@ -88,6 +93,7 @@ class BuildMemGraph:
         self.kept = self.outputs | self.host_read   # needed later even with no GPU reader
         self.item_writer: dict[int, str] = {}   # item -> the MemGraph vertex that wrote it
         self.item_load: list[bool] = []         # item -> whether it is a load (from host RAM)
+        self.item_bytes: list[int] = []         # item -> the bytes it allocates
         self.item_reads: list[tuple[Slot, ...]] = []  # item -> the GPU slots it reads
         self.moves = 0
         self.repacks = 0                        # times a GPU was cleared and repacked
@@ -96,6 +102,7 @@ class BuildMemGraph:
         self.moved = 0                          # bytes moved to or from host RAM so far
         self.budget = budget                    # raise OverBudget when moved reaches it
         self.sequence = itertools.count()   # the MemGraph order of each vertex
+        self.searches = 0                   # victim searches so far (Resident.pin)
         self.exec_hzn = 0
         self.alloc_hzn = 0
         self.order = order
@@ -106,7 +113,8 @@ class BuildMemGraph:
         """Host-resident tensors listed in the serial order are loaded there, onto every GPU
         that reads them; the others just before their first reader on each GPU."""
         tasks, succ, out, read, gpus = self.g.tasks, self.g.succ, self.out, self.read, self.memory
-        items, item_reads, loaded = self.items, self.item_reads, set()
+        items, item_reads, item_bytes = self.items, self.item_reads, self.item_bytes
+        item_load, loaded = self.item_load, set()
         for t in self.order:
             task = tasks[t]
             if task.kind == "input":
@@ -116,6 +124,8 @@ class BuildMemGraph:
                             loaded.add((t, dev))
                             items.append((t, dev))
                             item_reads.append(())
+                            item_bytes.append(task.bytes)
+                            item_load.append(True)
                 continue
             dev = read[t]
             reads = tuple([(u, dev) for u in dict.fromkeys(task.inputs)]) if dev in gpus else ()
@@ -124,9 +134,12 @@ class BuildMemGraph:
                     loaded.add(slot)               # a load, before its first reader
                     items.append(slot)
                     item_reads.append(())
+                    item_bytes.append(tasks[slot[0]].bytes)
+                    item_load.append(True)
             items.append((t, out[t]))
             item_reads.append(reads)
-        self.item_load = [out[t] != dev for t, dev in items]
+            item_bytes.append(task.bytes)
+            item_load.append(False)
         uses = self.uses
         for i, reads in enumerate(item_reads):
             for slot in reads:
@@ -180,9 +193,9 @@ class BuildMemGraph:
         """Whether item ``i`` may be allocated ahead of execution: its GPU keeps at least its
         room free after it (the bound on looking ahead; room 0 is the paper's "as far as
         memory allows")."""
-        t, dev = self.items[i]
+        dev = self.items[i][1]
         memory = self.memory.get(dev)
-        return memory is None or memory.free - self.task[t].bytes >= self.room.get(dev, 0)
+        return memory is None or memory.free - self.item_bytes[i] >= self.room.get(dev, 0)
 
     def _place_gpu_inputs(self) -> None:
         for task in self.g:
@@ -194,41 +207,43 @@ class BuildMemGraph:
                 else:
                     offset = self.memory[task.device].find_free(task.bytes)
                     assert offset is not None     # _check_fits: a GPU's inputs fit together
-                    self._occupy((task.id, task.device), offset, task.id, -1, materialized=True)
+                    self._occupy((task.id, task.device), task.bytes, offset, task.id, -1,
+                                 materialized=True)
 
     # -- Figure 9: the malloc variants -----------------------------------------------------
-    def sim_malloc(self, slot: Slot, writer_for, item: int) -> Resident | None:
+    def sim_malloc(self, slot: Slot, nbytes: int, writer_for, item: int) -> Resident | None:
         """Find free memory for ``slot``; add memory edges from the guards it overwrites."""
-        nbytes = self.task[slot[0]].bytes
         offset = self.memory[slot[1]].find_free(nbytes)
         if offset is None:
             return None
-        return self._occupy(slot, offset, writer_for, item)
+        return self._occupy(slot, nbytes, offset, writer_for, item)
 
-    def sim_malloc_offload(self, slot: Slot, writer_for, item: int, pinned: set[Slot]) -> Resident:
+    def sim_malloc_offload(self, slot: Slot, nbytes: int, writer_for, item: int,
+                           pinned: set[Slot]) -> Resident:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
-        nbytes, memory = self.task[slot[0]].bytes, self.memory[slot[1]]
+        memory = self.memory[slot[1]]
         found = memory.find_victims(nbytes, self._costs(pinned))
         # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
         # (execute() then brings back whatever pinned tensor this evicted).
         offset, victims = found or (0, memory.owners())
         if found is None:
             self.repacks += 1
-            self.repacked += sum(self.resident[owner].loc.size for owner in victims)
-        for owner in victims:
-            self.sim_free(self.resident[owner], evict=True)
-        return self._occupy(slot, offset, writer_for, item)
+            self.repacked += sum(res.loc.size for res in victims)
+        for res in victims:
+            self.sim_free(res, evict=True)
+        return self._occupy(slot, nbytes, offset, writer_for, item)
 
     def sim_malloc_force_reload(self, slot: Slot, pinned: set[Slot]) -> Resident:
         """Bring an evicted tensor back for the vertex about to run (a reload or a load)."""
         t, dev = slot
         source = self.host_copy[t]
         kind = "reload" if self.mg[source].kind == "offload" else "load"
-        self.refetched += self.task[t].bytes
-        res = self.sim_malloc(slot, (kind, source), -1)
+        nbytes = self.task[t].bytes
+        self.refetched += nbytes
+        res = self.sim_malloc(slot, nbytes, (kind, source), -1)
         if res is None:
-            res = self.sim_malloc_offload(slot, (kind, source), -1, pinned)
+            res = self.sim_malloc_offload(slot, nbytes, (kind, source), -1, pinned)
         return res
 
     def sim_free(self, res: Resident, evict: bool = False) -> None:
@@ -239,15 +254,15 @@ class BuildMemGraph:
         memory = self.memory[dev]
         del self.resident[res.slot]
         if not res.materialized:
-            memory.restore(res.slot, res.loc.offset, res.covered)
+            memory.restore(res, res.loc.offset, res.covered)
             self.allocated.discard(res.item)
             self.alloc_hzn = min(self.alloc_hzn, res.item)
             return
-        if evict and t not in self.host_copy and (t in self.kept or self._next_use(
+        if evict and not res.clean and (t in self.kept or self._next_use(
                 res.slot, self.exec_hzn - 1) is not None):
             self._offload(res)
         guard = tuple(res.readers) if res.readers else (res.writer,)
-        memory.release(res.slot, res.loc.offset, guard, self.exec_hzn)
+        memory.release(res, res.loc.offset, guard, self.exec_hzn)
 
     # -- items ------------------------------------------------------------------------------
     def sim_malloc_item(self, i: int) -> bool:
@@ -256,21 +271,22 @@ class BuildMemGraph:
             self._add_task_vertex(t, None)         # a CPU vertex: its output lives on host
             self.allocated.add(i)
             return True
-        if self.out[t] == HOST and t not in self.host_copy:
+        if self.item_load[i] and t not in self.host_copy:
             return False                           # a CPU result cannot load before it exists
-        return self.sim_malloc(slot, self._writer_for(slot), i) is not None
+        return self.sim_malloc(slot, self.item_bytes[i], self._writer_for(i), i) is not None
 
     def sim_malloc_offload_item(self, i: int) -> None:
         slot = self.items[i]
         if slot[1] in self.memory:
-            self.sim_malloc_offload(slot, self._writer_for(slot), i, self._pinned(i))
+            self.sim_malloc_offload(slot, self.item_bytes[i], self._writer_for(i), i,
+                                    self._pinned(i))
         else:
             self.sim_malloc_item(i)
 
-    def _writer_for(self, slot: Slot):
-        """The MemGraph writer of an item: its TaskGraph vertex, or a load from host RAM."""
-        t, dev = slot
-        return t if self.out[t] == dev else ("load", self.host_copy[t])
+    def _writer_for(self, i: int):
+        """The MemGraph writer of item ``i``: its TaskGraph vertex, or a load from host RAM."""
+        t = self.items[i][0]
+        return ("load", self.host_copy[t]) if self.item_load[i] else t
 
     def _pinned(self, i: int) -> set[Slot]:
         """What evictions for item ``i`` must spare: its output and its inputs."""
@@ -319,13 +335,16 @@ class BuildMemGraph:
                 self.sim_free(resident[slot])     # its last reader has run
 
     # -- helpers ----------------------------------------------------------------------------
-    def _occupy(self, slot: Slot, offset: int, writer_for, item: int,
+    def _occupy(self, slot: Slot, nbytes: int, offset: int, writer_for, item: int,
                 materialized: bool = False) -> Resident:
-        """Place ``slot`` at ``offset``; its writer waits for the guards of the bytes it covers."""
+        """Place ``slot`` (``nbytes``) at ``offset``; its writer waits for the guards of the
+        bytes it covers."""
         t, dev = slot
-        nbytes = self.task[t].bytes
-        covered = self.memory[dev].place(offset, nbytes, slot)
         loc = Loc(dev, offset, nbytes)
+        exec_hzn = self.exec_hzn
+        res = Resident(slot, loc, "", item, materialized, t in self.host_copy,
+                       item if item > exec_hzn else exec_hzn, self.uses.get(slot, NO_USES))
+        covered = res.covered = self.memory[dev].place(offset, nbytes, res)
         mg = self.mg
         if isinstance(writer_for, tuple):          # a load or reload, created now
             kind, source = writer_for
@@ -335,14 +354,12 @@ class BuildMemGraph:
             mg.add_vertex(MemVertex(writer, kind, dev, nbytes, loc=loc, of=t,
                                     inputs=(source,), order=next(self.sequence)))
             mg.add_edge(source, writer, "data")
-            materialized = True
+            res.materialized = True
         else:
             writer = writer_for
             self._add_task_vertex(t, loc)
         mg.add_edges([guard for segment in covered for guard in segment.guard], writer, "memory")
-        exec_hzn = self.exec_hzn
-        res = Resident(slot, loc, writer, covered, item, materialized, [],
-                       item if item > exec_hzn else exec_hzn)
+        res.writer = writer
         self.resident[slot] = res
         if item >= 0:
             self.allocated.add(item)
@@ -366,6 +383,7 @@ class BuildMemGraph:
                                      inputs=(res.writer,), order=next(self.sequence)))
         self.mg.add_edge(res.writer, off, "data")
         res.readers.append(off)
+        res.clean = True
         self.host_copy[t] = off
 
     def _count_moved(self, nbytes: int) -> None:
@@ -386,7 +404,7 @@ class BuildMemGraph:
         k = bisect.bisect_right(uses, self.exec_hzn if after is None else after)
         return uses[k] if k < len(uses) else None
 
-    def _costs(self, pinned: set[Slot]) -> Callable[[Slot], tuple[float, int] | None]:
+    def _costs(self, pinned: set[Slot]) -> Callable[[Resident], tuple[float, int] | None]:
         """The cost of evicting each resident now: ``(badness, bytes)``, or None for the
         ``pinned``; the victim search minimises a window's worst badness, then its bytes.
 
@@ -399,31 +417,36 @@ class BuildMemGraph:
         a dirty one, a big tensor more than a small one, and a copy not needed again only its
         offload.  Retracting an allocation made ahead moves nothing (``cost``: free); its
         "use" is when its item comes.  (The victim search calls this for every resident, so
-        it keeps what it needs in locals.)"""
-        resident, host_copy, uses, now = self.resident, self.host_copy, self.uses, self.exec_hzn
+        it keeps what it needs in locals, and finds the pinned by a stamp.)"""
+        now = self.exec_hzn
         victim, kept, horizon = self.victim, self.kept, len(self.items)
         bisect_right = bisect.bisect_right
+        self.searches += 1
+        stamp = self.searches
+        for slot in pinned:
+            pin = self.resident.get(slot)
+            if pin is not None:
+                pin.pin = stamp
 
-        def cost(owner: Slot) -> tuple[float, int] | None:
-            if owner in pinned:
+        def cost(res: Resident) -> tuple[float, int] | None:
+            if res.pin == stamp:
                 return None
-            res = resident[owner]
             if not res.materialized:
                 if victim == "cost":
                     return 0.0, 0
                 return (res.last_use if victim == "lru" else -res.item), 0
-            offload = 0 if owner[0] in host_copy else res.loc.size
+            offload = 0 if res.clean else res.loc.size
             if victim == "lru":
                 return res.last_use, offload
             nxt = res.next_use
             if nxt <= now:                   # the cached next use has passed: look it up
-                used = uses.get(owner, ())
+                used = res.uses
                 k = bisect_right(used, now)
                 nxt = res.next_use = used[k] if k < len(used) else NEVER
             if victim == "belady":
                 return (-math.inf if nxt == NEVER else -nxt), offload
             if nxt == NEVER:
-                if owner[0] not in kept:
+                if res.slot[0] not in kept:
                     return 0.0, 0
                 return 0.0, (offload << SCALE) // max(1, horizon - now)
             return 0.0, ((offload + res.loc.size) << SCALE) // (nxt - now)
