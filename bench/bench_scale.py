@@ -5,8 +5,9 @@
 
 For every workload, machine, memory factor and size, two fresh processes do what the two
 commands users run do: the first (``offloadlab plan``) builds the workload, plans it with
-``buildmemgraph``, verifies the MemGraph and writes it as node-link JSON; the second
-(``offloadlab simulate``) reads it, verifies it again and simulates it (``dynamic``).  Each
+``buildmemgraph``, verifies the MemGraph and writes it (node-link JSON, or with ``--format
+parquet`` a Parquet table); the second (``offloadlab simulate``) reads it, verifies it again
+and simulates it (``dynamic``).  Each
 stage's seconds and microseconds per TaskGraph vertex are reported, with each process's peak
 resident memory.  GPU memory is ``factor`` times the tightest feasible capacity
 (:func:`min_capacity`, not timed) on the machine's GPUs.  Workloads: ``host`` is the benchmark
@@ -49,7 +50,7 @@ def plan_process(workload: str, machine: str, factor: float, vertices: int, path
     lap("plan")
     verify(mg, graph, m)
     lap("verify")
-    mg.to_json(path)
+    mg.write(path)
     lap("write")
     row.update(memgraph=len(mg), offloads=mg.count("offload"),
                plan_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -65,7 +66,7 @@ def simulate_process(path: str) -> dict:
 
     row: dict = {}
     lap = stopwatch(row)
-    mg = MemGraph.from_json(path)
+    mg = MemGraph.read(path)
     lap("read")
     m = Machine.from_dict(mg.graph["machine"])
     verify(mg, machine=m)
@@ -78,11 +79,11 @@ def simulate_process(path: str) -> dict:
 
 
 def point(workload: str, machine: str, factor: str, vertices: str, timeout: float,
-          simulated: bool = True) -> tuple[dict | None, str]:
-    """Both processes of one point (the first alone unless ``simulated``): their rows merged,
-    or (None, why one failed)."""
+          simulated: bool = True, fmt: str = "json") -> tuple[dict | None, str]:
+    """Both processes of one point (the first alone unless ``simulated``), the MemGraph file
+    in format ``fmt``: their rows merged, or (None, why one failed)."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "mg.json")
+        path = os.path.join(tmp, f"mg.{fmt}")
         row, why = in_fresh_process(
             __file__, f"plan|{workload}|{machine}|{factor}|{vertices}|{path}", timeout)
         if row is None:
@@ -105,6 +106,8 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=900, help="seconds per process (900)")
     p.add_argument("--plan-only", action="store_true",
                    help="run the first process (build, plan, verify, write) alone")
+    p.add_argument("--format", choices=("json", "parquet"), default="json",
+                   help="the MemGraph file written and read (json: node-link JSON)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -124,7 +127,8 @@ def main() -> None:
         for m in args.machines.split(","):
             for f in args.factors.split(","):
                 for n in args.vertices.split(","):
-                    row, why = point(w, m, f, n, args.timeout, not args.plan_only)
+                    row, why = point(w, m, f, n, args.timeout, not args.plan_only,
+                                     args.format)
                     if row is None:
                         print(f"{w:8} {m:7} {f:>6} {n:>9} {why}", flush=True)
                         continue

@@ -154,13 +154,12 @@ def test_malformed_taskgraph_files(capsys, valid_files, data):
             assert (out_dir / "mg.json").is_file()
 
 
-@settings(**SETTINGS)
-@given(data=st.data())
-def test_malformed_memgraph_files(capsys, valid_files, data):
-    text = data.draw(malformed(valid_files["mg"]))
+def simulate_file(capsys, raw: bytes, name: str) -> None:
+    """``simulate`` a file of the bytes ``raw`` named ``name``, writing a Chrome trace: the
+    contract holds, and a run that succeeds prints a strict JSON summary and writes the trace."""
     with tempfile.TemporaryDirectory() as tmp:
-        path, out_dir = Path(tmp) / "mg.json", Path(tmp) / "out"
-        path.write_bytes(text)
+        path, out_dir = Path(tmp) / name, Path(tmp) / "out"
+        path.write_bytes(raw)
         out_dir.mkdir()
         code, out, err = run_cli(capsys, ["simulate", str(path), "--json", "--chrome",
                                           str(out_dir / "trace.json")])
@@ -169,6 +168,12 @@ def test_malformed_memgraph_files(capsys, valid_files, data):
             summary = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
             assert summary["makespan"] >= 0
             assert (out_dir / "trace.json").is_file()
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_malformed_memgraph_files(capsys, valid_files, data):
+    simulate_file(capsys, data.draw(malformed(valid_files["mg"])), "mg.json")
 
 
 @settings(**SETTINGS)

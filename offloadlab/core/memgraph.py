@@ -223,6 +223,22 @@ class MemGraph:
         """Read node-link JSON from a string or a file path."""
         return nodelink.load(cls.from_dict, text_or_path, "MemGraph JSON")
 
+    def write(self, path: str | Path) -> None:
+        """Write the file ``path``: one Parquet table if it ends in ``.parquet``
+        (:mod:`offloadlab.core.columnar`, for large graphs), else node-link JSON."""
+        if Path(path).suffix.lower() == ".parquet":
+            from . import columnar
+            columnar.write(self, path)
+        else:
+            self.to_json(path)
+
+    @classmethod
+    def read(cls, path: str | Path) -> MemGraph:
+        """Read the file ``path``: Parquet (by its suffix or its first bytes) or node-link
+        JSON."""
+        from . import columnar
+        return columnar.read(path) if columnar.is_parquet(path) else cls.from_json(Path(path))
+
 
 def _device_problem(kind: str, device: str) -> str | None:
     """What is wrong with a MemGraph vertex of ``kind`` on ``device``, or None."""

@@ -36,8 +36,8 @@ def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence]) -> pd.DataFrame
     """
     import pandas as pd
 
-    if isinstance(rows, Mapping):
-        frame = pd.DataFrame(dict(rows))
+    if isinstance(rows, Mapping):   # typed columns: pandas would infer strings, then convert
+        frame = pd.DataFrame({c: pd.Series(v, dtype=_DTYPES.get(c)) for c, v in rows.items()})
     else:
         rows = list(rows)
         frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=TRACE_COLUMNS)

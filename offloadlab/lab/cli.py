@@ -374,23 +374,33 @@ def _memgraph_file(args: argparse.Namespace):
 
     path, phases = args.memgraph, _phases(args)
     with phases.phase(f"reading {path}"):
-        mg = MemGraph.from_json(path)
+        mg = MemGraph.read(path)
     machine = machine_from_spec(args.machine) if args.machine else _stored_machine(mg, path)
     with phases.phase(f"verifying {len(mg)} MemGraph vertices"):
         try:
             verify(mg, machine=machine)
         except VerificationError as exc:
-            raise VerificationError(f"MemGraph JSON file {path!r} is not a correct plan: "
+            raise VerificationError(f"{_memgraph_file_name(path)} is not a correct plan: "
                                     f"{exc}") from None
     return mg, machine
 
 
+def _memgraph_file_name(path: str) -> str:
+    """How errors name a MemGraph file: ``MemGraph JSON file 'mg.json'``."""
+    from ..core.columnar import is_parquet
+    return f"MemGraph {'Parquet' if is_parquet(path) else 'JSON'} file {path!r}"
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it as JSON."""
+    """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it (node-link
+    JSON, or a Parquet table for ``--out *.parquet``)."""
     _check_writable(args, "out")
+    if args.out.lower().endswith(".parquet"):
+        from ..core.columnar import need_pyarrow
+        need_pyarrow("MemGraph Parquet files")
     mg, _, machine = _planned(args, _taskgraph(args))
     with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
-        mg.to_json(tmp)
+        mg.write(tmp)
     args.outputs.commit()
     print(f"wrote {args.out}: {len(mg)} vertices, {mg.count('offload')} offloads, "
           f"{mg.count('reload')} reloads, {mg.count('load')} loads, "
@@ -405,7 +415,7 @@ def _stored_machine(mg, path: str):
     data = mg.graph.get("machine")
     if data is None:
         raise SpecError(f"{path} stores no machine; pass --machine")
-    return Machine.from_dict(data, f"MemGraph JSON file {path!r}: graph.machine")
+    return Machine.from_dict(data, f"{_memgraph_file_name(path)}: graph.machine")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -1132,12 +1142,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="offloadlab-out", metavar="DIR",
                    help="output directory (./offloadlab-out)")
 
-    p = add("plan", cmd_plan, "plan a workload on a machine, verify the MemGraph, write its JSON")
+    p = add("plan", cmd_plan, "plan a workload on a machine, verify the MemGraph, write it")
     _problem_options(p)
     p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. disco-example")
     p.add_argument("--planner", default="buildmemgraph", metavar="SPEC",
                    help="planner and its options (buildmemgraph)")
-    p.add_argument("--out", required=True, metavar="FILE", help="MemGraph JSON to write")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="MemGraph to write: node-link JSON, or one Parquet table if FILE ends "
+                        "in .parquet (faster for large graphs; needs pyarrow)")
 
     p = add("compare", cmd_compare, "every planner on one problem, simulated: makespan, "
             "traffic, memory, planning time, and the gap to the problem's lower bound")
@@ -1219,8 +1231,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "a graph")
     p.add_argument("--name", help="the TaskGraph's name (default: the factory's)")
 
-    p = add("simulate", cmd_simulate, "verify and simulate a MemGraph JSON file")
-    p.add_argument("memgraph", metavar="MEMGRAPH", help="MemGraph JSON written by 'plan'")
+    p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file")
+    p.add_argument("memgraph", metavar="MEMGRAPH",
+                   help="MemGraph file written by 'plan' (JSON or Parquet)")
     p.add_argument("--machine", metavar="SPEC",
                    help="machine to simulate on (default: the one stored in the MemGraph)")
     p.add_argument("--policy", choices=POLICIES, default="dynamic",
@@ -1241,7 +1254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("run", cmd_run, "execute a MemGraph for real (planning a workload or TaskGraph "
             "first) on the numpy or cupy backend and measure it")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("memgraph", metavar="MEMGRAPH", nargs="?", help="MemGraph JSON file")
+    src.add_argument("memgraph", metavar="MEMGRAPH", nargs="?",
+                     help="MemGraph file (JSON or Parquet)")
     src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
     src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
     p.add_argument("--machine", metavar="SPEC",

@@ -1,0 +1,493 @@
+"""A MemGraph as one Parquet table, one row per vertex (docs/design.md, Interchange): the
+columnar file for large graphs beside node-link JSON, which stays the default.
+
+Reading node-link JSON costs a parsed dict per node and per edge and a check of every field of
+each; here each field is a typed column, checked with NumPy in one pass, and a vertex's inputs
+and successors are row numbers.  Columns (``?``: may be null):
+
+===========  ===================  =====================================================
+``id``       string               the vertex id
+``kind``     string               ``input``, ``compute``, ``transfer``, ``offload``, ...
+``device``   string               ``gpu0``, ``cpu``, ``host``, ``gpu0->gpu1``
+``bytes``    int64                > 0
+``loc_device``, ``loc_offset``, ``loc_size``   string?, int64?, int64?   the location
+``task``     string?              the TaskGraph vertex it is
+``of``       string?              the tensor a move moves
+``op``       string?              a compute vertex's op
+``flops``    float64?             >= 0, finite (null: 0)
+``inputs``   list<int32>?         the rows it reads, in argument order
+``order``    int64?               its place in the planner's order (null: 0)
+``time``     float64?             profiled seconds, or null
+``shape``    list<int64>?         of the tensor it writes or moves
+``dtype``    string?              (null: float32)
+``succ``     list<int32>?         the rows of its successors, in edge order
+``succ_data``  list<bool>?        per successor: a data edge (else a memory edge)
+===========  ===================  =====================================================
+
+The ``graph`` attributes (planner, options, machine) are strict JSON under the schema's
+metadata key ``offloadlab.graph``.  Reading checks what the JSON reader checks and names the
+file, the vertex and the field alike; pandas reads the file as it is (``pd.read_parquet``).
+Needs pyarrow (``pip install 'offloadlab[parquet]'``), imported only here and only when used.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import chain
+from pathlib import Path
+from sys import intern
+from typing import Any
+
+import numpy as np
+import orjson
+
+from . import nodelink
+from .checks import MAX_COUNT, non_finite, number, short
+from .devices import is_gpu_name
+from .errors import GraphError, OffloadlabError
+from .memgraph import EDGE_KINDS, Loc, MemGraph, MemVertex, _device_problem
+from .ops import DTYPES, op_problem
+from .util import no_gc
+
+MAGIC = b"PAR1"
+"""How every Parquet file begins (and ends)."""
+
+GRAPH_KEY = b"offloadlab.graph"
+FORMAT_KEY = b"offloadlab.format"
+FORMAT = b"1"
+
+#: The columns, in order: name -> (arrow type name, what a value must be, in words).
+COLUMNS: dict[str, tuple[str, str]] = {
+    "id": ("string", "a string"),
+    "kind": ("string", "a string"),
+    "device": ("string", "a string"),
+    "bytes": ("int64", "an integer"),
+    "loc_device": ("string", "a string"),
+    "loc_offset": ("int64", "an integer"),
+    "loc_size": ("int64", "an integer"),
+    "task": ("string", "a string"),
+    "of": ("string", "a string"),
+    "op": ("string", "a string"),
+    "flops": ("float64", "a number"),
+    "inputs": ("list<int32>", "a list of row numbers"),
+    "order": ("int64", "an integer"),
+    "time": ("float64", "a number"),
+    "shape": ("list<int64>", "a list of integers"),
+    "dtype": ("string", "a string"),
+    "succ": ("list<int32>", "a list of row numbers"),
+    "succ_data": ("list<bool>", "a list of booleans"),
+}
+REQUIRED = ("id", "kind", "device", "bytes")
+NAMES = ("kind", "device", "loc_device", "op", "dtype")
+"""The columns of names: few distinct values, dictionary-encoded."""
+
+
+def is_parquet(path: str | Path) -> bool:
+    """Whether ``path`` names a Parquet file: it ends in ``.parquet`` or begins with the
+    Parquet magic bytes."""
+    path = Path(path)
+    if path.suffix.lower() == ".parquet":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def need_pyarrow(what: str = "Parquet files") -> Any:
+    """The ``pyarrow`` module, or an OffloadlabError saying how to install it."""
+    try:
+        import pyarrow
+    except ImportError:
+        raise OffloadlabError(f"{what} need pyarrow: pip install 'offloadlab[parquet]' (or "
+                              f"use .json)") from None
+    return pyarrow
+
+
+# -- writing ----------------------------------------------------------------------------------
+def write(mg: MemGraph, path: str | Path) -> None:
+    """Write ``mg`` to ``path`` as one Parquet table (the columns of :data:`COLUMNS`)."""
+    pa = need_pyarrow("MemGraph Parquet files")
+    import pyarrow.parquet as pq
+
+    with no_gc():
+        table = _table(mg, pa)
+    # dictionary pages for the columns of names only, and no statistics: 0.13 s instead of
+    # 0.42 s for the benchmark's 165k vertices (with zstd), and a smaller file
+    pq.write_table(table, str(path), use_dictionary=list(NAMES), write_statistics=False)
+
+
+def _table(mg: MemGraph, pa: Any) -> Any:
+    """The Parquet table of ``mg``: the graph's attributes as strict JSON (refusing NaN and
+    infinities, as the JSON writer does) and a column per field."""
+    what = "MemGraph as Parquet"
+    graph = {"type": "MemGraph", **mg.graph}
+    bad = non_finite(graph, "graph")
+    if bad is not None:
+        raise GraphError(f"cannot write {what}: {bad[0]} = {bad[1]!r} is not a finite number")
+    vertices = list(mg.vertices.values())
+    ids = list(mg.vertices)
+    row = {x: i for i, x in enumerate(ids)}
+    flops = np.array([v.flops for v in vertices], np.float64)
+    times = [v.time for v in vertices]
+    for field, values in (("flops", flops), ("time", [0.0 if t is None else t for t in times])):
+        infinite = ~np.isfinite(values)
+        if infinite.any():
+            v = vertices[_first(infinite)]
+            raise GraphError(f"cannot write {what}: vertex {v.id!r}: {field} = "
+                             f"{getattr(v, field)!r} is not a finite number")
+    ins = [v.inputs for v in vertices]
+    out = [mg.succ[x] for x in ids]
+    try:
+        inputs = list(map(row.__getitem__, chain.from_iterable(ins)))
+        succ = list(map(row.__getitem__, chain.from_iterable(out)))
+    except KeyError as exc:
+        v = next(v for v in vertices if exc.args[0] in v.inputs or exc.args[0] in mg.succ[v.id])
+        raise GraphError(f"cannot write {what}: vertex {v.id!r} names {exc.args[0]!r}, which "
+                         f"is not a vertex") from None
+    succ_data = [kind == "data" for kind in chain.from_iterable(map(dict.values, out))]
+    shapes = [v.shape for v in vertices]
+    shaped = [x is not None for x in shapes]
+    shape = list(chain.from_iterable([x for x in shapes if x is not None]))
+    locs = [v.loc for v in vertices]
+
+    def strings(values: Any) -> Any:
+        return pa.array(values, pa.string()).dictionary_encode()
+
+    def lists(values: list, lengths: Any, kind: Any, valid: list[bool] | None = None) -> Any:
+        at = np.zeros(len(ids) + 1, np.int32)
+        np.cumsum(np.fromiter(lengths, np.int32, len(ids)), out=at[1:])
+        return pa.ListArray.from_arrays(
+            pa.array(at), pa.array(values, kind),
+            mask=None if valid is None else pa.array(np.logical_not(valid)))
+
+    columns = {
+        "id": pa.array(ids, pa.string()),
+        "kind": strings([v.kind for v in vertices]),
+        "device": strings([v.device for v in vertices]),
+        "bytes": pa.array([v.bytes for v in vertices], pa.int64()),
+        "loc_device": strings([x and x.device for x in locs]),
+        "loc_offset": pa.array([x and x.offset for x in locs], pa.int64()),
+        "loc_size": pa.array([x and x.size for x in locs], pa.int64()),
+        "task": pa.array([v.task for v in vertices], pa.string()),
+        "of": pa.array([v.of for v in vertices], pa.string()),
+        "op": strings([v.op for v in vertices]),
+        "flops": pa.array(flops),
+        "inputs": lists(inputs, map(len, ins), pa.int32()),
+        "order": pa.array([v.order for v in vertices], pa.int64()),
+        "time": pa.array(times, pa.float64()),
+        "shape": lists(shape, (0 if x is None else len(x) for x in shapes), pa.int64(), shaped),
+        "dtype": strings([v.dtype for v in vertices]),
+        "succ": lists(succ, map(len, out), pa.int32()),
+        "succ_data": lists(succ_data, map(len, out), pa.bool_()),
+    }
+    meta = orjson.dumps(graph)
+    return pa.table(columns).replace_schema_metadata({GRAPH_KEY: meta, FORMAT_KEY: FORMAT})
+
+
+# -- reading ----------------------------------------------------------------------------------
+def read(path: str | Path) -> MemGraph:
+    """Read the MemGraph Parquet file ``path``, every field checked: a :class:`GraphError`
+    names the file, the vertex and the field, as the JSON reader's do."""
+    pa = need_pyarrow("MemGraph Parquet files")
+    import pyarrow.parquet as pq
+
+    where = f"MemGraph Parquet file {str(path)!r}"
+    try:
+        with open(path, "rb"):           # names what is wrong with the path, as JSON's reader
+            pass
+    except OSError as exc:
+        raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
+    try:
+        table = pq.ParquetFile(str(path)).read()
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise GraphError(f"{where}: not a readable Parquet file ({exc})") from None
+    with no_gc():
+        return _memgraph(table, where, pa)
+
+
+def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
+    """The MemGraph of a table read from ``where``: the metadata, then column by column."""
+    meta = table.schema.metadata or {}
+    if meta.get(FORMAT_KEY) != FORMAT or GRAPH_KEY not in meta:
+        raise GraphError(f"{where}: not a MemGraph Parquet file of offloadlab (its schema "
+                         f"metadata lacks {FORMAT_KEY.decode()}={FORMAT.decode()} or "
+                         f"{GRAPH_KEY.decode()})")
+    try:
+        graph = orjson.loads(meta[GRAPH_KEY])
+    except orjson.JSONDecodeError as exc:
+        raise GraphError(f"{where}: {GRAPH_KEY.decode()} is not strict JSON ({exc})") from None
+    _, attrs = nodelink.graph_meta({"graph": graph}, where, "MemGraph")
+    cols = _Columns(table, where, pa)
+    ids = cols.ids()
+    n = len(ids)
+
+    def vertex(i: int) -> str:
+        return f"{where}: vertex {ids[i]!r}"
+
+    kind, device = cols.strings("kind"), cols.strings("device")
+    _check_kinds(kind, device, vertex)
+    nbytes = cols.numbers("bytes", vertex, count=True, positive=True)
+    flops = cols.numbers("flops", vertex, default=0.0)
+    order = cols.numbers("order", vertex, count=True, default=0)
+    time = cols.numbers("time", vertex)
+    op = cols.strings("op")
+    for i in _firsts(op, [k == "compute" for k in kind]):
+        problem = op_problem(op[i])
+        if problem is not None:
+            raise GraphError(f"{vertex(i)}: {problem}")
+    dtype = cols.strings("dtype", default="float32")
+    for i in _firsts(dtype):
+        if dtype[i] not in DTYPES:
+            raise GraphError(f"{vertex(i)}: unknown dtype {dtype[i]!r}; known: "
+                             f"{', '.join(DTYPES)}")
+    locs = _locations(cols, vertex, n)
+    shapes = _shapes(cols, nbytes, dtype, vertex)
+    ids_at = np.array(ids, dtype=object)
+    offsets, inputs = cols.rows("inputs", vertex, n)
+    inputs_at, flat_inputs = offsets.tolist(), ids_at[inputs].tolist()
+    inputs_of = [tuple(flat_inputs[inputs_at[i]:inputs_at[i + 1]]) for i in range(n)]
+    mg = MemGraph(attrs)
+    vertices = mg.vertices = dict(zip(ids, map(
+        MemVertex, ids, kind, device, nbytes, locs, cols.strings("task", names=False),
+        cols.strings("of", names=False),
+        op, flops, inputs_of, order, time, shapes, dtype)))
+    if len(vertices) < n:
+        seen: set[str] = set()
+        for x in ids:
+            if x in seen:
+                raise GraphError(f"{where}: duplicate vertex id {x!r}")
+            seen.add(x)
+    for v in vertices.values():          # one string object per id, as the JSON reader keeps
+        if v.task == v.id:
+            v.task = v.id
+        elif v.of is not None and v.of in vertices:
+            v.of = vertices[v.of].id
+    _edges(mg, cols, ids, ids_at, vertex)
+    return mg
+
+
+class _Columns:
+    """The columns of a MemGraph table, each checked for its type (:data:`COLUMNS`) and
+    given as NumPy arrays or Python lists; a missing optional column is all null."""
+
+    def __init__(self, table: Any, where: str, pa: Any):
+        self.pa, self.where, self.n = pa, where, table.num_rows
+        self.columns: dict[str, Any] = {}
+        names = set(table.column_names)
+        for name in REQUIRED:
+            if name not in names:
+                raise GraphError(f"{where}: no {name!r} column (a MemGraph table has "
+                                 f"{', '.join(COLUMNS)})")
+        for name in COLUMNS:
+            if name in names:
+                self.columns[name] = self._typed(name, table.column(name).combine_chunks())
+
+    def _typed(self, name: str, col: Any) -> Any:
+        pa, want = self.pa, COLUMNS[name][0]
+        if not _accepts(want, col.type, pa):
+            raise GraphError(f"{self.where}: column {name!r} must hold {COLUMNS[name][1]}, "
+                             f"got {col.type}")
+        target = _arrow_type(want, pa)
+        if col.type != target and not col.type == pa.dictionary(pa.int32(), target):
+            try:
+                col = col.cast(target)
+            except pa.ArrowException as exc:   # e.g. a uint64 beyond int64, a long list
+                raise GraphError(f"{self.where}: column {name!r}: {exc}") from None
+        return col
+
+    def ids(self) -> list[str]:
+        col = self.columns["id"]
+        if col.null_count:
+            i = _first(np.asarray(col.is_null()))
+            raise GraphError(f"{self.where}: row {i} has no id (a string)")
+        return col.to_pylist()
+
+    def strings(self, name: str, default: str | None = None, names: bool = True) -> list:
+        """The column's strings, ``default`` for null; a null in a required column is
+        refused.  ``names`` (few distinct values: kinds, devices, ops) are interned."""
+        col = self.columns.get(name)
+        if col is None:
+            return [default] * self.n
+        if name in REQUIRED and col.null_count:
+            i = _first(np.asarray(col.is_null()))
+            raise GraphError(f"{self.where}: vertex {self.columns['id'][i].as_py()!r}: {name} "
+                             f"must be a string, got missing or null")
+        if not names:
+            return col.to_pylist()
+        encoded = col if self.pa.types.is_dictionary(col.type) else col.dictionary_encode()
+        values = [x if x is None else intern(x) for x in encoded.dictionary.to_pylist()]
+        values.append(default)
+        index = np.asarray(encoded.indices.fill_null(len(values) - 1))
+        return np.array(values, dtype=object)[index].tolist()
+
+    def numbers(self, name: str, vertex: Any, count: bool = False, positive: bool = False,
+                default: float | None = None) -> list:
+        """The column's numbers, checked as :func:`checks.number` checks a JSON field;
+        null is ``default`` (a required column may hold none)."""
+        col = self.columns.get(name)
+        if col is None:
+            return [default] * self.n
+        valid = np.asarray(col.is_valid())
+        values = np.asarray(col.fill_null(0))
+        ok = (values > 0 if positive else values >= 0) & (values <= MAX_COUNT if count
+                                                         else np.isfinite(values))
+        bad = ~ok & valid
+        if name in REQUIRED:
+            bad |= ~valid
+        if bad.any():
+            i = _first(bad)
+            got = values[i].item() if valid[i] else None
+            number(got, vertex(i), name, count=count, positive=positive)
+        out = values.tolist()
+        if not valid.all():
+            for i in np.flatnonzero(~valid).tolist():
+                out[i] = default
+        return out
+
+    def lists(self, name: str) -> tuple[Any, Any, Any]:
+        """A list column as (offsets, flat values, valid): row i's values are
+        ``values[offsets[i]:offsets[i + 1]]``; a null list is empty."""
+        col = self.columns.get(name)
+        if col is None:
+            return np.zeros(self.n + 1, np.int64), np.zeros(0, np.int64), \
+                np.zeros(self.n, bool)
+        import pyarrow.compute as pc
+        lengths = np.asarray(pc.list_value_length(col).fill_null(0))
+        offsets = np.zeros(self.n + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return offsets, np.asarray(pc.list_flatten(col)), np.asarray(col.is_valid())
+
+    def rows(self, name: str, vertex: Any, n: int) -> tuple[Any, Any]:
+        """A column of row numbers: (offsets, flat row numbers), each checked."""
+        offsets, values, _ = self.lists(name)
+        if len(values) and not (values.min() >= 0 and values.max() < n):
+            at = _first((values < 0) | (values >= n))
+            i = int(np.searchsorted(offsets, at, side="right")) - 1
+            raise GraphError(f"{vertex(i)}: {name} names row {values[at]}, but the file has "
+                             f"{n} rows")
+        return offsets, values
+
+
+def _check_kinds(kind: list[str], device: list[str], vertex: Any) -> None:
+    """Each distinct (kind, device) once: what the JSON reader checks per vertex."""
+    verdicts: dict[tuple[str, str], str | None] = {}
+    for i, pair in enumerate(zip(kind, device)):
+        if pair not in verdicts:
+            verdicts[pair] = problem = _device_problem(*pair)
+            if problem is not None:
+                raise GraphError(f"{vertex(i)}: {problem}")
+
+
+def _locations(cols: _Columns, vertex: Any, n: int) -> list[Loc | None]:
+    """The ``loc`` of each vertex from its three columns, all given or all null."""
+    device = cols.strings("loc_device")
+    offset = cols.numbers("loc_offset", vertex, count=True)
+    size = cols.numbers("loc_size", vertex, count=True, positive=True)
+    for i in _firsts(device):
+        if device[i] is not None and not is_gpu_name(device[i]):
+            raise GraphError(f"{vertex(i)}: loc.device must be a GPU ('gpu0', 'gpu1', ...), "
+                             f"got {short(device[i])}")
+    given = [np.asarray(cols.columns[c].is_valid()) if c in cols.columns else np.zeros(n, bool)
+             for c in ("loc_device", "loc_offset", "loc_size")]
+    partly = (given[0] | given[1] | given[2]) & ~(given[0] & given[1] & given[2])
+    if partly.any():
+        raise GraphError(f"{vertex(_first(partly))}: loc_device, loc_offset and loc_size must "
+                         f"be all given or all null")
+    return [d and Loc(d, o, s) for d, o, s in zip(device, offset, size)]
+
+
+def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str], vertex: Any
+            ) -> list[tuple[int, ...] | None]:
+    """Each vertex's shape: integers >= 0 whose elements fit in its bytes, or None."""
+    offsets, values, valid = cols.lists("shape")
+    if len(values) and values.min() < 0:
+        at = _first(values < 0)
+        i = int(np.searchsorted(offsets, at, side="right")) - 1
+        raise GraphError(f"{vertex(i)}: shape must be a list of integers >= 0, got "
+                         f"{values[offsets[i]:offsets[i + 1]].tolist()}")
+    at, flat = offsets.tolist(), values.tolist()
+    shapes: list[tuple[int, ...] | None] = [None] * len(nbytes)
+    for i in np.flatnonzero(valid).tolist():
+        shape = shapes[i] = tuple(flat[at[i]:at[i + 1]])
+        need = math.prod(shape) * DTYPES[dtype[i]]
+        if need > nbytes[i]:
+            raise GraphError(f"{vertex(i)}: shape {list(shape)} of {dtype[i]} needs {need} "
+                             f"bytes, more than its {nbytes[i]} bytes")
+    return shapes
+
+
+def _edges(mg: MemGraph, cols: _Columns, ids: list[str], ids_at: Any, vertex: Any) -> None:
+    """The edges from ``succ`` and ``succ_data``: each vertex's successors in the file's
+    order, and its predecessors in row order, as the JSON reader adds them."""
+    n = len(ids)
+    at, targets = cols.rows("succ", vertex, n)
+    data_at, data, data_valid = cols.lists("succ_data")
+    lengths = np.diff(at)
+    given = data_valid & (np.diff(data_at) != lengths)
+    if given.any():
+        i = _first(given)
+        raise GraphError(f"{vertex(i)}: succ_data must give one kind per successor in succ "
+                         f"({lengths[i]}), got {int(data_at[i + 1] - data_at[i])}")
+    is_data = np.ones(len(targets), bool)
+    rows_given = np.repeat(data_valid, lengths)
+    is_data[rows_given] = data
+    sources = np.repeat(np.arange(n), lengths)
+    kinds = np.array([intern(k) for k in EDGE_KINDS[::-1]], dtype=object)[is_data.astype(int)]
+    offsets, flat_targets, flat_kinds = at.tolist(), ids_at[targets].tolist(), kinds.tolist()
+    mg.succ = {ids[i]: dict(zip(flat_targets[offsets[i]:offsets[i + 1]],
+                                flat_kinds[offsets[i]:offsets[i + 1]])) for i in range(n)}
+    if (sources == targets).any() or sum(map(len, mg.succ.values())) < len(targets):
+        mg.succ = {x: {} for x in ids}         # a self-loop or a repeated edge: as JSON does,
+        mg.pred = {x: {} for x in ids}         # skip self-loops, and a data edge wins
+        for u, v, k in zip(ids_at[sources].tolist(), flat_targets, flat_kinds):
+            mg.add_edge(u, v, k)
+        return
+    by_target = np.argsort(targets, kind="stable")
+    into = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(targets, minlength=n), out=into[1:])
+    flat_sources, flat_kinds = ids_at[sources[by_target]].tolist(), kinds[by_target].tolist()
+    first = into.tolist()
+    mg.pred = {ids[i]: dict(zip(flat_sources[first[i]:first[i + 1]],
+                                flat_kinds[first[i]:first[i + 1]])) for i in range(n)}
+
+
+def _accepts(want: str, t: Any, pa: Any) -> bool:
+    """Whether a column of arrow type ``t`` can stand for one of type ``want`` (no booleans
+    or fractions for counts, as in JSON)."""
+    types = pa.types
+    if types.is_null(t):
+        return True
+    if types.is_dictionary(t):
+        return _accepts(want, t.value_type, pa)
+    if want.startswith("list<"):
+        return (types.is_list(t) or types.is_large_list(t)) and \
+            _accepts(want[5:-1], t.value_type, pa)
+    if want == "string":
+        return bool(types.is_string(t) or types.is_large_string(t))
+    if want in ("int64", "int32"):
+        return bool(types.is_integer(t))
+    if want == "float64":
+        return bool(types.is_integer(t) or types.is_floating(t))
+    return bool(types.is_boolean(t))
+
+
+def _arrow_type(want: str, pa: Any) -> Any:
+    if want.startswith("list<"):
+        return pa.list_(_arrow_type(want[5:-1], pa))
+    return {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(),
+            "float64": pa.float64(), "bool": pa.bool_()}[want]
+
+
+def _first(mask: Any) -> int:
+    return int(np.argmax(mask))
+
+
+def _firsts(values: list, keep: list[bool] | None = None) -> list[int]:
+    """The row of the first occurrence of each distinct value (among ``keep`` rows)."""
+    first: dict[Any, int] = {}
+    for i, x in enumerate(values):
+        if x not in first and (keep is None or keep[i]):
+            first[x] = i
+    return sorted(first.values())
