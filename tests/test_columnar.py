@@ -190,6 +190,16 @@ def with_column(table, name, values, kind=None):
      "vertex 'b': shape [4, 5] of float32 needs 80 bytes, more than its 64 bytes"),
     (lambda t: with_column(t, "shape", [None, [-4]], pa.list_(pa.int64())),
      "vertex 'b': shape must be a list of integers >= 0"),
+    (lambda t: with_column(t, "shape", [None, [4, None]], pa.list_(pa.int64())),
+     "vertex 'b': shape must be a list of integers, got [4, None]"),
+    (lambda t: with_column(t, "inputs", [[], [0, None]], pa.list_(pa.int32())),
+     "vertex 'b': inputs must be a list of row numbers, got [0, None]"),
+    (lambda t: with_column(t, "succ", [[None], []], pa.list_(pa.int32())),
+     "vertex 'a': succ must be a list of row numbers, got [None]"),
+    (lambda t: with_column(t, "succ_data", [[None], []], pa.list_(pa.bool_())),
+     "vertex 'a': succ_data must be a list of booleans, got [None]"),
+    (lambda t: with_column(t, "id", pa.array([b"a", b"b\xff"], pa.binary()).view(pa.string())),
+     "not a readable Parquet file (Column 0: In chunk 0: Invalid: Invalid UTF8 sequence"),
     (lambda t: t.replace_schema_metadata({}), "not a MemGraph Parquet file of offloadlab"),
     (lambda t: t.replace_schema_metadata({columnar.FORMAT_KEY: columnar.FORMAT,
                                           columnar.GRAPH_KEY: b'{"type": "TaskGraph"}'}),
@@ -205,6 +215,28 @@ def test_the_reader_names_the_file_the_vertex_and_the_field(edit, message, tmp_p
         MemGraph.read(path)
     assert str(info.value).startswith(f"MemGraph Parquet file {str(path)!r}: ")
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["damaged-dictionary-index", "damaged-utf8"])
+def test_damaged_files_found_by_fuzzing(capsys, name):
+    """Bytes flipped in a valid file: a dictionary index out of range, a string not UTF-8
+    (they passed pyarrow's reader and crashed ours before the table was validated)."""
+    path = Path(__file__).parent / "data" / f"{name}.parquet"
+    code, out, err = run_cli(capsys, ["simulate", str(path)])
+    assert code == 2 and err.count("\n") == 1, err
+    assert "not a readable Parquet file" in err
+
+
+def test_json_and_parquet_mixed_up_say_so(capsys, tmp_path):
+    small().write(tmp_path / "mg.json")
+    (tmp_path / "mg.json").rename(tmp_path / "json.parquet")
+    with pytest.raises(GraphError, match="it begins with '{': node-link JSON"):
+        MemGraph.read(tmp_path / "json.parquet")
+    small().write(tmp_path / "mg.parquet")
+    code, out, err = run_cli(capsys, ["plan", "--taskgraph", str(tmp_path / "mg.parquet"),
+                                      "--machine", "disco-example", "--out",
+                                      str(tmp_path / "out.json")])
+    assert code == 2 and "a Parquet file, not node-link JSON" in err
 
 
 def test_optional_columns_may_be_left_out(tmp_path):
@@ -295,12 +327,13 @@ def malformed_table(draw, table) -> bytes:
     out = pa.BufferOutputStream()
     pq.write_table(table, out)
     data = out.getvalue().to_pybytes()
-    damage = draw(st.sampled_from(["none"] * 6 + ["truncate", "flip", "random"]))
+    damage = draw(st.sampled_from(["none"] * 5 + ["truncate", "flip", "flip", "random"]))
     at = draw(st.integers(0, len(data) - 1))
     if damage == "truncate":
         data = data[:at]
-    elif damage == "flip":
-        data = data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+    elif damage == "flip":                        # one to three bytes changed
+        for at in draw(st.lists(st.integers(0, len(data) - 1), min_size=1, max_size=3)):
+            data = data[:at] + bytes([draw(st.integers(0, 255))]) + data[at + 1:]
     elif damage == "random":
         data = b"PAR1" + draw(st.binary(max_size=64))
     return data

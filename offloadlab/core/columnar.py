@@ -195,14 +195,16 @@ def read(path: str | Path) -> MemGraph:
 
     where = f"MemGraph Parquet file {str(path)!r}"
     try:
-        with open(path, "rb"):           # names what is wrong with the path, as JSON's reader
-            pass
+        with open(path, "rb") as f:     # names what is wrong with the path, as JSON's reader
+            head = f.read(1)
     except OSError as exc:
         raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
     try:
         table = pq.ParquetFile(str(path)).read()
+        table.validate(full=True)       # UTF-8 strings, dictionary indices within range
     except (OSError, pa.ArrowException, ValueError) as exc:
-        raise GraphError(f"{where}: not a readable Parquet file ({exc})") from None
+        hint = " (it begins with '{': node-link JSON? name it .json)" if head == b"{" else ""
+        raise GraphError(f"{where}: not a readable Parquet file ({exc}){hint}") from None
     with no_gc():
         return _memgraph(table, where, pa)
 
@@ -290,7 +292,8 @@ class _Columns:
             raise GraphError(f"{self.where}: column {name!r} must hold {COLUMNS[name][1]}, "
                              f"got {col.type}")
         target = _arrow_type(want, pa)
-        if col.type != target and not col.type == pa.dictionary(pa.int32(), target):
+        if col.type != target and not (col.type == pa.dictionary(pa.int32(), target)
+                                       and not col.dictionary.null_count):
             try:
                 col = col.cast(target)
             except pa.ArrowException as exc:   # e.g. a uint64 beyond int64, a long list
@@ -346,9 +349,10 @@ class _Columns:
                 out[i] = default
         return out
 
-    def lists(self, name: str) -> tuple[Any, Any, Any]:
+    def lists(self, name: str, vertex: Any) -> tuple[Any, Any, Any]:
         """A list column as (offsets, flat values, valid): row i's values are
-        ``values[offsets[i]:offsets[i + 1]]``; a null list is empty."""
+        ``values[offsets[i]:offsets[i + 1]]``; a null list is empty, a null in a list is
+        refused."""
         col = self.columns.get(name)
         if col is None:
             return np.zeros(self.n + 1, np.int64), np.zeros(0, np.int64), \
@@ -357,11 +361,17 @@ class _Columns:
         lengths = np.asarray(pc.list_value_length(col).fill_null(0))
         offsets = np.zeros(self.n + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return offsets, np.asarray(pc.list_flatten(col)), np.asarray(col.is_valid())
+        flat = pc.list_flatten(col)
+        if flat.null_count:
+            at = _first(np.asarray(flat.is_null()))
+            i = int(np.searchsorted(offsets, at, side="right")) - 1
+            raise GraphError(f"{vertex(i)}: {name} must be {COLUMNS[name][1]}, got "
+                             f"{col[i].as_py()}")
+        return offsets, np.asarray(flat), np.asarray(col.is_valid())
 
     def rows(self, name: str, vertex: Any, n: int) -> tuple[Any, Any]:
         """A column of row numbers: (offsets, flat row numbers), each checked."""
-        offsets, values, _ = self.lists(name)
+        offsets, values, _ = self.lists(name, vertex)
         if len(values) and not (values.min() >= 0 and values.max() < n):
             at = _first((values < 0) | (values >= n))
             i = int(np.searchsorted(offsets, at, side="right")) - 1
@@ -401,7 +411,7 @@ def _locations(cols: _Columns, vertex: Any, n: int) -> list[Loc | None]:
 def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str], vertex: Any
             ) -> list[tuple[int, ...] | None]:
     """Each vertex's shape: integers >= 0 whose elements fit in its bytes, or None."""
-    offsets, values, valid = cols.lists("shape")
+    offsets, values, valid = cols.lists("shape", vertex)
     if len(values) and values.min() < 0:
         at = _first(values < 0)
         i = int(np.searchsorted(offsets, at, side="right")) - 1
@@ -423,7 +433,7 @@ def _edges(mg: MemGraph, cols: _Columns, ids: list[str], ids_at: Any, vertex: An
     order, and its predecessors in row order, as the JSON reader adds them."""
     n = len(ids)
     at, targets = cols.rows("succ", vertex, n)
-    data_at, data, data_valid = cols.lists("succ_data")
+    data_at, data, data_valid = cols.lists("succ_data", vertex)
     lengths = np.diff(at)
     given = data_valid & (np.diff(data_at) != lengths)
     if given.any():

@@ -194,6 +194,9 @@ def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any
             text = path.read_bytes()
         except OSError as exc:
             raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
+    if isinstance(text, bytes) and text.startswith(b"PAR1"):
+        raise GraphError(f"{where}: a Parquet file, not node-link JSON (only a MemGraph may be "
+                         f"a Parquet table: give it to simulate or run)")
     try:
         with no_gc():                       # millions of small objects, none of them cyclic
             try:
