@@ -505,7 +505,7 @@ def test_errors_name_the_users_path_not_a_temporary_file(capsys, tmp_path, monke
 
     def full(self, path):
         raise OSError(28, "No space left on device", str(path))
-    monkeypatch.setattr(MemGraph, "to_json", full)
+    monkeypatch.setattr(MemGraph, "write", full)
     out_path = tmp_path / "mg.json"
     err = one_line_error(fails(capsys, "plan", "--workload", "matmul-chain:layers=2",
                                "--machine", "disco-example", "--out", out_path))

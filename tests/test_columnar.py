@@ -140,6 +140,13 @@ def test_the_writer_refuses_what_json_cannot_hold(change, message, tmp_path):
         mg.write(tmp_path / "mg.parquet")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_names_the_file():
+    with pytest.raises(OSError) as info:
+        columnar.write(small(), "/dev/full")
+    assert info.value.filename == "/dev/full" and info.value.errno == 28
+
+
 # -- what the reader refuses --------------------------------------------------------------------
 def table_of(mg: MemGraph):
     return columnar._table(mg, pa)
