@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 from sys import intern
 from typing import Any
@@ -78,6 +79,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "succ_data": ("list<bool>", "a list of booleans"),
 }
 REQUIRED = ("id", "kind", "device", "bytes")
+FIELDS = ("kind", "device", "bytes", "loc", "task", "of", "op", "flops", "inputs", "order",
+          "time", "shape", "dtype")
+"""The MemVertex fields the writer reads, a column each."""
 NAMES = ("kind", "device", "loc_device", "op", "dtype")
 """The columns of names: few distinct values, dictionary-encoded."""
 
@@ -134,15 +138,14 @@ def _table(mg: MemGraph, pa: Any) -> Any:
     vertices = list(mg.vertices.values())
     ids = list(mg.vertices)
     row = {x: i for i, x in enumerate(ids)}
-    flops = np.array([v.flops for v in vertices], np.float64)
-    times = [v.time for v in vertices]
+    (kind, device, nbytes, loc, task, of, op, flops, ins, order, times, shapes, dtype) = [
+        list(map(attrgetter(field), vertices)) for field in FIELDS]
     for field, values in (("flops", flops), ("time", [0.0 if t is None else t for t in times])):
         infinite = ~np.isfinite(values)
         if infinite.any():
             v = vertices[_first(infinite)]
             raise GraphError(f"cannot write {what}: vertex {v.id!r}: {field} = "
                              f"{getattr(v, field)!r} is not a finite number")
-    ins = [v.inputs for v in vertices]
     out = [mg.succ[x] for x in ids]
     try:
         inputs = list(map(row.__getitem__, chain.from_iterable(ins)))
@@ -152,10 +155,8 @@ def _table(mg: MemGraph, pa: Any) -> Any:
         raise GraphError(f"cannot write {what}: vertex {v.id!r} names {exc.args[0]!r}, which "
                          f"is not a vertex") from None
     succ_data = [kind == "data" for kind in chain.from_iterable(map(dict.values, out))]
-    shapes = [v.shape for v in vertices]
     shaped = [x is not None for x in shapes]
     shape = list(chain.from_iterable([x for x in shapes if x is not None]))
-    locs = [v.loc for v in vertices]
 
     def strings(values: Any) -> Any:
         return pa.array(values, pa.string()).dictionary_encode()
@@ -169,21 +170,21 @@ def _table(mg: MemGraph, pa: Any) -> Any:
 
     columns = {
         "id": pa.array(ids, pa.string()),
-        "kind": strings([v.kind for v in vertices]),
-        "device": strings([v.device for v in vertices]),
-        "bytes": pa.array([v.bytes for v in vertices], pa.int64()),
-        "loc_device": strings([x and x.device for x in locs]),
-        "loc_offset": pa.array([x and x.offset for x in locs], pa.int64()),
-        "loc_size": pa.array([x and x.size for x in locs], pa.int64()),
-        "task": pa.array([v.task for v in vertices], pa.string()),
-        "of": pa.array([v.of for v in vertices], pa.string()),
-        "op": strings([v.op for v in vertices]),
-        "flops": pa.array(flops),
+        "kind": strings(kind),
+        "device": strings(device),
+        "bytes": pa.array(nbytes, pa.int64()),
+        "loc_device": strings([x and x.device for x in loc]),
+        "loc_offset": pa.array([x and x.offset for x in loc], pa.int64()),
+        "loc_size": pa.array([x and x.size for x in loc], pa.int64()),
+        "task": pa.array(task, pa.string()),
+        "of": pa.array(of, pa.string()),
+        "op": strings(op),
+        "flops": pa.array(flops, pa.float64()),
         "inputs": lists(inputs, map(len, ins), pa.int32()),
-        "order": pa.array([v.order for v in vertices], pa.int64()),
+        "order": pa.array(order, pa.int64()),
         "time": pa.array(times, pa.float64()),
         "shape": lists(shape, (0 if x is None else len(x) for x in shapes), pa.int64(), shaped),
-        "dtype": strings([v.dtype for v in vertices]),
+        "dtype": strings(dtype),
         "succ": lists(succ, map(len, out), pa.int32()),
         "succ_data": lists(succ_data, map(len, out), pa.bool_()),
     }
