@@ -146,7 +146,9 @@ def _table(mg: MemGraph, pa: Any) -> Any:
             v = vertices[_first(infinite)]
             raise GraphError(f"cannot write {what}: vertex {v.id!r}: {field} = "
                              f"{getattr(v, field)!r} is not a finite number")
-    out = [mg.succ[x] for x in ids]
+    out = list(mg.succ.values())        # in vertex order, as add_vertex made them
+    if len(out) != len(ids) or list(mg.succ) != ids:
+        out = [mg.succ[x] for x in ids]
     try:
         inputs = list(map(row.__getitem__, chain.from_iterable(ins)))
         succ = list(map(row.__getitem__, chain.from_iterable(out)))
@@ -154,14 +156,14 @@ def _table(mg: MemGraph, pa: Any) -> Any:
         v = next(v for v in vertices if exc.args[0] in v.inputs or exc.args[0] in mg.succ[v.id])
         raise GraphError(f"cannot write {what}: vertex {v.id!r} names {exc.args[0]!r}, which "
                          f"is not a vertex") from None
-    succ_data = [kind == "data" for kind in chain.from_iterable(map(dict.values, out))]
+    succ_data = np.array(list(chain.from_iterable(map(dict.values, out))), object) == "data"
     shaped = [x is not None for x in shapes]
     shape = list(chain.from_iterable([x for x in shapes if x is not None]))
 
     def strings(values: Any) -> Any:
         return pa.array(values, pa.string()).dictionary_encode()
 
-    def lists(values: list, lengths: Any, kind: Any, valid: list[bool] | None = None) -> Any:
+    def lists(values: Any, lengths: Any, kind: Any, valid: list[bool] | None = None) -> Any:
         at = np.zeros(len(ids) + 1, np.int32)
         np.cumsum(np.fromiter(lengths, np.int32, len(ids)), out=at[1:])
         return pa.ListArray.from_arrays(
