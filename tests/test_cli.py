@@ -640,7 +640,7 @@ def test_help_is_fast_and_imports_nothing_heavy():
             "from offloadlab.lab.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    assert main(['--help']) == 0\n"
-            "heavy = [m for m in ('pandas', 'matplotlib', 'simpy', 'networkx')\n"
+            "heavy = [m for m in ('pandas', 'matplotlib', 'simpy', 'networkx', 'pyarrow')\n"
             "         if m in sys.modules]\n"
             "print(heavy)\n")
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -45,6 +45,10 @@ def test_make_trace_rejects_bad_rows():
         make_trace([bad])
     with pytest.raises(ValueError, match="unknown.*color"):
         make_trace([{**row("a", 0, 1), "color": "red"}])
+    columns = {c: [r[c] for r in (row("a", 0, 1), row("b", 1, 2))] for c in TRACE_COLUMNS}
+    columns["start"] = [0.0]
+    with pytest.raises(ValueError, match="lengths differ"):
+        make_trace(columns)
 
 
 def test_chrome_trace_events(tmp_path):

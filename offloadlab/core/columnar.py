@@ -25,14 +25,16 @@ and successors are row numbers.  Columns (``?``: may be null):
 ===========  ===================  =====================================================
 
 The ``graph`` attributes (planner, options, machine) are strict JSON under the schema's
-metadata key ``offloadlab.graph``.  Reading checks what the JSON reader checks and names the
-file, the vertex and the field alike; pandas reads the file as it is (``pd.read_parquet``).
+metadata key ``offloadlab.graph``.  Reading checks what the JSON reader checks, and more (types,
+nulls in lists, row numbers), with messages of the same form: the file, the vertex (or the
+column) and the field.  pandas reads the file as it is (``pd.read_parquet``).
 Needs pyarrow (``pip install 'offloadlab[parquet]'``), imported only here and only when used.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
@@ -49,9 +51,6 @@ from .errors import GraphError, OffloadlabError
 from .memgraph import EDGE_KINDS, Loc, MemGraph, MemVertex, _device_problem
 from .ops import DTYPES, op_problem
 from .util import no_gc
-
-MAGIC = b"PAR1"
-"""How every Parquet file begins (and ends)."""
 
 GRAPH_KEY = b"offloadlab.graph"
 FORMAT_KEY = b"offloadlab.format"
@@ -86,33 +85,21 @@ NAMES = ("kind", "device", "loc_device", "op", "dtype")
 """The columns of names: few distinct values, dictionary-encoded."""
 
 
-def is_parquet(path: str | Path) -> bool:
-    """Whether ``path`` names a Parquet file: it ends in ``.parquet`` or begins with the
-    Parquet magic bytes."""
-    path = Path(path)
-    if path.suffix.lower() == ".parquet":
-        return True
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == MAGIC
-    except OSError:
-        return False
-
-
-def need_pyarrow(what: str = "Parquet files") -> Any:
-    """The ``pyarrow`` module, or an OffloadlabError saying how to install it."""
+def need_pyarrow(what: str, instead: str = "") -> Any:
+    """The ``pyarrow`` module, or an OffloadlabError saying that ``what`` needs it and how to
+    install it (``instead``: what else would do)."""
     try:
         import pyarrow
     except ImportError:
-        raise OffloadlabError(f"{what} need pyarrow: pip install 'offloadlab[parquet]' (or "
-                              f"use .json)") from None
+        raise OffloadlabError(f"{what} need pyarrow: pip install 'offloadlab[parquet]'"
+                              + (f" (or {instead})" if instead else "")) from None
     return pyarrow
 
 
 # -- writing ----------------------------------------------------------------------------------
 def write(mg: MemGraph, path: str | Path) -> None:
     """Write ``mg`` to ``path`` as one Parquet table (the columns of :data:`COLUMNS`)."""
-    pa = need_pyarrow("MemGraph Parquet files")
+    pa = need_pyarrow("MemGraph Parquet files", "write .json")
     import pyarrow.parquet as pq
 
     with no_gc():
@@ -160,10 +147,13 @@ def _table(mg: MemGraph, pa: Any) -> Any:
     shaped = [x is not None for x in shapes]
     shape = list(chain.from_iterable([x for x in shapes if x is not None]))
 
-    def strings(values: Any) -> Any:
+    def names(values: Any) -> Any:
+        """A dictionary-encoded column of strings."""
         return pa.array(values, pa.string()).dictionary_encode()
 
-    def lists(values: Any, lengths: Any, kind: Any, valid: list[bool] | None = None) -> Any:
+    def list_column(values: Any, lengths: Any, kind: Any, valid: list[bool] | None = None
+                    ) -> Any:
+        """A column of lists: ``values`` flat, ``lengths`` per row, null where not ``valid``."""
         at = np.zeros(len(ids) + 1, np.int32)
         np.cumsum(np.fromiter(lengths, np.int32, len(ids)), out=at[1:])
         return pa.ListArray.from_arrays(
@@ -172,23 +162,24 @@ def _table(mg: MemGraph, pa: Any) -> Any:
 
     columns = {
         "id": pa.array(ids, pa.string()),
-        "kind": strings(kind),
-        "device": strings(device),
+        "kind": names(kind),
+        "device": names(device),
         "bytes": pa.array(nbytes, pa.int64()),
-        "loc_device": strings([x and x.device for x in loc]),
+        "loc_device": names([x and x.device for x in loc]),
         "loc_offset": pa.array([x and x.offset for x in loc], pa.int64()),
         "loc_size": pa.array([x and x.size for x in loc], pa.int64()),
         "task": pa.array(task, pa.string()),
         "of": pa.array(of, pa.string()),
-        "op": strings(op),
+        "op": names(op),
         "flops": pa.array(flops, pa.float64()),
-        "inputs": lists(inputs, map(len, ins), pa.int32()),
+        "inputs": list_column(inputs, map(len, ins), pa.int32()),
         "order": pa.array(order, pa.int64()),
         "time": pa.array(times, pa.float64()),
-        "shape": lists(shape, (0 if x is None else len(x) for x in shapes), pa.int64(), shaped),
-        "dtype": strings(dtype),
-        "succ": lists(succ, map(len, out), pa.int32()),
-        "succ_data": lists(succ_data, map(len, out), pa.bool_()),
+        "shape": list_column(shape, (0 if x is None else len(x) for x in shapes), pa.int64(),
+                             shaped),
+        "dtype": names(dtype),
+        "succ": list_column(succ, map(len, out), pa.int32()),
+        "succ_data": list_column(succ_data, map(len, out), pa.bool_()),
     }
     meta = orjson.dumps(graph)
     return pa.table(columns).replace_schema_metadata({GRAPH_KEY: meta, FORMAT_KEY: FORMAT})
@@ -232,9 +223,7 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
     cols = _Columns(table, where, pa)
     ids = cols.ids()
     n = len(ids)
-
-    def vertex(i: int) -> str:
-        return f"{where}: vertex {ids[i]!r}"
+    vertex = cols.vertex
 
     kind, device = cols.strings("kind"), cols.strings("device")
     _check_kinds(kind, device, vertex)
@@ -247,7 +236,7 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
         problem = op_problem(op[i])
         if problem is not None:
             raise GraphError(f"{vertex(i)}: {problem}")
-    dtype = cols.strings("dtype", default="float32")
+    dtype = [x or "float32" for x in cols.strings("dtype", default="float32")]   # as JSON
     for i in _firsts(dtype):
         if dtype[i] not in DTYPES:
             raise GraphError(f"{vertex(i)}: unknown dtype {dtype[i]!r}; known: "
@@ -285,30 +274,65 @@ class _Columns:
     def __init__(self, table: Any, where: str, pa: Any):
         self.pa, self.where, self.n = pa, where, table.num_rows
         self.columns: dict[str, Any] = {}
-        names = set(table.column_names)
+        names = table.column_names
         for name in REQUIRED:
             if name not in names:
                 raise GraphError(f"{where}: no {name!r} column (a MemGraph table has "
                                  f"{', '.join(COLUMNS)})")
-        for name in COLUMNS:
+        for name in COLUMNS:                  # "id" first: the others' errors name vertices
+            if names.count(name) > 1:
+                raise GraphError(f"{where}: column {name!r} appears {names.count(name)} times")
             if name in names:
                 self.columns[name] = self._typed(name, table.column(name).combine_chunks())
 
+    def vertex(self, i: int) -> str:
+        """Where an error in row ``i`` is: the file and the row's vertex."""
+        return f"{self.where}: vertex {self.columns['id'][i].as_py()!r}"
+
     def _typed(self, name: str, col: Any) -> Any:
+        """``col`` as its column's type (:data:`COLUMNS`): strings may stay dictionary-encoded,
+        integers become floats as JSON reads them; a type that cannot stand for it, or an
+        integer beyond the type's range, is refused."""
         pa, want = self.pa, COLUMNS[name][0]
         if not _accepts(want, col.type, pa):
             raise GraphError(f"{self.where}: column {name!r} must hold {COLUMNS[name][1]}, "
                              f"got {col.type}")
         target = _arrow_type(want, pa)
-        if col.type != target and not (col.type == pa.dictionary(pa.int32(), target)
-                                       and not col.dictionary.null_count):
-            try:
-                col = col.cast(target)
-            except pa.ArrowException as exc:   # e.g. a uint64 beyond int64, a long list
-                raise GraphError(f"{self.where}: column {name!r}: {exc}") from None
-        return col
+        if col.type == target or col.type == pa.dictionary(pa.int32(), target) and \
+                not col.dictionary.null_count:
+            return col
+        if want in ("int64", "list<int32>", "list<int64>"):
+            self._check_range(name, col, 31 if want == "list<int32>" else 63)
+        try:
+            return col.cast(target, safe=False)     # in range: only floats can lose digits
+        except pa.ArrowException as exc:              # e.g. lists of over 2**31 values
+            raise GraphError(f"{self.where}: column {name!r}: {exc}") from None
+
+    def _check_range(self, name: str, col: Any, bits: int) -> None:
+        """Refuse an integer of ``col`` (or of its lists) outside ``bits`` signed bits, naming
+        its vertex as the JSON reader would."""
+        import pyarrow.compute as pc
+        listed = name in ("inputs", "shape", "succ")
+        flat = pc.list_flatten(col) if listed else col
+        values = np.asarray(flat.fill_null(0))
+        bad = (values > (1 << bits) - 1) | (values < -(1 << bits)) if values.dtype.kind == "i" \
+            else values > (1 << bits) - 1
+        if not bad.any():
+            return
+        at = _first(bad)
+        value = int(values[at])
+        if not listed:
+            number(value, self.vertex(at), name, count=True, positive=name in REQUIRED)
+        lengths = np.asarray(pc.list_value_length(col).fill_null(0))
+        i = int(np.searchsorted(np.cumsum(lengths), at, side="right"))
+        if name == "shape":
+            raise GraphError(f"{self.vertex(i)}: shape {col[i].as_py()} has an element beyond "
+                             f"64 bits")
+        raise GraphError(f"{self.vertex(i)}: {name} names row {value}, but the file has "
+                         f"{self.n} rows")
 
     def ids(self) -> list[str]:
+        """The ``id`` column, none of it null."""
         col = self.columns["id"]
         if col.null_count:
             i = _first(np.asarray(col.is_null()))
@@ -333,8 +357,8 @@ class _Columns:
         index = np.asarray(encoded.indices.fill_null(len(values) - 1))
         return np.array(values, dtype=object)[index].tolist()
 
-    def numbers(self, name: str, vertex: Any, count: bool = False, positive: bool = False,
-                default: float | None = None) -> list:
+    def numbers(self, name: str, vertex: Callable[[int], str], count: bool = False,
+                positive: bool = False, default: float | None = None) -> list:
         """The column's numbers, checked as :func:`checks.number` checks a JSON field;
         null is ``default`` (a required column may hold none)."""
         col = self.columns.get(name)
@@ -357,7 +381,7 @@ class _Columns:
                 out[i] = default
         return out
 
-    def lists(self, name: str, vertex: Any) -> tuple[Any, Any, Any]:
+    def lists(self, name: str, vertex: Callable[[int], str]) -> tuple[Any, Any, Any]:
         """A list column as (offsets, flat values, valid): row i's values are
         ``values[offsets[i]:offsets[i + 1]]``; a null list is empty, a null in a list is
         refused."""
@@ -377,7 +401,7 @@ class _Columns:
                              f"{col[i].as_py()}")
         return offsets, np.asarray(flat), np.asarray(col.is_valid())
 
-    def rows(self, name: str, vertex: Any, n: int) -> tuple[Any, Any]:
+    def rows(self, name: str, vertex: Callable[[int], str], n: int) -> tuple[Any, Any]:
         """A column of row numbers: (offsets, flat row numbers), each checked."""
         offsets, values, _ = self.lists(name, vertex)
         if len(values) and not (values.min() >= 0 and values.max() < n):
@@ -388,7 +412,7 @@ class _Columns:
         return offsets, values
 
 
-def _check_kinds(kind: list[str], device: list[str], vertex: Any) -> None:
+def _check_kinds(kind: list[str], device: list[str], vertex: Callable[[int], str]) -> None:
     """Each distinct (kind, device) once: what the JSON reader checks per vertex."""
     verdicts: dict[tuple[str, str], str | None] = {}
     for i, pair in enumerate(zip(kind, device)):
@@ -398,7 +422,7 @@ def _check_kinds(kind: list[str], device: list[str], vertex: Any) -> None:
                 raise GraphError(f"{vertex(i)}: {problem}")
 
 
-def _locations(cols: _Columns, vertex: Any, n: int) -> list[Loc | None]:
+def _locations(cols: _Columns, vertex: Callable[[int], str], n: int) -> list[Loc | None]:
     """The ``loc`` of each vertex from its three columns, all given or all null."""
     device = cols.strings("loc_device")
     offset = cols.numbers("loc_offset", vertex, count=True)
@@ -416,7 +440,7 @@ def _locations(cols: _Columns, vertex: Any, n: int) -> list[Loc | None]:
     return [d and Loc(d, o, s) for d, o, s in zip(device, offset, size)]
 
 
-def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str], vertex: Any
+def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str], vertex: Callable[[int], str]
             ) -> list[tuple[int, ...] | None]:
     """Each vertex's shape: integers >= 0 whose elements fit in its bytes, or None."""
     offsets, values, valid = cols.lists("shape", vertex)
@@ -436,7 +460,8 @@ def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str], vertex: Any
     return shapes
 
 
-def _edges(mg: MemGraph, cols: _Columns, ids: list[str], ids_at: Any, vertex: Any) -> None:
+def _edges(mg: MemGraph, cols: _Columns, ids: list[str], ids_at: Any,
+           vertex: Callable[[int], str]) -> None:
     """The edges from ``succ`` and ``succ_data``: each vertex's successors in the file's
     order, and its predecessors in row order, as the JSON reader adds them."""
     n = len(ids)
@@ -492,6 +517,7 @@ def _accepts(want: str, t: Any, pa: Any) -> bool:
 
 
 def _arrow_type(want: str, pa: Any) -> Any:
+    """The arrow type named ``want`` (:data:`COLUMNS`' spelling)."""
     if want.startswith("list<"):
         return pa.list_(_arrow_type(want[5:-1], pa))
     return {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(),
@@ -499,6 +525,7 @@ def _arrow_type(want: str, pa: Any) -> Any:
 
 
 def _first(mask: Any) -> int:
+    """The index of the first true value of ``mask``."""
     return int(np.argmax(mask))
 
 

@@ -236,8 +236,10 @@ class MemGraph:
     def read(cls, path: str | Path) -> MemGraph:
         """Read the file ``path``: Parquet (by its suffix or its first bytes) or node-link
         JSON."""
-        from . import columnar
-        return columnar.read(path) if columnar.is_parquet(path) else cls.from_json(Path(path))
+        if nodelink.is_parquet(path):
+            from . import columnar
+            return columnar.read(path)
+        return cls.from_json(Path(path))
 
 
 def _device_problem(kind: str, device: str) -> str | None:

@@ -30,6 +30,9 @@ HEADER = b'{"directed":true,"multigraph":false,"graph":'
 
 BLOCK = 8 * 2**20
 
+PARQUET_MAGIC = b"PAR1"
+"""How every Parquet file begins (a MemGraph may be one: :mod:`offloadlab.core.columnar`)."""
+
 #: Where an item of each array starts and where the array ends, as :func:`write` writes them.
 #: Neither can occur inside a JSON string, where every quote is escaped.
 _ARRAYS = {"nodes": (b',"nodes":[', b'},{"id":', b'}],"edges":['),
@@ -124,6 +127,19 @@ def _streamed(path: Path) -> dict | None:
             "nodes": Items(path, "nodes"), "edges": Items(path, "edges")}
 
 
+def is_parquet(path: str | Path) -> bool:
+    """Whether ``path`` names a Parquet file: it ends in ``.parquet`` or begins with the
+    Parquet magic bytes."""
+    path = Path(path)
+    if path.suffix.lower() == ".parquet":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
 def node_link(data: object, where: str) -> tuple[Iterable, Iterable]:
     """The ``nodes`` and ``edges`` lists of networkx node-link JSON.  ``links`` is read as a
     synonym of ``edges`` (networkx before 3.4 wrote ``links``); a file with both must give the
@@ -194,9 +210,11 @@ def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any
             text = path.read_bytes()
         except OSError as exc:
             raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
-    if isinstance(text, bytes) and text.startswith(b"PAR1"):
-        raise GraphError(f"{where}: a Parquet file, not node-link JSON (only a MemGraph may be "
-                         f"a Parquet table: give it to simulate or run)")
+    if isinstance(text, bytes) and text.startswith(PARQUET_MAGIC):
+        raise GraphError(f"{where}: a Parquet file, not node-link JSON (" + (
+            "read MemGraph files with MemGraph.read, which reads both" if what.startswith(
+                "MemGraph") else "only a MemGraph may be a Parquet table: give it to simulate "
+            "or run") + ")")
     try:
         with no_gc():                       # millions of small objects, none of them cyclic
             try:

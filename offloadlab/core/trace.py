@@ -37,6 +37,9 @@ def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence]) -> pd.DataFrame
     import pandas as pd
 
     if isinstance(rows, Mapping):   # typed columns: pandas would infer strings, then convert
+        if len({len(v) for v in rows.values()}) > 1:
+            raise ValueError(f"trace columns: lengths differ: "
+                             f"{ {c: len(v) for c, v in rows.items()} }")
         frame = pd.DataFrame({c: pd.Series(v, dtype=_DTYPES.get(c)) for c, v in rows.items()})
     else:
         rows = list(rows)

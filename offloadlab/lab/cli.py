@@ -387,7 +387,7 @@ def _memgraph_file(args: argparse.Namespace):
 
 def _memgraph_file_name(path: str) -> str:
     """How errors name a MemGraph file: ``MemGraph JSON file 'mg.json'``."""
-    from ..core.columnar import is_parquet
+    from ..core.nodelink import is_parquet
     return f"MemGraph {'Parquet' if is_parquet(path) else 'JSON'} file {path!r}"
 
 
@@ -395,9 +395,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it (node-link
     JSON, or a Parquet table for ``--out *.parquet``)."""
     _check_writable(args, "out")
-    if args.out.lower().endswith(".parquet"):
+    if Path(args.out).suffix.lower() == ".parquet":      # as MemGraph.write decides
         from ..core.columnar import need_pyarrow
-        need_pyarrow("MemGraph Parquet files")
+        need_pyarrow("MemGraph Parquet files", "write .json")
     mg, _, machine = _planned(args, _taskgraph(args))
     with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
         mg.write(tmp)
@@ -715,7 +715,8 @@ def _check_table_suffix(path: str | None) -> None:
         raise SpecError(f"--out: cannot write {path!r}: a table needs one of the suffixes "
                         f"{', '.join(TABLE_SUFFIXES)}")
     if path and path.lower().endswith(".parquet"):
-        _need_pyarrow()
+        from ..core.columnar import need_pyarrow
+        need_pyarrow("Parquet tables", "write .csv")
 
 
 def _write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: str,
@@ -736,14 +737,6 @@ def _write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: s
         written.append(args.plot)
     args.outputs.commit()
     return written
-
-
-def _need_pyarrow() -> None:
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise SpecError("writing Parquet needs pyarrow: pip install pyarrow (or write .csv)"
-                        ) from None
 
 
 def cmd_import_torch(args: argparse.Namespace) -> int:
