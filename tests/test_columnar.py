@@ -360,7 +360,7 @@ def malformed_table(draw, table) -> bytes:
     for _ in range(draw(st.integers(1, 3))):
         name = draw(st.sampled_from(table.column_names)) if table.column_names else None
         what = draw(st.sampled_from(["cell", "cell", "cell", "drop column", "retype",
-                                     "repeat column", "drop row", "repeat row", "metadata"]))
+                                     "drop row", "repeat row", "metadata"]))
         if what == "cell" and name is not None and table.num_rows:
             values = table.column(name).to_pylist()
             values[draw(st.integers(0, len(values) - 1))] = draw(WEIRD)
@@ -371,8 +371,6 @@ def malformed_table(draw, table) -> bytes:
             table = with_column(table, name, column)
         elif what == "drop column" and name is not None:
             table = table.drop_columns([name])
-        elif what == "repeat column" and name is not None:
-            table = table.append_column(name, table.column(name))
         elif what == "retype" and name is not None:
             table = with_column(table, name, pa.array([repr(x) for x in
                                                        table.column(name).to_pylist()]))
@@ -386,6 +384,9 @@ def malformed_table(draw, table) -> bytes:
                 columnar.GRAPH_KEY: draw(st.sampled_from([
                     b"{}", b"[]", b"{", b'{"type": "MemGraph", "machine": 3}',
                     b'{"type": "TaskGraph"}', b'{"machine": {"gpus": -1}}']))})
+    if table.column_names and draw(st.sampled_from([False] * 7 + [True])):
+        name = draw(st.sampled_from(table.column_names))    # last: names are then ambiguous
+        table = table.append_column(name, table.column(name))
     out = pa.BufferOutputStream()
     pq.write_table(table, out)
     data = out.getvalue().to_pybytes()
