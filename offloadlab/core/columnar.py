@@ -323,8 +323,7 @@ class _Columns:
         value = int(values[at])
         if not listed:
             number(value, self.vertex(at), name, count=True, positive=name in REQUIRED)
-        lengths = np.asarray(pc.list_value_length(col).fill_null(0))
-        i = int(np.searchsorted(np.cumsum(lengths), at, side="right"))
+        i = _row(_offsets(col), at)
         if name == "shape":
             raise GraphError(f"{self.vertex(i)}: shape {col[i].as_py()} has an element beyond "
                              f"64 bits")
@@ -346,9 +345,8 @@ class _Columns:
         if col is None:
             return [default] * self.n
         if name in REQUIRED and col.null_count:
-            i = _first(np.asarray(col.is_null()))
-            raise GraphError(f"{self.where}: vertex {self.columns['id'][i].as_py()!r}: {name} "
-                             f"must be a string, got missing or null")
+            raise GraphError(f"{self.vertex(_first(np.asarray(col.is_null())))}: {name} must be "
+                             f"a string, got missing or null")
         if not names:
             return col.to_pylist()
         encoded = col if self.pa.types.is_dictionary(col.type) else col.dictionary_encode()
@@ -390,13 +388,10 @@ class _Columns:
             return np.zeros(self.n + 1, np.int64), np.zeros(0, np.int64), \
                 np.zeros(self.n, bool)
         import pyarrow.compute as pc
-        lengths = np.asarray(pc.list_value_length(col).fill_null(0))
-        offsets = np.zeros(self.n + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = _offsets(col)
         flat = pc.list_flatten(col)
         if flat.null_count:
-            at = _first(np.asarray(flat.is_null()))
-            i = int(np.searchsorted(offsets, at, side="right")) - 1
+            i = _row(offsets, _first(np.asarray(flat.is_null())))
             raise GraphError(f"{vertex(i)}: {name} must be {COLUMNS[name][1]}, got "
                              f"{col[i].as_py()}")
         return offsets, np.asarray(flat), np.asarray(col.is_valid())
@@ -406,20 +401,17 @@ class _Columns:
         offsets, values, _ = self.lists(name, vertex)
         if len(values) and not (values.min() >= 0 and values.max() < n):
             at = _first((values < 0) | (values >= n))
-            i = int(np.searchsorted(offsets, at, side="right")) - 1
-            raise GraphError(f"{vertex(i)}: {name} names row {values[at]}, but the file has "
-                             f"{n} rows")
+            raise GraphError(f"{vertex(_row(offsets, at))}: {name} names row {values[at]}, but "
+                             f"the file has {n} rows")
         return offsets, values
 
 
 def _check_kinds(kind: list[str], device: list[str], vertex: Callable[[int], str]) -> None:
     """Each distinct (kind, device) once: what the JSON reader checks per vertex."""
-    verdicts: dict[tuple[str, str], str | None] = {}
-    for i, pair in enumerate(zip(kind, device)):
-        if pair not in verdicts:
-            verdicts[pair] = problem = _device_problem(*pair)
-            if problem is not None:
-                raise GraphError(f"{vertex(i)}: {problem}")
+    for i in _firsts(list(zip(kind, device))):
+        problem = _device_problem(kind[i], device[i])
+        if problem is not None:
+            raise GraphError(f"{vertex(i)}: {problem}")
 
 
 def _locations(cols: _Columns, vertex: Callable[[int], str], n: int) -> list[Loc | None]:
@@ -445,8 +437,7 @@ def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str], vertex: Callabl
     """Each vertex's shape: integers >= 0 whose elements fit in its bytes, or None."""
     offsets, values, valid = cols.lists("shape", vertex)
     if len(values) and values.min() < 0:
-        at = _first(values < 0)
-        i = int(np.searchsorted(offsets, at, side="right")) - 1
+        i = _row(offsets, _first(values < 0))
         raise GraphError(f"{vertex(i)}: shape must be a list of integers >= 0, got "
                          f"{values[offsets[i]:offsets[i + 1]].tolist()}")
     at, flat = offsets.tolist(), values.tolist()
@@ -522,6 +513,20 @@ def _arrow_type(want: str, pa: Any) -> Any:
         return pa.list_(_arrow_type(want[5:-1], pa))
     return {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(),
             "float64": pa.float64(), "bool": pa.bool_()}[want]
+
+
+def _offsets(col: Any) -> Any:
+    """Where each list of the list column ``col`` starts in its flat values, and the end: a
+    null list is empty."""
+    import pyarrow.compute as pc
+    offsets = np.zeros(len(col) + 1, np.int64)
+    np.cumsum(np.asarray(pc.list_value_length(col).fill_null(0)), out=offsets[1:])
+    return offsets
+
+
+def _row(offsets: Any, at: int) -> int:
+    """The row whose list holds flat value ``at``."""
+    return int(np.searchsorted(offsets, at, side="right")) - 1
 
 
 def _first(mask: Any) -> int:

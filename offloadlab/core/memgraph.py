@@ -226,7 +226,7 @@ class MemGraph:
     def write(self, path: str | Path) -> None:
         """Write the file ``path``: one Parquet table if it ends in ``.parquet``
         (:mod:`offloadlab.core.columnar`, for large graphs), else node-link JSON."""
-        if Path(path).suffix.lower() == ".parquet":
+        if nodelink.parquet_name(path):
             from . import columnar
             columnar.write(self, path)
         else:

@@ -127,11 +127,16 @@ def _streamed(path: Path) -> dict | None:
             "nodes": Items(path, "nodes"), "edges": Items(path, "edges")}
 
 
+def parquet_name(path: str | Path) -> bool:
+    """Whether ``path``'s name says Parquet (it ends in ``.parquet``): how a MemGraph file is
+    written."""
+    return Path(path).suffix.lower() == ".parquet"
+
+
 def is_parquet(path: str | Path) -> bool:
-    """Whether ``path`` names a Parquet file: it ends in ``.parquet`` or begins with the
-    Parquet magic bytes."""
-    path = Path(path)
-    if path.suffix.lower() == ".parquet":
+    """Whether ``path`` names a Parquet file: by its name (:func:`parquet_name`) or its
+    first bytes, Parquet's magic."""
+    if parquet_name(path):
         return True
     try:
         with open(path, "rb") as f:

@@ -395,7 +395,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it (node-link
     JSON, or a Parquet table for ``--out *.parquet``)."""
     _check_writable(args, "out")
-    if Path(args.out).suffix.lower() == ".parquet":      # as MemGraph.write decides
+    from ..core.nodelink import parquet_name
+    if parquet_name(args.out):                          # as MemGraph.write decides
         from ..core.columnar import need_pyarrow
         need_pyarrow("MemGraph Parquet files", "write .json")
     mg, _, machine = _planned(args, _taskgraph(args))
