@@ -249,6 +249,20 @@ def test_dynamic_prefers_earliest_ready_then_planner_order():
     assert [t[v][0] for v in ("k0", "k1", "k2", "r")] == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_the_dispatch_pass_follows_every_completion_of_its_instant():
+    # p1 and p2 finish at 1 on gpu1 and gpu2, p1's completion first; the readers they make
+    # ready on gpu0 then run in planner order (w2 first), not in the order of those events.
+    mg = MemGraph()
+    add(mg, "p1", "compute", "gpu1", flops=1.0, loc=("gpu1", 0, 1))
+    add(mg, "p2", "compute", "gpu2", flops=1.0, loc=("gpu2", 0, 1))
+    add(mg, "w2", "compute", "gpu0", inputs=["p2"], flops=1.0, loc=("gpu0", 0, 1))
+    add(mg, "w1", "compute", "gpu0", inputs=["p1"], flops=1.0, loc=("gpu0", 1, 1))
+    for i, v in enumerate(mg):
+        v.order = i
+    t = times(simulate(mg, machine(gpus=3)))
+    assert t["w2"] == (1.0, 2.0) and t["w1"] == (2.0, 3.0)
+
+
 def test_memory_edges_order_reuse_of_a_location():
     # A's location is reused by B once A's reader R has finished (memory edge R -> B).
     mg = MemGraph()

@@ -4,8 +4,9 @@ docs/design.md, Execution semantics: a vertex may start when all its predecessor
 edges alike) have finished and its resource is free.  Vertices are numbered by planner order.
 When a vertex finishes, its successors' predecessor counts drop; a vertex whose count reaches
 zero joins its engine's ready queue.  Dispatch is deferred to one pass per simulated instant,
-after every completion at that instant, so that simultaneous vertices are ordered by the
-policy rather than by event order.  ``input`` vertices need no resource: they finish the
+after every event of that instant (:meth:`Model.run` steps the environment itself and runs the
+pass when the next event lies later), so that simultaneous vertices are ordered by the policy
+rather than by event order.  ``input`` vertices need no resource: they finish the
 moment they are ready, without a trace row.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 import simpy
-from simpy.events import Timeout
+from simpy.core import EmptySchedule
 
 from ..core.bound import durations as cost_durations
 from ..core.devices import is_bus
@@ -51,7 +52,6 @@ class Model:
         self.finished = 0
         self.progress = progress    # hears now and then how many vertices have finished
         self._dirty: list[Resource] = []
-        self._pass_pending = False
         self._build_resources(machine, policy, streams, seed)
 
     def _durations(self, memgraph: MemGraph, machine: Machine, noise: float,
@@ -106,7 +106,18 @@ class Model:
     def run(self) -> None:
         for i in [i for i, count in enumerate(self.waiting) if count == 0]:
             self.ready(i, 0.0)
-        self.env.run()
+        env, dirty = self.env, self._dirty
+        step, peek = env.step, env.peek
+        while True:
+            if dirty and peek() > env.now:       # every event of this instant has run
+                self._dispatch()
+                continue
+            try:
+                step()
+            except EmptySchedule:
+                if not dirty:
+                    break
+                self._dispatch()
         if self.finished < len(self.vertices):
             raise DeadlockError(self._stuck())
 
@@ -153,16 +164,13 @@ class Model:
         if not resource.dirty:
             resource.dirty = True
             self._dirty.append(resource)
-            if not self._pass_pending:
-                self._pass_pending = True
-                Timeout(self.env, 0.0).callbacks.append(self._dispatch)
 
-    def _dispatch(self, _event) -> None:
+    def _dispatch(self) -> None:
+        """The dispatch pass: every marked resource takes what it can from its queue."""
         for resource in self._dirty:  # a dispatch may mark a bus: it joins this same pass
             resource.dirty = False
             resource.dispatch()
         self._dirty.clear()
-        self._pass_pending = False
 
     def _stuck(self) -> str:
         stuck = [i for i, t in enumerate(self.end) if math.isnan(t)]
