@@ -1,7 +1,10 @@
-"""The two builds of the planner core (README, The compiled build): ``pip install .`` compiles
-``planner/allocator.py``, ``planner/buildmemgraph.py``, ``core/memgraph.py``, ``core/verify.py``
-and ``core/intervals.py`` with mypyc where it can, and installs them as pure Python otherwise
-(or with ``OFFLOADLAB_PURE=1``).
+"""The two builds of the core (README, The compiled build): ``pip install .`` compiles the
+planner core (``planner/allocator.py``, ``planner/buildmemgraph.py``), the MemGraph, its
+readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``, ``core/columnar.py``,
+``core/checks.py``, ``core/verify.py``, ``core/intervals.py``) and the simulator's model
+(``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``)
+with mypyc where it can, and installs them as pure Python otherwise (or with
+``OFFLOADLAB_PURE=1``).
 
 ``.ci/run`` tells each of its passes which build it must be importing through
 ``OFFLOADLAB_EXPECT_COMPILED`` (``1``: compiled, ``0``: pure Python); without it (a developer's
@@ -9,7 +12,6 @@ run) either build passes.  The other tests hold in both builds."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -17,15 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from offloadlab.core import intervals, memgraph, verify
-from offloadlab.core.machine import machine_from_spec
-from offloadlab.core.workloads import build_workload
+from offloadlab.core import bound, checks, columnar, dispatch, intervals, memgraph, nodelink, verify
 from offloadlab.lab.cli import main
-from offloadlab.planner import PLANNERS, allocator, buildmemgraph, plan, planner_options
-from offloadlab.planner.buildmemgraph import min_capacity
+from offloadlab.planner import PLANNERS, allocator, buildmemgraph, planner_options
+from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = (allocator, buildmemgraph, memgraph, verify, intervals)
+CORE = (allocator, buildmemgraph, memgraph, verify, intervals, checks, nodelink, columnar,
+        dispatch, bound, model, resources)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 
@@ -66,16 +67,26 @@ def test_list_describes_every_planner(capsys):
 
 PLANS = ("buildmemgraph", "buildmemgraph:victim=lru", "buildmemgraph:ahead=false", "levelwise")
 SCRIPT = """
-import hashlib, sys
+import hashlib, os, sys
 from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.memgraph import MemGraph
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import buildmemgraph, plan
 from offloadlab.planner.buildmemgraph import min_capacity
-assert buildmemgraph.__file__.endswith(".py"), buildmemgraph.__file__
+from offloadlab.simulator import model, simulate
+print("pure" if buildmemgraph.__file__.endswith(".py") else "compiled")
 graph = build_workload(sys.argv[1])
 machine = machine_from_spec(sys.argv[2].format(memory=int(min_capacity(graph) * 1.3)))
-for spec in sys.argv[3:]:
-    print(hashlib.sha256(plan(graph, machine, spec).to_json().encode()).hexdigest())
+digest = lambda text: hashlib.sha256(text.encode()).hexdigest()
+for spec in sys.argv[4:]:
+    mg = plan(graph, machine, spec)
+    print(digest(mg.to_json()))
+for policy in ("dynamic", "fixed", "random"):      # the last plan, simulated
+    print(digest(simulate(mg, machine, policy, noise=0.1, seed=3).trace.to_csv()))
+for name in ("mg.json", "mg.parquet"):             # and read back from either format
+    path = os.path.join(sys.argv[3], name)
+    mg.write(path)
+    print(digest(MemGraph.read(path).to_json()))
 """
 
 
@@ -83,14 +94,19 @@ for spec in sys.argv[3:]:
 @pytest.mark.skipif(not (REPO / "offloadlab" / "planner" / "buildmemgraph.py").is_file() or
                     any((REPO / "offloadlab").rglob("*.so")),
                     reason="needs the pure-Python sources beside the tests")
-def test_compiled_plans_are_byte_identical_to_pure_python_ones():
+def test_compiled_plans_simulations_and_files_are_byte_identical_to_pure_python_ones(tmp_path):
+    """The same plans, the same simulated traces of the last plan under each policy (with
+    noise), and the same MemGraph read back from JSON and from Parquet, in both builds."""
     workload = "random:vertices=2000,gpus=2,seed=5,host_fraction=0.5"
     spec = "a100x8:gpus=2,gpu_memory={memory}"
-    graph = build_workload(workload)
-    machine = machine_from_spec(spec.format(memory=int(min_capacity(graph) * 1.3)))
-    ours = [hashlib.sha256(plan(graph, machine, p).to_json().encode()).hexdigest() for p in PLANS]
+    ours = subprocess.run([sys.executable, "-c", SCRIPT, workload, spec, str(tmp_path), *PLANS],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ""})
     # run from the checkout, whose sources come first on sys.path: the pure-Python build
-    pure = subprocess.run([sys.executable, "-c", SCRIPT, workload, spec, *PLANS], cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
-    assert pure.returncode == 0, pure.stderr
-    assert pure.stdout.split() == ours
+    pure = subprocess.run([sys.executable, "-c", SCRIPT, workload, spec, str(tmp_path), *PLANS],
+                          cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ""})
+    assert pure.returncode == 0 and ours.returncode == 0, pure.stderr + ours.stderr
+    assert pure.stdout.split()[0] == "pure" and ours.stdout.split()[0] == "compiled"
+    assert len(pure.stdout.split()) == 1 + len(PLANS) + 5
+    assert pure.stdout.split()[1:] == ours.stdout.split()[1:]

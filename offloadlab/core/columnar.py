@@ -33,6 +33,7 @@ Needs pyarrow (``pip install 'offloadlab[parquet]'``), imported only here and on
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from itertools import chain
@@ -88,12 +89,11 @@ NAMES = ("kind", "device", "loc_device", "op", "dtype")
 def need_pyarrow(what: str, instead: str = "") -> Any:
     """The ``pyarrow`` module, or an OffloadlabError saying that ``what`` needs it and how to
     install it (``instead``: what else would do)."""
-    try:
-        import pyarrow
+    try:     # through importlib, which honours a module blocked in sys.modules in both builds
+        return importlib.import_module("pyarrow")
     except ImportError:
         raise OffloadlabError(f"{what} need pyarrow: pip install 'offloadlab[parquet]'"
                               + (f" (or {instead})" if instead else "")) from None
-    return pyarrow
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -350,7 +350,8 @@ class _Columns:
         if not names:
             return col.to_pylist()
         encoded = col if self.pa.types.is_dictionary(col.type) else col.dictionary_encode()
-        values = [x if x is None else intern(x) for x in encoded.dictionary.to_pylist()]
+        values: list[str | None] = [None if x is None else intern(x)
+                                     for x in encoded.dictionary.to_pylist()]
         values.append(default)
         index = np.asarray(encoded.indices.fill_null(len(values) - 1))
         return np.array(values, dtype=object)[index].tolist()
