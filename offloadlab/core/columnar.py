@@ -227,10 +227,10 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
 
     kind, device = cols.strings("kind"), cols.strings("device")
     _check_kinds(kind, device, vertex)
-    nbytes = cols.numbers("bytes", vertex, count=True, positive=True)
-    flops = cols.numbers("flops", vertex, default=0.0)
-    order = cols.numbers("order", vertex, count=True, default=0)
-    time = cols.numbers("time", vertex)
+    nbytes = cols.numbers("bytes", count=True, positive=True)
+    flops = cols.numbers("flops", default=0.0)
+    order = cols.numbers("order", count=True, default=0)
+    time = cols.numbers("time")
     op = cols.strings("op")
     for i in _firsts(op, [k == "compute" for k in kind]):
         problem = op_problem(op[i])
@@ -241,10 +241,10 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
         if dtype[i] not in DTYPES:
             raise GraphError(f"{vertex(i)}: unknown dtype {dtype[i]!r}; known: "
                              f"{', '.join(DTYPES)}")
-    locs = _locations(cols, vertex, n)
-    shapes = _shapes(cols, nbytes, dtype, vertex)
+    locs = _locations(cols)
+    shapes = _shapes(cols, nbytes, dtype)
     ids_at = np.array(ids, dtype=object)
-    offsets, inputs = cols.rows("inputs", vertex, n)
+    offsets, inputs = cols.rows("inputs")
     inputs_at, flat_inputs = offsets.tolist(), ids_at[inputs].tolist()
     inputs_of = [tuple(flat_inputs[inputs_at[i]:inputs_at[i + 1]]) for i in range(n)]
     mg = MemGraph(attrs)
@@ -263,7 +263,7 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
             v.task = v.id
         elif v.of is not None and v.of in vertices:
             v.of = vertices[v.of].id
-    _edges(mg, cols, ids, ids_at, vertex)
+    _edges(mg, cols, ids, ids_at)
     return mg
 
 
@@ -356,8 +356,8 @@ class _Columns:
         index = np.asarray(encoded.indices.fill_null(len(values) - 1))
         return np.array(values, dtype=object)[index].tolist()
 
-    def numbers(self, name: str, vertex: Callable[[int], str], count: bool = False,
-                positive: bool = False, default: float | None = None) -> list:
+    def numbers(self, name: str, count: bool = False, positive: bool = False,
+                default: float | None = None) -> list:
         """The column's numbers, checked as :func:`checks.number` checks a JSON field;
         null is ``default`` (a required column may hold none)."""
         col = self.columns.get(name)
@@ -373,14 +373,14 @@ class _Columns:
         if bad.any():
             i = _first(bad)
             got = values[i].item() if valid[i] else None
-            number(got, vertex(i), name, count=count, positive=positive)
+            number(got, self.vertex(i), name, count=count, positive=positive)
         out = values.tolist()
         if not valid.all():
             for i in np.flatnonzero(~valid).tolist():
                 out[i] = default
         return out
 
-    def lists(self, name: str, vertex: Callable[[int], str]) -> tuple[Any, Any, Any]:
+    def lists(self, name: str) -> tuple[Any, Any, Any]:
         """A list column as (offsets, flat values, valid): row i's values are
         ``values[offsets[i]:offsets[i + 1]]``; a null list is empty, a null in a list is
         refused."""
@@ -393,17 +393,18 @@ class _Columns:
         flat = pc.list_flatten(col)
         if flat.null_count:
             i = _row(offsets, _first(np.asarray(flat.is_null())))
-            raise GraphError(f"{vertex(i)}: {name} must be {COLUMNS[name][1]}, got "
+            raise GraphError(f"{self.vertex(i)}: {name} must be {COLUMNS[name][1]}, got "
                              f"{col[i].as_py()}")
         return offsets, np.asarray(flat), np.asarray(col.is_valid())
 
-    def rows(self, name: str, vertex: Callable[[int], str], n: int) -> tuple[Any, Any]:
+    def rows(self, name: str) -> tuple[Any, Any]:
         """A column of row numbers: (offsets, flat row numbers), each checked."""
-        offsets, values, _ = self.lists(name, vertex)
+        offsets, values, _ = self.lists(name)
+        n = self.n
         if len(values) and not (values.min() >= 0 and values.max() < n):
             at = _first((values < 0) | (values >= n))
-            raise GraphError(f"{vertex(_row(offsets, at))}: {name} names row {values[at]}, but "
-                             f"the file has {n} rows")
+            raise GraphError(f"{self.vertex(_row(offsets, at))}: {name} names row {values[at]}, "
+                             f"but the file has {n} rows")
         return offsets, values
 
 
@@ -415,11 +416,12 @@ def _check_kinds(kind: list[str], device: list[str], vertex: Callable[[int], str
             raise GraphError(f"{vertex(i)}: {problem}")
 
 
-def _locations(cols: _Columns, vertex: Callable[[int], str], n: int) -> list[Loc | None]:
+def _locations(cols: _Columns) -> list[Loc | None]:
     """The ``loc`` of each vertex from its three columns, all given or all null."""
+    n, vertex = cols.n, cols.vertex
     device = cols.strings("loc_device")
-    offset = cols.numbers("loc_offset", vertex, count=True)
-    size = cols.numbers("loc_size", vertex, count=True, positive=True)
+    offset = cols.numbers("loc_offset", count=True)
+    size = cols.numbers("loc_size", count=True, positive=True)
     for i in _firsts(device):
         if device[i] is not None and not is_gpu_name(device[i]):
             raise GraphError(f"{vertex(i)}: loc.device must be a GPU ('gpu0', 'gpu1', ...), "
@@ -433,10 +435,11 @@ def _locations(cols: _Columns, vertex: Callable[[int], str], n: int) -> list[Loc
     return [d and Loc(d, o, s) for d, o, s in zip(device, offset, size)]
 
 
-def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str], vertex: Callable[[int], str]
+def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str]
             ) -> list[tuple[int, ...] | None]:
     """Each vertex's shape: integers >= 0 whose elements fit in its bytes, or None."""
-    offsets, values, valid = cols.lists("shape", vertex)
+    vertex = cols.vertex
+    offsets, values, valid = cols.lists("shape")
     if len(values) and values.min() < 0:
         i = _row(offsets, _first(values < 0))
         raise GraphError(f"{vertex(i)}: shape must be a list of integers >= 0, got "
@@ -452,18 +455,17 @@ def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str], vertex: Callabl
     return shapes
 
 
-def _edges(mg: MemGraph, cols: _Columns, ids: list[str], ids_at: Any,
-           vertex: Callable[[int], str]) -> None:
+def _edges(mg: MemGraph, cols: _Columns, ids: list[str], ids_at: Any) -> None:
     """The edges from ``succ`` and ``succ_data``: each vertex's successors in the file's
     order, and its predecessors in row order, as the JSON reader adds them."""
     n = len(ids)
-    at, targets = cols.rows("succ", vertex, n)
-    data_at, data, data_valid = cols.lists("succ_data", vertex)
+    at, targets = cols.rows("succ")
+    data_at, data, data_valid = cols.lists("succ_data")
     lengths = np.diff(at)
     given = data_valid & (np.diff(data_at) != lengths)
     if given.any():
         i = _first(given)
-        raise GraphError(f"{vertex(i)}: succ_data must give one kind per successor in succ "
+        raise GraphError(f"{cols.vertex(i)}: succ_data must give one kind per successor in succ "
                          f"({lengths[i]}), got {int(data_at[i + 1] - data_at[i])}")
     is_data = np.ones(len(targets), bool)
     rows_given = np.repeat(data_valid, lengths)
