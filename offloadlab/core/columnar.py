@@ -28,7 +28,7 @@ The ``graph`` attributes (planner, options, machine) are strict JSON under the s
 metadata key ``offloadlab.graph``.  Reading checks what the JSON reader checks, and more (types,
 nulls in lists, row numbers), with messages of the same form: the file, the vertex (or the
 column) and the field.  pandas reads the file as it is (``pd.read_parquet``).
-Needs pyarrow (``pip install 'offloadlab[parquet]'``), imported only here and only when used.
+pyarrow, a dependency, is imported only here and only when a Parquet file is read or written.
 """
 
 from __future__ import annotations
@@ -87,12 +87,13 @@ NAMES = ("kind", "device", "loc_device", "op", "dtype")
 
 
 def need_pyarrow(what: str, instead: str = "") -> Any:
-    """The ``pyarrow`` module, or an OffloadlabError saying that ``what`` needs it and how to
-    install it (``instead``: what else would do)."""
+    """The ``pyarrow`` module (a dependency, imported only where Parquet is read or written),
+    or an OffloadlabError saying that ``what`` needs it and how to install it where it is
+    missing (``instead``: what else would do)."""
     try:     # through importlib, which honours a module blocked in sys.modules in both builds
         return importlib.import_module("pyarrow")
     except ImportError:
-        raise OffloadlabError(f"{what} need pyarrow: pip install 'offloadlab[parquet]'"
+        raise OffloadlabError(f"{what} need pyarrow, which is missing here: pip install pyarrow"
                               + (f" (or {instead})" if instead else "")) from None
 
 

@@ -81,12 +81,19 @@ class TaskGraph:
         self.__dict__.pop("_succ", None)
         return task
 
-    def add_input(self, id: str, bytes: int, home: str = HOST, **kw) -> Task:
-        return self.add(Task(id, "input", home, bytes, **kw))
+    def add_input(self, id: str, bytes: int, home: str = HOST, *,
+                  shape: tuple[int, ...] | None = None, dtype: str = "float32",
+                  time: float | None = None) -> Task:
+        """An input vertex ``id`` of ``bytes`` bytes living on ``home`` before the run."""
+        return self.add(Task(id, "input", home, bytes, shape=shape, dtype=dtype, time=time))
 
     def add_compute(self, id: str, op: str, inputs: Iterable[str], device: str, bytes: int,
-                    flops: float = 0.0, **kw) -> Task:
-        return self.add(Task(id, "compute", device, bytes, tuple(inputs), op, flops, **kw))
+                    flops: float = 0.0, *, shape: tuple[int, ...] | None = None,
+                    dtype: str = "float32", time: float | None = None) -> Task:
+        """A compute vertex ``id`` running ``op`` on ``device`` over ``inputs`` (in argument
+        order) and writing ``bytes`` bytes."""
+        return self.add(Task(id, "compute", device, bytes, tuple(inputs), op, flops, shape,
+                             dtype, time))
 
     def add_transfer(self, id: str, source: str, dst: str) -> Task:
         """A transfer vertex ``id`` copying ``source``'s tensor to the GPU ``dst``."""

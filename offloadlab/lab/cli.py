@@ -1143,7 +1143,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="planner and its options (buildmemgraph)")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="MemGraph to write: node-link JSON, or one Parquet table if FILE ends "
-                        "in .parquet (faster for large graphs; needs pyarrow)")
+                        "in .parquet (faster for large graphs)")
 
     p = add("compare", cmd_compare, "every planner on one problem, simulated: makespan, "
             "traffic, memory, planning time, and the gap to the problem's lower bound")
