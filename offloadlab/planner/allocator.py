@@ -24,13 +24,19 @@ from typing import Any
 Owner = Any   # what the caller names an occupant by (BuildMemGraph: its Resident)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Segment:
     start: int
     end: int
-    owner: Owner = None              # None: free
-    guard: tuple[str, ...] = ()
-    freed_at: int = -1
+    owner: Owner                     # None: free
+    guard: tuple[str, ...]
+    freed_at: int
+
+    # written out: compiled, it is native code, where dataclass's generated one is interpreted
+    def __init__(self, start: int, end: int, owner: Owner = None, guard: tuple[str, ...] = (),
+                 freed_at: int = -1):
+        self.start, self.end, self.owner, self.guard, self.freed_at = \
+            start, end, owner, guard, freed_at
 
 
 def size_class(n: int) -> int:

@@ -20,7 +20,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..core.devices import HOST, is_gpu
 from ..core.errors import PlanError
@@ -37,7 +37,7 @@ SCALE = 20              # fixed-point bits of the ``cost`` victim policy's bytes
 NO_USES: list[int] = []  # the uses of a tensor not read on its GPU (shared, never changed)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Resident:
     """A tensor's copy on a GPU: where it is, which MemGraph vertex writes it, who read it.
     It is its memory's occupant in the allocator."""
@@ -50,10 +50,18 @@ class Resident:
     clean: bool               # host RAM has a copy (only a tensor with one can be on two GPUs)
     last_use: int
     uses: list[int]           # the items that read it, ascending (BuildMemGraph.uses)
-    covered: list[Segment] = field(default_factory=list)  # the free segments it replaced
-    readers: list[str] = field(default_factory=list)
-    next_use: int = -1        # cache of the first item after execution that reads it
-    pin: int = -1             # the victim search that must spare it (_costs)
+    covered: list[Segment]    # the free segments it replaced
+    readers: list[str]
+    next_use: int             # cache of the first item after execution that reads it
+    pin: int                  # the victim search that must spare it (_costs)
+
+    # written out: compiled, it is native code, where dataclass's generated one is interpreted
+    def __init__(self, slot: Slot, loc: Loc, writer: str, item: int, materialized: bool,
+                 clean: bool, last_use: int, uses: list[int]):
+        self.slot, self.loc, self.writer, self.item = slot, loc, writer, item
+        self.materialized, self.clean, self.last_use, self.uses = \
+            materialized, clean, last_use, uses
+        self.covered, self.readers, self.next_use, self.pin = [], [], -1, -1
 
 
 class OverBudget(Exception):
