@@ -1,12 +1,15 @@
+import copy
+import dataclasses
 import gc
 import json
+import pickle
 import re
 
 import pytest
 
 from offloadlab.core import GraphError, MemGraph, SpecError, TaskGraph
 from offloadlab.core.machine import PRESETS, Machine, MiB, machine_from_spec
-from offloadlab.core.memgraph import MemVertex
+from offloadlab.core.memgraph import Loc, MemVertex
 from offloadlab.core.spec import parse_bytes, parse_spec
 from offloadlab.core.util import no_gc
 from offloadlab.core.workloads import WORKLOADS, build_workload
@@ -588,3 +591,17 @@ def test_host_bytes_counts_offloads_reloads_and_loads_not_transfers():
     assert mg.host_bytes() == 16
     moved = mg.moved_bytes()
     assert mg.host_bytes() == moved["load"] + moved["offload"] + moved["reload"]
+
+
+@pytest.mark.parametrize("clone", [copy.copy, copy.deepcopy,
+                                   lambda v: pickle.loads(pickle.dumps(v))])
+def test_a_memvertex_copies_and_pickles_with_every_field(clone):
+    """MemVertex writes its __init__ out (compiled, it is native code); copies and pickles,
+    which build a vertex before restoring its fields, keep every field."""
+    v = MemVertex("load:x@gpu1#3", "load", "gpu1", 64, loc=Loc("gpu1", 128, 64), task=None,
+                  of="x", op=None, flops=2.5, inputs=("x",), order=7, time=0.25, shape=(4, 4),
+                  dtype="float32")
+    w = clone(v)
+    assert w == v and w is not v
+    names = [f.name for f in dataclasses.fields(MemVertex)]
+    assert len(names) == 14 and [getattr(w, f) for f in names] == [getattr(v, f) for f in names]
