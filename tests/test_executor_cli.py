@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from test_cli import _program, fails, run
 
@@ -109,6 +110,17 @@ def test_calibrate_writes_a_machine_others_read(capsys, tmp_path):
     overridden = machine_from_spec(f"{out}:gpu_memory=1MiB")
     assert overridden.gpu_memory == 2**20 and overridden.gpu_flops == m.gpu_flops
     assert Machine.from_dict(json.loads(out.read_text())) == m
+
+
+def test_a_copy_line_that_does_not_rise_gives_the_mean_rate():
+    """Noise can tilt the least-squares line of fast copies downwards; its inverse slope was
+    then written as a negative bandwidth, which the calibrated machine file then refused."""
+    from offloadlab.executor.calibrate import _line
+    rising = pd.DataFrame({"bytes": [1e6, 4e6, 16e6], "seconds": [2e-3 + b / 1e9
+                                                                 for b in (1e6, 4e6, 16e6)]})
+    assert _line(rising) == (pytest.approx(1e9), pytest.approx(2e-3))
+    falling = pd.DataFrame({"bytes": [1e6, 4e6, 16e6], "seconds": [3e-4, 2e-4, 1e-4]})
+    assert _line(falling) == (pytest.approx(21e6 / 6e-4), 0.0)
 
 
 def test_calibrate_to_a_missing_directory_measures_nothing(capsys, tmp_path):

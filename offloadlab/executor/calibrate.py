@@ -148,9 +148,13 @@ def _copies(sizes: Iterable[int], reps: int, h2d: bool, d2h: bool, gpus: int = 1
 
 
 def _line(rows: pd.DataFrame) -> tuple[float, float]:
-    """Least-squares ``seconds = latency + bytes / rate``: (rate, latency >= 0)."""
+    """Least-squares ``seconds = latency + bytes / rate``: (rate, latency >= 0).  Where the
+    line does not rise (copies too fast to time apart from the noise of a loaded machine, as
+    unpaced GPU->GPU memcpys can be), the mean rate, with no latency."""
     slope, intercept = np.polyfit(rows["bytes"].astype(float), rows["seconds"], 1)
-    return float(1.0 / slope), max(float(intercept), 0.0)
+    if slope > 0:
+        return float(1.0 / slope), max(float(intercept), 0.0)
+    return float(rows["bytes"].sum() / rows["seconds"].sum()), 0.0
 
 
 def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
