@@ -50,13 +50,14 @@ def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int
         return nbytes - nbytes % 4 or nbytes      # whole float32 elements (aligned views)
 
     for n in range(vertices):
+        recent = range(max(0, n - window), n)
         if n == 0 or uniform01() < input_fraction:
             home = "host" if uniform01() < host_fraction else names[below(gpus)]
             nbytes = size()
             g.add_input(f"v{n}", nbytes, home=home)
         elif (gpus > 1 and last_on_gpu >= n - window and n + 1 < vertices
               and uniform01() < transfer_fraction):
-            gpu_tensors = [u for u in range(max(0, n - window), n) if where[u] != "host"]
+            gpu_tensors = [u for u in recent if where[u] != "host"]
             src = gpu_tensors[below(len(gpu_tensors))]
             others = [d for d in names if d != where[src]]
             home = others[below(len(others))]
@@ -64,7 +65,7 @@ def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int
             g.add_transfer(f"v{n}", f"v{src}", home)
         else:
             home = names[below(gpus)]
-            readable = [u for u in range(max(0, n - window), n) if where[u] in (home, "host")]
+            readable = [u for u in recent if where[u] in (home, "host")]
             picks = [below(len(readable) or 1) for _ in range(1 + below(max_inputs))]
             inputs = sorted({readable[i] for i in picks}) if readable else []
             nbytes = size()
