@@ -1,7 +1,5 @@
 """``python -m offloadlab``: the command-line interface."""
 
-import sys
+from .lab.cli import run
 
-from .lab.cli import main
-
-sys.exit(main())
+run()

@@ -564,6 +564,26 @@ def test_version(capsys):
     assert code == 0 and out == "offloadlab 0.1.0\n"
 
 
+def test_the_command_exits_with_mains_status_and_nothing_left_to_collect(monkeypatch):
+    import gc
+
+    from offloadlab.lab import cli
+    monkeypatch.setattr(cli, "main", lambda: 2)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            cli.run()
+        assert exc.value.code == 2 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_python_m_offloadlab_runs_the_command():
+    done = subprocess.run([sys.executable, "-m", "offloadlab", "simulate", "no-such.json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("offloadlab: error: ") and done.stderr.count("\n") == 1
+
+
 def test_quiet(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys, "demo", "--layers", "2", "--out", tmp_path / "a")
     assert code == 0 and "planning with levelwise" in out

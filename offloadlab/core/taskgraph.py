@@ -117,10 +117,11 @@ class TaskGraph:
     def succ(self) -> dict[str, list[str]]:
         """Readers of each vertex (one entry per reading vertex, in insertion order)."""
         if "_succ" not in self.__dict__:
-            succ: dict[str, list[str]] = {t: [] for t in self.tasks}
-            for t in self.tasks.values():
-                for u in dict.fromkeys(t.inputs):
-                    succ[u].append(t.id)
+            with no_gc():                   # a list per vertex, none cyclic
+                succ: dict[str, list[str]] = {t: [] for t in self.tasks}
+                for t in self.tasks.values():
+                    for u in dict.fromkeys(t.inputs):
+                        succ[u].append(t.id)
             self.__dict__["_succ"] = succ
         return self.__dict__["_succ"]
 

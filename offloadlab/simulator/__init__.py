@@ -72,7 +72,7 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
         trace = run_trace(model.vertices, [e.name if e is not None else None
                                            for e in model.engine],
                           model.stream, model.start, model.end, "sim", run)
-    memory, peaks = memory_and_peaks(trace, memgraph, machine.gpu_names())
+        memory, peaks = memory_and_peaks(trace, memgraph, machine.gpu_names())
     over = {gpu: peaks[gpu] for gpu in machine.gpu_names() if peaks[gpu] > machine.gpu_memory}
     if over:
         raise RuntimeError(f"simulated memory exceeds the machine's {machine.gpu_memory} bytes per "
