@@ -20,6 +20,7 @@ from offloadlab.core.errors import OffloadlabError
 from offloadlab.core.memgraph import MemGraph
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.workloads import build_workload
+from offloadlab.lab import beside
 from offloadlab.lab.cli import main
 
 SETTINGS = dict(max_examples=80, deadline=None,
@@ -132,29 +133,37 @@ def check_contract(code: int, out: str, err: str, out_dir: Path) -> None:
         assert not [p for p in out_dir.iterdir() if p.name.startswith(".")]   # no temporaries
 
 
-def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+def run_cli(capsys, argv: list[str], fork: bool = False) -> tuple[int, str, str]:
+    """Run the CLI in-process; ``fork``: verifying in a child process however small the graph
+    (offloadlab.lab.beside), as the plan and simulate commands do for large ones."""
     capsys.readouterr()
-    code = main(argv)
+    saved = beside.BESIDE_AT
+    beside.BESIDE_AT = 0 if fork else saved
+    try:
+        code = main(argv)
+    finally:
+        beside.BESIDE_AT = saved
     out, err = capsys.readouterr()
     return code, out, err
 
 
 @settings(**SETTINGS)
-@given(data=st.data())
-def test_malformed_taskgraph_files(capsys, valid_files, data):
+@given(data=st.data(), fork=st.booleans())
+def test_malformed_taskgraph_files(capsys, valid_files, data, fork):
     text = data.draw(malformed(valid_files["tg"]))
     with tempfile.TemporaryDirectory() as tmp:
         path, out_dir = Path(tmp) / "tg.json", Path(tmp) / "out"
         path.write_bytes(text)
         out_dir.mkdir()
         code, out, err = run_cli(capsys, ["plan", "--taskgraph", str(path), "--machine",
-                                          "disco-example", "--out", str(out_dir / "mg.json")])
+                                          "disco-example", "--out", str(out_dir / "mg.json")],
+                                    fork)
         check_contract(code, out, err, out_dir)
         if code == 0:
             assert (out_dir / "mg.json").is_file()
 
 
-def simulate_file(capsys, raw: bytes, name: str) -> None:
+def simulate_file(capsys, raw: bytes, name: str, fork: bool = False) -> None:
     """``simulate`` a file of the bytes ``raw`` named ``name``, writing a Chrome trace: the
     contract holds, and a run that succeeds prints a strict JSON summary and writes the trace."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,7 +171,7 @@ def simulate_file(capsys, raw: bytes, name: str) -> None:
         path.write_bytes(raw)
         out_dir.mkdir()
         code, out, err = run_cli(capsys, ["simulate", str(path), "--json", "--chrome",
-                                          str(out_dir / "trace.json")])
+                                          str(out_dir / "trace.json")], fork)
         check_contract(code, out, err, out_dir)
         if code == 0:
             summary = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
@@ -171,9 +180,9 @@ def simulate_file(capsys, raw: bytes, name: str) -> None:
 
 
 @settings(**SETTINGS)
-@given(data=st.data())
-def test_malformed_memgraph_files(capsys, valid_files, data):
-    simulate_file(capsys, data.draw(malformed(valid_files["mg"])), "mg.json")
+@given(data=st.data(), fork=st.booleans())
+def test_malformed_memgraph_files(capsys, valid_files, data, fork):
+    simulate_file(capsys, data.draw(malformed(valid_files["mg"])), "mg.json", fork)
 
 
 @settings(**SETTINGS)

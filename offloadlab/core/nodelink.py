@@ -5,6 +5,7 @@ edges)``: the ``graph`` attributes (``type`` first) and iterators of node and ed
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -52,6 +53,12 @@ class Items:
         self.path, self.which = path, which
 
     def __iter__(self) -> Iterator[Any]:
+        # the items of each batch straight from its list: a generator yielding them one by
+        # one cost 0.3 s of reading a 165k-vertex MemGraph
+        return itertools.chain.from_iterable(self._batches())
+
+    def _batches(self) -> Iterator[list]:
+        """The items, a parsed batch (a list) at a time."""
         begin, between, end = _ARRAYS[self.which]
         with open(self.path, "rb") as f:
             buf = _seek_past(f, begin)
@@ -61,7 +68,7 @@ class Items:
                 more = f.read(BLOCK)
                 stop = buf.find(end)
                 if stop >= 0:
-                    yield from _parse(buf[:stop + 1])
+                    yield _parse(buf[:stop + 1])
                     if self.which == "edges" and (buf[stop + len(end):] + more + f.read()
                                                   ).strip():
                         raise Unstreamable("data after the end of the graph")
@@ -70,7 +77,7 @@ class Items:
                     raise Unstreamable(f"no {end!r} after the {self.which}")
                 cut = buf.rfind(between)
                 if cut >= 0:
-                    yield from _parse(buf[:cut + 1])
+                    yield _parse(buf[:cut + 1])
                     buf = buf[cut + 2:]
                 buf += more
 

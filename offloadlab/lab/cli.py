@@ -347,17 +347,41 @@ def _taskgraph(args: argparse.Namespace):
 def _planned(args: argparse.Namespace, graph):
     """``graph``, the TaskGraph of ``--workload``/``--taskgraph``, planned with ``--planner``
     on ``--machine`` and verified: (MemGraph, TaskGraph, Machine)."""
+    mg, machine = _plan(args, graph)
+    with _verifying(args, mg, graph, machine, beside=False):
+        pass
+    return mg, graph, machine
+
+
+def _plan(args: argparse.Namespace, graph):
+    """``graph`` planned with ``--planner`` on ``--machine``, not verified yet: (MemGraph,
+    Machine)."""
     from ..core.machine import machine_from_spec
-    from ..core.verify import verify
     from ..planner import plan
 
     machine = machine_from_spec(args.machine)
-    phases = _phases(args)
-    with phases.phase(f"planning with {args.planner}", total=len(graph)) as report:
+    with _phases(args).phase(f"planning with {args.planner}", total=len(graph)) as report:
         mg = plan(graph, machine, args.planner, progress=report, evaluate=_makespan)
-    with phases.phase(f"verifying {len(mg)} MemGraph vertices"):
-        verify(mg, graph, machine)
-    return mg, graph, machine
+    return mg, machine
+
+
+@contextmanager
+def _verifying(args: argparse.Namespace, mg, graph, machine, path: str | None = None,
+               beside: bool = True) -> Iterator[None]:
+    """Verify ``mg`` against ``graph`` and ``machine`` while the block runs, on another core
+    where it can and ``beside`` (:mod:`offloadlab.lab.beside`), else before the block; a
+    failure raises VerificationError naming the MemGraph file ``path`` if given."""
+    from .beside import verifying
+
+    try:
+        with verifying(mg, graph, machine, beside, shown=lambda: _phases(args).phase(
+                f"verifying {len(mg)} MemGraph vertices")):
+            yield
+    except VerificationError as exc:
+        if path is None:
+            raise
+        raise VerificationError(f"{_memgraph_file_name(path)} is not a correct plan: "
+                                f"{exc}") from None
 
 
 def _makespan(memgraph, machine) -> float:
@@ -369,20 +393,22 @@ def _makespan(memgraph, machine) -> float:
 def _memgraph_file(args: argparse.Namespace):
     """The MemGraph file ``args.memgraph`` and the machine it runs on (``--machine``, else
     the one stored in the file), verified against it."""
+    mg, machine = _read_memgraph(args)
+    with _verifying(args, mg, None, machine, args.memgraph, beside=False):
+        pass
+    return mg, machine
+
+
+def _read_memgraph(args: argparse.Namespace):
+    """The MemGraph file ``args.memgraph``, not verified yet, and the machine it runs on
+    (``--machine``, else the one stored in the file)."""
     from ..core.machine import machine_from_spec
     from ..core.memgraph import MemGraph
-    from ..core.verify import verify
 
-    path, phases = args.memgraph, _phases(args)
-    with phases.phase(f"reading {path}"):
+    path = args.memgraph
+    with _phases(args).phase(f"reading {path}"):
         mg = MemGraph.read(path)
     machine = machine_from_spec(args.machine) if args.machine else _stored_machine(mg, path)
-    with phases.phase(f"verifying {len(mg)} MemGraph vertices"):
-        try:
-            verify(mg, machine=machine)
-        except VerificationError as exc:
-            raise VerificationError(f"{_memgraph_file_name(path)} is not a correct plan: "
-                                    f"{exc}") from None
     return mg, machine
 
 
@@ -400,8 +426,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if parquet_name(args.out):                          # as MemGraph.write decides
         from ..core.columnar import need_pyarrow
         need_pyarrow("MemGraph Parquet files", "write .json")
-    mg, _, machine = _planned(args, _taskgraph(args))
-    with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
+    graph = _taskgraph(args)
+    mg, machine = _plan(args, graph)
+    with _verifying(args, mg, graph, machine), args.outputs.file(args.out) as tmp, \
+            _phases(args).phase(f"writing {args.out}"):
         mg.write(tmp)
     args.outputs.commit()
     print(f"wrote {args.out}: {len(mg)} vertices, {mg.count('offload')} offloads, "
@@ -426,8 +454,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..simulator import simulate
 
     _check_writable(args, "gantt", "memory", "chrome")
-    mg, machine = _memgraph_file(args)
-    with _phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
+    mg, machine = _read_memgraph(args)
+    with _verifying(args, mg, None, machine, args.memgraph), \
+            _phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
         result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
                           streams=args.streams, progress=report)
     _check_makespan(result.makespan, "simulated")
