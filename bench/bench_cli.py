@@ -2,19 +2,24 @@
 
     python bench/bench_cli.py                       # the benchmark's 100k-vertex DAG
     python bench/bench_cli.py --vertices 30000 --repeat 1 --formats parquet
+    python bench/bench_cli.py --pythons /tmp/old/bin/python,/tmp/new/bin/python --repeat 5
 
 Runs ``offloadlab plan`` on the benchmark DAG (``random`` with every input in host RAM, 4 GPUs
 of an a100x8 whose memory is 1.5x the tightest feasible) and then ``offloadlab simulate`` on
 the MemGraph it wrote, each as its own process with verification on (as users run them), and
-reports the best wall time of ``--repeat`` runs in TaskGraph vertices planned per second and
-MemGraph vertices simulated per second, with ``offloadlab --version`` as the start-up floor;
-once per MemGraph file format (``--formats``: node-link JSON, the default, and Parquet).
+reports the best and the median wall time of ``--repeat`` rounds in TaskGraph vertices
+planned per second and MemGraph vertices simulated per second, with ``offloadlab --version``
+as the start-up floor; once per MemGraph file format (``--formats``: node-link JSON, the
+default, and Parquet).  With ``--pythons``, each round runs the commands under every one of
+those interpreters (each its own install of offloadlab) in turn, so that two versions are
+compared on the same machine at the same time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,15 +30,27 @@ from offloadlab.core.workloads import build_workload
 from offloadlab.planner.buildmemgraph import min_capacity
 
 
-def timed(argv: list[str], repeat: int) -> float:
-    """Best wall time of ``repeat`` runs of ``python -m offloadlab ARGV``."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "offloadlab", *argv], check=True,
-                       stdout=subprocess.DEVNULL)
-        best = min(best, time.perf_counter() - start)
-    return best
+def timed(python: str, argv: list[str], cwd: str) -> float:
+    """Wall time of one ``PYTHON -m offloadlab ARGV`` run in the directory ``cwd``: not the
+    repository's, where ``-m`` would import the source tree instead of the installed build."""
+    start = time.perf_counter()
+    subprocess.run([python, "-m", "offloadlab", *argv], check=True, stdout=subprocess.DEVNULL,
+                   cwd=cwd)
+    return time.perf_counter() - start
+
+
+def build_of(python: str, cwd: str) -> str:
+    """Which build of offloadlab ``python`` runs from ``cwd``: compiled or pure Python."""
+    probe = "import offloadlab.planner.buildmemgraph as m; print(m.__file__)"
+    where = subprocess.run([python, "-c", probe], check=True, capture_output=True, text=True,
+                           cwd=cwd).stdout.strip()
+    return f"{'compiled' if where.endswith('.so') else 'pure Python'}, {os.path.dirname(where)}"
+
+
+def summary(seconds: list[float], count: int, what: str) -> str:
+    best, median = min(seconds), statistics.median(seconds)
+    return (f"{best:.2f} s = {count / best:,.0f} {what}/s best, {median:.2f} s = "
+            f"{count / median:,.0f}/s median of {len(seconds)}")
 
 
 def main() -> None:
@@ -44,25 +61,39 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--formats", default="json,parquet",
                    help="MemGraph file formats, comma-separated (json,parquet)")
+    p.add_argument("--pythons", default=sys.executable,
+                   help="interpreters to run the commands with, comma-separated, interleaved "
+                        "round by round (default: this one)")
     args = p.parse_args()
+    pythons = args.pythons.split(",")
     workload = f"random:vertices={args.vertices},gpus=4,seed=1,host_fraction=1"
     tight = min_capacity(build_workload(workload))
     machine = f"a100x8:gpus=4,gpu_memory={int(tight * args.factor)}"
+    print(f"workload   {workload} on {machine}")
     with tempfile.TemporaryDirectory() as tmp:
-        startup = timed(["--version"], args.repeat)
-        print(f"workload   {workload} on {machine}")
-        print(f"start-up   {startup:.2f} s (offloadlab --version)")
+        for python in pythons:
+            startup = min(timed(python, ["--version"], tmp) for _ in range(args.repeat))
+            print(f"start-up   {startup:.2f} s (offloadlab --version, {python}: "
+                  f"{build_of(python, tmp)})")
         for fmt in args.formats.split(","):
-            out = os.path.join(tmp, f"mg.{fmt}")
-            plan_s = timed(["plan", "--workload", workload, "--machine", machine, "--out", out],
-                           args.repeat)
-            sim_s = timed(["simulate", out], args.repeat)
-            memgraph = len(MemGraph.read(out))
-            print(f"plan       {plan_s:.2f} s = {args.vertices / plan_s:,.0f} TaskGraph "
-                  f"vertices/s (build, plan, verify, write {fmt}; best of {args.repeat})")
-            print(f"simulate   {sim_s:.2f} s = {memgraph / sim_s:,.0f} MemGraph vertices/s "
-                  f"({memgraph} vertices: read {fmt}, verify, simulate; best of "
-                  f"{args.repeat}; file {os.path.getsize(out) / 2**20:.1f} MiB)")
+            plan_s: dict[str, list[float]] = {python: [] for python in pythons}
+            sim_s: dict[str, list[float]] = {python: [] for python in pythons}
+            for _ in range(args.repeat):
+                for k, python in enumerate(pythons):
+                    out = os.path.join(tmp, f"mg{k}.{fmt}")
+                    plan_s[python].append(timed(python, ["plan", "--workload", workload,
+                                                         "--machine", machine, "--out", out],
+                                                tmp))
+                    sim_s[python].append(timed(python, ["simulate", out], tmp))
+            for k, python in enumerate(pythons):
+                out = os.path.join(tmp, f"mg{k}.{fmt}")
+                memgraph = len(MemGraph.read(out))
+                label = f" ({python})" if len(pythons) > 1 else ""
+                print(f"plan       {summary(plan_s[python], args.vertices, 'TaskGraph vertices')}"
+                      f" (build, plan, verify, write {fmt}){label}")
+                print(f"simulate   {summary(sim_s[python], memgraph, 'MemGraph vertices')} "
+                      f"({memgraph} vertices: read {fmt}, verify, simulate; file "
+                      f"{os.path.getsize(out) / 2**20:.1f} MiB){label}")
 
 
 if __name__ == "__main__":
