@@ -184,6 +184,44 @@ def test_no_gc_restores_the_collector_and_keeps_frozen_objects_frozen():
         gc.unfreeze()
 
 
+class _Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def _garbage_cycle():
+    """A weak reference to a reference cycle that nothing else holds."""
+    import weakref
+    return weakref.ref(_Cycle())
+
+
+def test_no_gc_leaves_a_small_blocks_garbage_to_the_young_collections():
+    gc.collect()
+    dead = _garbage_cycle()
+    with no_gc():
+        pass
+    gc.collect(1)
+    assert dead() is None
+
+
+def test_no_gc_promotes_a_large_blocks_objects_and_then_collects_them_in_full(monkeypatch):
+    from offloadlab.core import util
+    monkeypatch.setattr(util, "PROMOTE_AT", 0)
+    monkeypatch.setattr(util, "_promoted", 0)
+    monkeypatch.setattr(util, "_largest", 0)
+    gc.collect()
+    dead = _garbage_cycle()
+    kept = []
+    with no_gc():
+        kept.append([[] for _ in range(100)])
+    gc.collect(1)
+    assert dead() is not None          # promoted, out of the young collections' reach
+    for _ in range(8):                 # blocks promoting as much: a full collection follows
+        with no_gc():
+            kept.append([[] for _ in range(100)])
+    assert dead() is None
+
+
 # -- bad input, at the readers (issue 16) ------------------------------------------------------
 def _graph(**b_fields):
     """A two-vertex TaskGraph dict; ``b_fields`` override vertex 'b''s fields."""
