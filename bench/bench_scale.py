@@ -7,12 +7,14 @@ For every workload, machine, memory factor and size, two fresh processes do what
 commands users run do: the first (``offloadlab plan``) builds the workload, plans it with
 ``buildmemgraph``, verifies the MemGraph and writes it (node-link JSON, or with ``--format
 parquet`` a Parquet table); the second (``offloadlab simulate``) reads it, verifies it again
-and simulates it (``dynamic``).  Each
-stage's seconds and microseconds per TaskGraph vertex are reported, with each process's peak
-resident memory.  GPU memory is ``factor`` times the tightest feasible capacity
-(:func:`min_capacity`, not timed) on the machine's GPUs.  Workloads: ``host`` is the benchmark
-DAG (``random`` with ``host_fraction=1``, every input in host RAM); ``default`` is the
-``random`` workload with its default options (half the inputs live on GPUs).
+and simulates it (``dynamic``), one stage after the other, so that each stage's cost shows
+(the commands verify beside writing or simulating, in a child process:
+``offloadlab/lab/beside.py``).  Each stage's seconds and microseconds per TaskGraph vertex are
+reported, with each process's peak resident memory.  GPU memory is ``factor`` times the
+tightest feasible capacity (:func:`min_capacity`, not timed) on the machine's GPUs.
+Workloads: ``host`` is the benchmark DAG (``random`` with ``host_fraction=1``, every input in
+host RAM); ``default`` is the ``random`` workload with its default options (half the inputs
+live on GPUs).
 """
 
 from __future__ import annotations
