@@ -53,8 +53,8 @@ class Items:
         self.path, self.which = path, which
 
     def __iter__(self) -> Iterator[Any]:
-        # the items of each batch straight from its list: a generator yielding them one by
-        # one cost 0.3 s of reading a 165k-vertex MemGraph
+        # the items of each batch straight from its list, not resumed through a generator
+        # one by one: the items of a 165k-vertex MemGraph in 0.79 s against 0.81-0.88 s
         return itertools.chain.from_iterable(self._batches())
 
     def _batches(self) -> Iterator[list]:
