@@ -66,6 +66,15 @@ def main() -> None:
                         "round by round (default: this one)")
     args = p.parse_args()
     pythons = args.pythons.split(",")
+    if args.repeat < 1 or args.vertices < 1:
+        p.error("--repeat and --vertices must be at least 1")
+    if not 0 < args.factor < float("inf"):
+        p.error(f"--factor must be a finite number > 0, got {args.factor}")
+    if not set(args.formats.split(",")) <= {"json", "parquet"}:
+        p.error(f"--formats: json, parquet or both, comma-separated; got {args.formats!r}")
+    for python in pythons:
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            p.error(f"--pythons: {python!r} is not an executable file")
     workload = f"random:vertices={args.vertices},gpus=4,seed=1,host_fraction=1"
     tight = min_capacity(build_workload(workload))
     machine = f"a100x8:gpus=4,gpu_memory={int(tight * args.factor)}"
@@ -76,17 +85,16 @@ def main() -> None:
             print(f"start-up   {startup:.2f} s (offloadlab --version, {python}: "
                   f"{build_of(python, tmp)})")
         for fmt in args.formats.split(","):
+            outs = {python: os.path.join(tmp, f"mg{k}.{fmt}") for k, python in enumerate(pythons)}
             plan_s: dict[str, list[float]] = {python: [] for python in pythons}
             sim_s: dict[str, list[float]] = {python: [] for python in pythons}
             for _ in range(args.repeat):
-                for k, python in enumerate(pythons):
-                    out = os.path.join(tmp, f"mg{k}.{fmt}")
+                for python, out in outs.items():
                     plan_s[python].append(timed(python, ["plan", "--workload", workload,
                                                          "--machine", machine, "--out", out],
                                                 tmp))
                     sim_s[python].append(timed(python, ["simulate", out], tmp))
-            for k, python in enumerate(pythons):
-                out = os.path.join(tmp, f"mg{k}.{fmt}")
+            for python, out in outs.items():
                 memgraph = len(MemGraph.read(out))
                 label = f" ({python})" if len(pythons) > 1 else ""
                 print(f"plan       {summary(plan_s[python], args.vertices, 'TaskGraph vertices')}"
@@ -97,4 +105,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("bench_cli: interrupted", file=sys.stderr)
+        sys.exit(130)
