@@ -1,7 +1,6 @@
 """The offset allocator behind BuildMemGraph (planner/allocator.py), against brute force."""
 
 import itertools
-import math
 
 import pytest
 from hypothesis import given, settings
@@ -9,7 +8,7 @@ from hypothesis import strategies as st
 
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.planner import allocator
-from offloadlab.planner.allocator import INDEX_AT, GpuMemory, size_class
+from offloadlab.planner.allocator import INDEX_AT, LEAST, PINNED, GpuMemory, Victims, size_class
 
 
 def free_runs(memory: GpuMemory) -> list[tuple[int, int]]:
@@ -109,21 +108,34 @@ def test_find_free_agrees_with_brute_force(memory, size):
     check_layout(memory)
 
 
+class Table(Victims):
+    """Victim costs read from a table: owner -> (badness, bytes moved)."""
+
+    def __init__(self, costs: dict):
+        self.costs = costs
+
+    def badness(self, owner) -> int:
+        return self.costs[owner][0]
+
+    def moved(self, owner) -> int:
+        return self.costs[owner][1]
+
+
 @settings(max_examples=300, deadline=None)
 @given(histories(), st.integers(1, 200), st.data())
 def test_find_victims_agrees_with_brute_force(memory, size, data):
     owners = memory.owners()
-    costs = {o: data.draw(st.none() | st.tuples(st.sampled_from([-math.inf, -3.0, -1.0, 0.0, 2.0]),
-                                                st.integers(0, 3)))
+    costs = {o: (PINNED, 0) if data.draw(st.booleans()) else
+             data.draw(st.tuples(st.sampled_from([LEAST, -3, -1, 0, 2]), st.integers(0, 3)))
              for o in owners}
-    found = memory.find_victims(size, costs.__getitem__)
+    found = memory.find_victims(size, Table(costs))
     windows = []
     for s in memory.segments:
         if s.start + size > memory.capacity:
             break
         inside = occupants(memory, s.start, size)
-        if all(costs[o] is not None for o in inside):
-            worst = max((costs[o][0] for o in inside), default=-math.inf)
+        if all(costs[o][0] != PINNED for o in inside):
+            worst = max((costs[o][0] for o in inside), default=LEAST)
             windows.append(((worst, sum(costs[o][1] for o in inside), s.start), inside))
     if not windows:
         assert found is None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +51,26 @@ below a quarter of that)."""
 VICTIM_SCAN = 128
 """Window starts that :meth:`GpuMemory.find_victims` judges per eviction (its clock hand's
 reach); 64 to 512 were measured (README, Scaling)."""
+
+PINNED = 2**61
+"""The badness of an occupant that must stay (:class:`Victims`)."""
+
+LEAST = -PINNED
+"""The badness of evicting nothing; no occupant's is lower."""
+
+
+class Victims:
+    """What :meth:`GpuMemory.find_victims` asks about each occupant; the caller subclasses
+    it (compiled, these are native calls: the search makes one per occupant it judges)."""
+
+    def badness(self, owner: Owner) -> int:
+        """How bad evicting ``owner`` is, from :data:`LEAST` up; :data:`PINNED` if it must
+        stay."""
+        raise NotImplementedError
+
+    def moved(self, owner: Owner) -> int:
+        """The bytes evicting ``owner`` moves (asked only when it is not pinned)."""
+        raise NotImplementedError
 
 
 class GpuMemory:
@@ -154,12 +173,11 @@ class GpuMemory:
         ends, latest = prefix
         return latest[bisect.bisect_left(ends, start + size)]
 
-    def find_victims(self, size: int, cost: Callable[[Owner], tuple[float, int] | None]
-                     ) -> tuple[int, list[Owner]] | None:
+    def find_victims(self, size: int, cost: Victims) -> tuple[int, list[Owner]] | None:
         """simMallocOffld's search: a window of ``size`` bytes whose occupants may all be
-        evicted (``cost`` is not None) and whose worst occupant is least bad, where
-        ``cost(owner) = (badness, bytes to offload)``; ties go to the window that offloads
-        fewer bytes.  Returns its offset and its occupants.
+        evicted (none is :data:`PINNED`) and whose worst occupant is least bad
+        (``cost.badness``); ties go to the window that moves fewer bytes (``cost.moved``).
+        Returns its offset and its occupants.
 
         The search is bounded as the CLOCK page-replacement algorithm bounds LRU: a hand
         sweeps the address space, the windows starting at the :data:`VICTIM_SCAN` segments
@@ -182,10 +200,9 @@ class GpuMemory:
         self._hand = offset + size if offset + size < self.capacity else 0
         return offset, [s.owner for s in self.segments[first:last] if s.owner is not None]
 
-    def _slide(self, i0: int, i1: int, size: int,
-               cost: Callable[[Owner], tuple[float, int] | None],
-               best: tuple[tuple[float, int, int], int, int] | None
-               ) -> tuple[tuple[float, int, int], int, int] | None:
+    def _slide(self, i0: int, i1: int, size: int, cost: Victims,
+               best: tuple[tuple[int, int, int], int, int] | None
+               ) -> tuple[tuple[int, int, int], int, int] | None:
         """:meth:`find_victims` over the windows starting at segments ``i0..i1-1``, beating
         ``best``: ``((worst badness, bytes, distance after the hand), first, last)``, the
         window being segments ``first..last-1``.  One sliding pass keeps the window's pinned
@@ -194,10 +211,10 @@ class GpuMemory:
         segs, n = self.segments, len(self.segments)
         hand, capacity = self._hand, self.capacity
         evictable: deque[tuple[int, int]] = deque()  # (index, bytes to offload), in the window
-        worst: deque[tuple[float, int]] = deque()    # (badness, index), badness decreasing
+        worst: deque[tuple[int, int]] = deque()      # (badness, index), badness decreasing
         j = i0
         pinned = moved = 0                 # the window is segments i..j-1
-        top, top_moved, top_distance = best[0] if best is not None else (math.inf, 0, 0)
+        top, top_moved, top_distance = best[0] if best is not None else (PINNED, 0, 0)
         for i in range(i0, i1):
             start = segs[i].start
             end = start + size
@@ -206,11 +223,11 @@ class GpuMemory:
             while j < n and segs[j].start < end:
                 owner = segs[j].owner
                 if owner is not None:
-                    c = cost(owner)
-                    if c is None:
+                    bad = cost.badness(owner)
+                    if bad == PINNED:
                         pinned += 1
                     else:
-                        bad, nbytes = c
+                        nbytes = cost.moved(owner)
                         evictable.append((j, nbytes))
                         moved += nbytes
                         while worst and worst[-1][0] <= bad:
@@ -218,12 +235,12 @@ class GpuMemory:
                         worst.append((bad, j))
                 j += 1
             if not pinned:
-                bad = worst[0][0] if worst else -math.inf
+                bad = worst[0][0] if worst else LEAST
                 if best is None or bad < top or bad == top and (moved < top_moved or (
                         moved == top_moved and (start - hand) % capacity < top_distance)):
                     top, top_moved, top_distance = bad, moved, (start - hand) % capacity
                     best = (top, top_moved, top_distance), i, j
-                    if bad == -math.inf and moved == 0:
+                    if bad == LEAST and moved == 0:
                         break                   # nothing to lose here: no window beats it
             if segs[i].owner is not None:       # segment i leaves the window
                 if evictable and evictable[0][0] == i:

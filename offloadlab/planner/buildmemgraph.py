@@ -18,20 +18,19 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core.devices import HOST, is_gpu
+from ..core.devices import CPU, HOST
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
 from ..core.taskgraph import TaskGraph
 from ..core.util import no_gc
-from .allocator import GpuMemory, Segment
+from .allocator import LEAST, PINNED, GpuMemory, Segment, Victims
 
 Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
-NEVER = 2**62           # the next use of a tensor not read again
+NEVER = 2**60           # the next use of a tensor not read again (a short int, compiled)
 VICTIMS = ("belady", "cost", "lru")   # victim policies, the default first
 SCALE = 20              # fixed-point bits of the ``cost`` victim policy's bytes per item
 NO_USES: list[int] = []  # the uses of a tensor not read on its GPU (shared, never changed)
@@ -93,8 +92,7 @@ class BuildMemGraph:
         self.items: list[Slot] = []
         self.allocated: set[int] = set()
         self.uses: dict[Slot, list[int]] = {}   # slot -> items that read it there, ascending
-        self.out = {t: task.out_device for t, task in graph.tasks.items()}
-        self.read = {t: task.read_device for t, task in graph.tasks.items()}
+        self.out, self.read = placement(graph)
         self.outputs = set(graph.outputs())
         self.host_read = {u for t, task in graph.tasks.items() if self.read[t] == HOST
                           for u in task.inputs}
@@ -188,7 +186,7 @@ class BuildMemGraph:
         """Refuse a vertex that cannot fit its GPU; size each GPU's room (``reserve`` times
         the most a vertex holds there at once)."""
         cap, room = self.machine.gpu_memory, self.room
-        for vertex, dev, nbytes in memory_needs(self.g):
+        for vertex, dev, nbytes in memory_needs(self.g, self.out, self.read):
             if nbytes > cap:
                 what = (f"vertex {vertex!r} (its output and inputs)" if vertex is not None
                         else f"the inputs living on {dev}")
@@ -412,77 +410,115 @@ class BuildMemGraph:
         k = bisect.bisect_right(uses, self.exec_hzn if after is None else after)
         return uses[k] if k < len(uses) else None
 
-    def _costs(self, pinned: set[Slot]) -> Callable[[Resident], tuple[float, int] | None]:
-        """The cost of evicting each resident now: ``(badness, bytes)``, or None for the
-        ``pinned``; the victim search minimises a window's worst badness, then its bytes.
-
-        ``belady`` (the paper's rule): badness is minus the next use (the furthest is evicted
-        first), bytes are those to offload.  ``lru``: badness is the last use.  ``cost``: no
-        badness; "bytes" are the bytes the eviction makes move (an offload unless host RAM has
-        a copy, and a reload if the tensor is read again) divided by how many items away its
-        next use is, summed over the window: with equal sizes and every victim dirty this is
-        Belady's rule, but a clean tensor (a weight, or a reload not written since) costs half
-        a dirty one, a big tensor more than a small one, and a copy not needed again only its
-        offload.  Retracting an allocation made ahead moves nothing (``cost``: free); its
-        "use" is when its item comes.  (The victim search calls this for every resident, so
-        it keeps what it needs in locals, and finds the pinned by a stamp.)"""
-        now = self.exec_hzn
-        victim, kept, horizon = self.victim, self.kept, len(self.items)
-        bisect_right = bisect.bisect_right
+    def _costs(self, pinned: set[Slot]) -> Eviction:
+        """The costs of evicting each resident now (:class:`Eviction`), sparing the
+        ``pinned``, whom it finds by a stamp (the victim search asks about every resident)."""
         self.searches += 1
         stamp = self.searches
         for slot in pinned:
             pin = self.resident.get(slot)
             if pin is not None:
                 pin.pin = stamp
-
-        def cost(res: Resident) -> tuple[float, int] | None:
-            if res.pin == stamp:
-                return None
-            if not res.materialized:
-                if victim == "cost":
-                    return 0.0, 0
-                return (res.last_use if victim == "lru" else -res.item), 0
-            offload = 0 if res.clean else res.loc.size
-            if victim == "lru":
-                return res.last_use, offload
-            nxt = res.next_use
-            if nxt <= now:                   # the cached next use has passed: look it up
-                used = res.uses
-                k = bisect_right(used, now)
-                nxt = res.next_use = used[k] if k < len(used) else NEVER
-            if victim == "belady":
-                return (-math.inf if nxt == NEVER else -nxt), offload
-            if nxt == NEVER:
-                if res.slot[0] not in kept:
-                    return 0.0, 0
-                return 0.0, (offload << SCALE) // max(1, horizon - now)
-            return 0.0, ((offload + res.loc.size) << SCALE) // (nxt - now)
-        return cost
+        return Eviction(self.victim, self.exec_hzn, stamp, self.kept, len(self.items))
 
 
-def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
+class Eviction(Victims):
+    """The cost of evicting a resident at item ``now``: the victim search minimises a
+    window's worst badness, then the bytes it moves.
+
+    ``belady`` (the paper's rule): badness is minus the next use (the furthest is evicted
+    first), bytes are those to offload.  ``lru``: badness is the last use.  ``cost``: no
+    badness; "bytes" are the bytes the eviction makes move (an offload unless host RAM has a
+    copy, and a reload if the tensor is read again) divided by how many items away its next
+    use is, summed over the window: with equal sizes and every victim dirty this is Belady's
+    rule, but a clean tensor (a weight, or a reload not written since) costs half a dirty
+    one, a big tensor more than a small one, and a copy not needed again only its offload.
+    Retracting an allocation made ahead moves nothing (``cost``: free); its "use" is when
+    its item comes.  Residents stamped ``stamp`` are pinned."""
+
+    def __init__(self, victim: str, now: int, stamp: int, kept: set[str], horizon: int):
+        self.victim, self.now, self.stamp, self.kept, self.horizon = \
+            victim, now, stamp, kept, horizon
+
+    def badness(self, owner: Resident) -> int:
+        if owner.pin == self.stamp:
+            return PINNED
+        victim = self.victim
+        if victim == "cost":
+            return 0
+        if victim == "lru":
+            return owner.last_use
+        if not owner.materialized:
+            return -owner.item
+        nxt = self.next_use(owner)
+        return LEAST if nxt == NEVER else -nxt
+
+    def moved(self, owner: Resident) -> int:
+        if not owner.materialized:
+            return 0
+        offload = 0 if owner.clean else owner.loc.size
+        if self.victim != "cost":
+            return offload
+        now, nxt = self.now, self.next_use(owner)
+        if nxt == NEVER:
+            if owner.slot[0] not in self.kept:
+                return 0
+            return (offload << SCALE) // max(1, self.horizon - now)
+        return ((offload + owner.loc.size) << SCALE) // (nxt - now)
+
+    def next_use(self, res: Resident) -> int:
+        """The first item after ``now`` that reads ``res`` (:data:`NEVER` if none), cached
+        on it until that item has passed."""
+        nxt = res.next_use
+        if nxt <= self.now:
+            used = res.uses
+            k = bisect.bisect_right(used, self.now)
+            nxt = res.next_use = used[k] if k < len(used) else NEVER
+        return nxt
+
+
+def placement(graph: TaskGraph) -> tuple[dict[str, str], dict[str, str]]:
+    """Where each vertex's output lives and where it reads its inputs
+    (:attr:`Task.out_device`, :attr:`Task.read_device`), for every vertex in one pass: a GPU,
+    or ``"host"`` for host inputs and CPU vertices."""
+    out: dict[str, str] = {}
+    read: dict[str, str] = {}
+    for t, task in graph.tasks.items():
+        device = task.device
+        if task.kind == "transfer":
+            src, _, dst = device.partition("->")
+            out[t], read[t] = dst, src
+        else:
+            out[t] = read[t] = HOST if device == CPU else device
+    return out, read
+
+
+def memory_needs(graph: TaskGraph, out: dict[str, str] | None = None,
+                 read: dict[str, str] | None = None) -> list[tuple[str | None, str, int]]:
     """What must fit on one GPU at once: ``(vertex, gpu, bytes)`` for each vertex with its
     inputs, and ``(None, gpu, bytes)`` for each GPU's resident inputs together (they exist
-    before the run)."""
+    before the run).  ``out`` and ``read`` are :func:`placement`'s, if known."""
+    if out is None or read is None:
+        out, read = placement(graph)
     inputs: dict[str, int] = {}
-    size = {t.id: t.bytes for t in graph}
-    for task in graph:
+    size = {t: task.bytes for t, task in graph.tasks.items()}
+    needs: list[tuple[str | None, str, int]] = []
+    for t, task in graph.tasks.items():
         if task.kind == "input":
             if task.device != HOST:
                 inputs[task.device] = inputs.get(task.device, 0) + task.bytes
             continue
-        out, read = task.out_device, task.read_device
-        if is_gpu(read):
+        dst, src = out[t], read[t]
+        if src != HOST:
             reads = sum([size[u] for u in set(task.inputs)])
-            if out == read:
-                yield task.id, out, reads + task.bytes
+            if dst == src:
+                needs.append((t, dst, reads + task.bytes))
                 continue
-            yield task.id, read, reads
-        if is_gpu(out):
-            yield task.id, out, task.bytes
-    for dev, nbytes in inputs.items():
-        yield None, dev, nbytes
+            needs.append((t, src, reads))
+        if dst != HOST:
+            needs.append((t, dst, task.bytes))
+    needs += [(None, dev, nbytes) for dev, nbytes in inputs.items()]
+    return needs
 
 
 def min_capacity(graph: TaskGraph) -> int:
