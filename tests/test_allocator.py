@@ -33,13 +33,17 @@ def check_layout(memory: GpuMemory) -> None:
     segs = memory.segments
     assert segs[0].start == 0 and segs[-1].end == memory.capacity
     assert all(a.end == b.start and a.start < a.end for a, b in zip(segs, segs[1:]))
+    # linked both ways, each segment found by its start, the hand's segment containing it
+    assert segs[0].prev is None and all(b.prev is a for a, b in zip(segs, segs[1:]))
+    assert memory._at == {s.start: s for s in segs}
+    assert memory._hand_at in segs and \
+        memory._hand_at.start <= memory._hand < memory._hand_at.end
     # find_free's fail threshold: no free run holds _no_fit bytes
     assert all(end - start < memory._no_fit for start, end in free_runs(memory))
     # the index of free runs, when kept, agrees with the segments
     runs = free_runs(memory) if memory._indexed else []
-    assert memory._run_starts == [a for a, _ in runs]
     assert memory._run_start == {b: a for a, b in runs}
-    assert memory._runs == {a: (b, memory.segments[memory._index(a)].freed_at) for a, b in runs}
+    assert memory._runs == {a: (b, memory._at[a].freed_at) for a, b in runs}
     assert sorted(memory._class_runs) == memory._classes
     # each size class lists its runs as (first freed_at, start), packed in one int, ascending
     shift = memory._shift
@@ -63,21 +67,50 @@ def _restore_index_at():
     allocator.INDEX_AT = INDEX_AT
 
 
+class Table(Victims):
+    """Victim costs read from a table: owner -> (badness, bytes moved)."""
+
+    def __init__(self, costs: dict):
+        self.costs = costs
+
+    def badness(self, owner) -> int:
+        return self.costs[owner][0]
+
+    def moved(self, owner) -> int:
+        return self.costs[owner][1]
+
+
 @st.composite
 def histories(draw):
-    """An allocator after a random sequence of allocations, releases and retractions, with
-    the free-run index taken up and dropped at a random number of segments (the default is
-    rarely reached by these small histories)."""
+    """An allocator after a random sequence of allocations, evictions (as BuildMemGraph's
+    simMallocOffld makes them: a victim search, its victims freed, the window occupied),
+    releases and retractions, with the free-run index taken up and dropped at a random number
+    of segments (the default is rarely reached by these small histories)."""
     allocator.INDEX_AT = draw(st.sampled_from([1, 4, 8, INDEX_AT]))
     capacity = draw(st.integers(16, 200))
     memory = GpuMemory("gpu0", capacity)
     held: dict[int, tuple[int, int, list]] = {}
     for step in range(draw(st.integers(0, 40))):
-        action = draw(st.sampled_from(["place", "place", "release", "restore"]))
+        action = draw(st.sampled_from(["place", "place", "evict", "release", "restore"]))
         if action == "place":
             size = draw(st.integers(1, capacity // 2))
             offset = memory.find_free(size)
             if offset is not None:
+                held[step] = (offset, size, memory.place(offset, size, step))
+        elif action == "evict":
+            size = draw(st.integers(1, capacity // 2))
+            costs = {o: (PINNED, 0) if draw(st.booleans()) else
+                     (draw(st.sampled_from([LEAST, -1, 0, 2])), draw(st.integers(0, 3)))
+                     for o in memory.owners()}
+            found = memory.find_victims(size, Table(costs))
+            if found is not None:
+                offset, victims = found
+                for victim in victims:
+                    at, _, covered = held.pop(victim)
+                    if draw(st.booleans()):
+                        memory.release(victim, at, (f"r{victim}",), now=step)
+                    else:
+                        memory.restore(victim, at, covered)
                 held[step] = (offset, size, memory.place(offset, size, step))
         elif held:
             owner = draw(st.sampled_from(sorted(held)))
@@ -108,19 +141,6 @@ def test_find_free_agrees_with_brute_force(memory, size):
     check_layout(memory)
 
 
-class Table(Victims):
-    """Victim costs read from a table: owner -> (badness, bytes moved)."""
-
-    def __init__(self, costs: dict):
-        self.costs = costs
-
-    def badness(self, owner) -> int:
-        return self.costs[owner][0]
-
-    def moved(self, owner) -> int:
-        return self.costs[owner][1]
-
-
 @settings(max_examples=300, deadline=None)
 @given(histories(), st.integers(1, 200), st.data())
 def test_find_victims_agrees_with_brute_force(memory, size, data):
@@ -128,6 +148,7 @@ def test_find_victims_agrees_with_brute_force(memory, size, data):
     costs = {o: (PINNED, 0) if data.draw(st.booleans()) else
              data.draw(st.tuples(st.sampled_from([LEAST, -3, -1, 0, 2]), st.integers(0, 3)))
              for o in owners}
+    hand, hand_at = memory._hand, memory._hand_at.start       # the search moves the hand
     found = memory.find_victims(size, Table(costs))
     windows = []
     for s in memory.segments:
@@ -136,12 +157,17 @@ def test_find_victims_agrees_with_brute_force(memory, size, data):
         inside = occupants(memory, s.start, size)
         if all(costs[o][0] != PINNED for o in inside):
             worst = max((costs[o][0] for o in inside), default=LEAST)
-            windows.append(((worst, sum(costs[o][1] for o in inside), s.start), inside))
+            distance = (s.start - hand) % memory.capacity   # ties: nearest after the hand
+            windows.append(((worst, sum(costs[o][1] for o in inside), distance), inside))
     if not windows:
         assert found is None
         return
     key, victims = min(windows, key=lambda w: w[0])
-    assert found == (key[2], victims)
+    # The search stops at the first window, in its order from the segment holding the hand,
+    # that loses nothing (a hand inside a segment so prefers that segment's window).
+    scan = sorted(windows, key=lambda w: (w[0][2] + hand - hand_at) % memory.capacity)
+    key, victims = next((w for w in scan if w[0][:2] == (LEAST, 0)), (key, victims))
+    assert found == ((hand + key[2]) % memory.capacity, victims)
 
 
 def test_find_free_prefers_the_run_freed_longest_ago():

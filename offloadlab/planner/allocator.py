@@ -1,6 +1,8 @@
 """A simulated offset allocator for one GPU (the generalised slot map of TURNIP Sec. 6).
 
-Memory is a sorted list of segments.  An occupied segment names its occupant; a free segment
+Memory is a list of segments, linked in address order (so that splitting and joining them
+costs the same however many tensors are resident).  An occupied segment names its occupant; a
+free segment
 keeps the *guard* of the bytes it covers: the MemGraph vertices that must finish before a new
 writer may overwrite them (the readers of the last occupant, or the offload that copied it
 out).  Allocating over free segments hands their guards to the caller, which turns them into
@@ -30,12 +32,15 @@ class Segment:
     owner: Owner                     # None: free
     guard: tuple[str, ...]
     freed_at: int
+    prev: Segment | None             # the neighbours in address order
+    next: Segment | None
 
     # written out: compiled, it is native code, where dataclass's generated one is interpreted
     def __init__(self, start: int, end: int, owner: Owner = None, guard: tuple[str, ...] = (),
                  freed_at: int = -1):
         self.start, self.end, self.owner, self.guard, self.freed_at = \
             start, end, owner, guard, freed_at
+        self.prev = self.next = None
 
 
 def size_class(n: int) -> int:
@@ -79,18 +84,29 @@ class GpuMemory:
     def __init__(self, device: str, capacity: int):
         self.device = device
         self.capacity = capacity
-        self.segments: list[Segment] = [Segment(0, capacity)]
+        self.first = Segment(0, capacity)     # the segments, linked from the lowest address
+        self._at: dict[int, Segment] = {0: self.first}   # segment start -> segment
         self.free = capacity          # free bytes
         self._no_fit = capacity + 1   # no free run holds this many bytes
-        self._hand = 0                # find_victims' clock hand: an offset
+        self._hand = 0                # find_victims' clock hand: an offset,
+        self._hand_at = self.first    # and the segment containing it
         self._indexed = False         # whether the free runs below are kept
         self._runs: dict[int, tuple[int, int]] = {}   # free run start -> (end, first freed_at)
-        self._run_starts: list[int] = []         # the free runs' starts, ascending
         self._run_start: dict[int, int] = {}     # free run end -> its start
         self._class_runs: dict[int, list[int]] = {}  # size class -> _run_key()s, ascending
         self._shift = capacity.bit_length()     # _run_key's bits for a start
         self._classes: list[int] = []            # size classes holding a free run, ascending
         self._prefix: dict[int, tuple[list[int], list[int]]] = {}   # run start -> _window's
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The segments in address order."""
+        out: list[Segment] = []
+        s: Segment | None = self.first
+        while s is not None:
+            out.append(s)
+            s = s.next
+        return out
 
     # -- simMalloc's search ---------------------------------------------------------------
     def find_free(self, size: int) -> int | None:
@@ -103,7 +119,7 @@ class GpuMemory:
         their window's, so each class is read only while it can still beat the best."""
         if size >= self._no_fit:
             return None
-        if self._indexed != (len(self.segments) >= (INDEX_AT // 4 if self._indexed else INDEX_AT)):
+        if self._indexed != (len(self._at) >= (INDEX_AT // 4 if self._indexed else INDEX_AT)):
             self._index_runs(not self._indexed)
         if not self._indexed:
             return self._scan_free(size)
@@ -130,22 +146,24 @@ class GpuMemory:
         """:meth:`find_free` by one pass over the segments."""
         best, best_key = None, None
         start = end = newest = -1                   # the window at the start of this free run
-        for s in self.segments:
+        s: Segment | None = self.first
+        while s is not None:
             if s.owner is not None:
                 start = -1
+                s = s.next
                 continue
             if start < 0:
                 start, end, newest = s.start, s.start + size, -1
-            if end < 0:
-                continue                            # this run's window is already judged
-            if s.freed_at > newest:
-                newest = s.freed_at
-            if s.end >= end:
-                if newest < 0:
-                    return start                    # never used: nothing can beat it
-                if best_key is None or newest < best_key:
-                    best, best_key = start, newest
-                end = -1
+            if end >= 0:                            # else this run's window is judged
+                if s.freed_at > newest:
+                    newest = s.freed_at
+                if s.end >= end:
+                    if newest < 0:
+                        return start                # never used: nothing can beat it
+                    if best_key is None or newest < best_key:
+                        best, best_key = start, newest
+                    end = -1
+            s = s.next
         if best is None:
             self._no_fit = size
         return best
@@ -156,19 +174,19 @@ class GpuMemory:
         computed when the run is first judged and kept until the run changes."""
         prefix = self._prefix.get(start)
         if prefix is None:
-            segs, run_end = self.segments, self._runs[start][0]
-            i, newest = self._index(start), -1
+            run_end = self._runs[start][0]
+            s: Segment | None = self._at[start]
+            newest = -1
             ends: list[int] = []
             latest: list[int] = []
-            while True:
-                s = segs[i]
+            while s is not None:
                 if s.freed_at > newest:
                     newest = s.freed_at
                 ends.append(s.end)
                 latest.append(newest)
                 if s.end >= run_end:
                     break
-                i += 1
+                s = s.next
             prefix = self._prefix[start] = (ends, latest)
         ends, latest = prefix
         return latest[bisect.bisect_left(ends, start + size)]
@@ -186,70 +204,91 @@ class GpuMemory:
         stops after the chosen window.  An eviction so costs a constant instead of the
         number of residents, and successive evictions cycle through memory, so that a new
         occupant's memory edges reach back to old frees rather than to the latest."""
-        n = len(self.segments)
-        h, k = self._index(self._hand), min(n, VICTIM_SCAN)
-        best = self._slide(h, min(n, h + k), size, cost, None)
-        if h + k > n:
-            best = self._slide(0, h + k - n, size, cost, best)
+        n = len(self._at)
+        k = min(n, VICTIM_SCAN)
+        best, walked = self._slide(self._hand_at, k, size, cost, None)
+        if walked < k:
+            best, _ = self._slide(self.first, k - walked, size, cost, best)
         if best is None and k < n:
-            best = self._slide(0, n, size, cost, None)
+            best, _ = self._slide(self.first, n, size, cost, None)
         if best is None:
             return None
         _, first, last = best
-        offset = self.segments[first].start
-        self._hand = offset + size if offset + size < self.capacity else 0
-        return offset, [s.owner for s in self.segments[first:last] if s.owner is not None]
+        offset, end = first.start, first.start + size
+        victims: list[Owner] = []
+        s: Segment | None = first
+        while s is not last and s is not None:
+            if s.owner is not None:
+                victims.append(s.owner)
+            s = s.next
+        if end < self.capacity:
+            at = first
+            while at.end <= end:
+                nxt = at.next
+                assert nxt is not None
+                at = nxt
+            self._hand, self._hand_at = end, at
+        else:
+            self._hand, self._hand_at = 0, self.first
+        return offset, victims
 
-    def _slide(self, i0: int, i1: int, size: int, cost: Victims,
-               best: tuple[tuple[int, int, int], int, int] | None
-               ) -> tuple[tuple[int, int, int], int, int] | None:
-        """:meth:`find_victims` over the windows starting at segments ``i0..i1-1``, beating
-        ``best``: ``((worst badness, bytes, distance after the hand), first, last)``, the
-        window being segments ``first..last-1``.  One sliding pass keeps the window's pinned
-        count, its evictable occupants and offload bytes, and (in a monotonic deque) its worst
-        badness."""
-        segs, n = self.segments, len(self.segments)
+    def _slide(self, i0: Segment, count: int, size: int, cost: Victims,
+               best: tuple[tuple[int, int, int], Segment, Segment | None] | None
+               ) -> tuple[tuple[tuple[int, int, int], Segment, Segment | None] | None, int]:
+        """:meth:`find_victims` over the windows starting at ``count`` segments from ``i0``
+        on (fewer at the end of memory), beating ``best``: ``((worst badness, bytes, distance
+        after the hand), first, last)``, the window being the segments from ``first`` up to
+        ``last`` (excluded).  Returns that and how many segments it walked.  One sliding pass
+        keeps the window's pinned count, its evictable occupants and bytes moved, and (in a
+        monotonic deque) its worst badness."""
         hand, capacity = self._hand, self.capacity
-        evictable: deque[tuple[int, int]] = deque()  # (index, bytes to offload), in the window
-        worst: deque[tuple[int, int]] = deque()      # (badness, index), badness decreasing
-        j = i0
-        pinned = moved = 0                 # the window is segments i..j-1
+        evictable: deque[tuple[Segment, int]] = deque()  # (segment, bytes moved), in the window
+        worst: deque[tuple[int, Segment]] = deque()      # (badness, segment), badness decreasing
+        i: Segment | None = i0
+        j: Segment | None = i0
+        pinned = moved = walked = 0         # the window is segments i up to j (excluded)
         top, top_moved, top_distance = best[0] if best is not None else (PINNED, 0, 0)
-        for i in range(i0, i1):
-            start = segs[i].start
-            end = start + size
-            if end > capacity:
-                break
-            while j < n and segs[j].start < end:
-                owner = segs[j].owner
-                if owner is not None:
-                    bad = cost.badness(owner)
-                    if bad == PINNED:
-                        pinned += 1
+        judging = True
+        while i is not None and walked < count:
+            walked += 1
+            if judging:
+                start = i.start
+                end = start + size
+                if end > capacity:
+                    judging = False             # walk on: the caller counts every start
+                    i = i.next
+                    continue
+                while j is not None and j.start < end:
+                    owner = j.owner
+                    if owner is not None:
+                        bad = cost.badness(owner)
+                        if bad == PINNED:
+                            pinned += 1
+                        else:
+                            nbytes = cost.moved(owner)
+                            evictable.append((j, nbytes))
+                            moved += nbytes
+                            while worst and worst[-1][0] <= bad:
+                                worst.pop()
+                            worst.append((bad, j))
+                    j = j.next
+                if not pinned:
+                    bad = worst[0][0] if worst else LEAST
+                    if best is None or bad < top or bad == top and (moved < top_moved or (
+                            moved == top_moved and (start - hand) % capacity < top_distance)):
+                        top, top_moved, top_distance = bad, moved, (start - hand) % capacity
+                        best = (top, top_moved, top_distance), i, j
+                        if bad == LEAST and moved == 0:   # nothing to lose: no window beats it
+                            return best, count  # (nor any after a wrap: they are further)
+                if i.owner is not None:             # segment i leaves the window
+                    if evictable and evictable[0][0] is i:
+                        moved -= evictable.popleft()[1]
+                        if worst and worst[0][1] is i:
+                            worst.popleft()
                     else:
-                        nbytes = cost.moved(owner)
-                        evictable.append((j, nbytes))
-                        moved += nbytes
-                        while worst and worst[-1][0] <= bad:
-                            worst.pop()
-                        worst.append((bad, j))
-                j += 1
-            if not pinned:
-                bad = worst[0][0] if worst else LEAST
-                if best is None or bad < top or bad == top and (moved < top_moved or (
-                        moved == top_moved and (start - hand) % capacity < top_distance)):
-                    top, top_moved, top_distance = bad, moved, (start - hand) % capacity
-                    best = (top, top_moved, top_distance), i, j
-                    if bad == LEAST and moved == 0:
-                        break                   # nothing to lose here: no window beats it
-            if segs[i].owner is not None:       # segment i leaves the window
-                if evictable and evictable[0][0] == i:
-                    moved -= evictable.popleft()[1]
-                    if worst and worst[0][1] == i:
-                        worst.popleft()
-                else:
-                    pinned -= 1
-        return best
+                        pinned -= 1
+            i = i.next
+        return best, walked
 
     def owners(self) -> list[Owner]:
         return [s.owner for s in self.segments if s.owner is not None]
@@ -258,64 +297,95 @@ class GpuMemory:
     def place(self, offset: int, size: int, owner: Owner) -> list[Segment]:
         """Occupy ``[offset, offset + size)``, which must be free; return the free segments it
         covered (their guards become memory edges; :meth:`restore` puts them back)."""
-        segs, end = self.segments, offset + size
+        end = offset + size
+        first = self._at.get(offset)
+        if first is None:                       # not a segment boundary: split there
+            first = self._containing(offset)
+            self._split(first, offset)
+            first = first.next
+            assert first is not None
         indexed = self._indexed
         if indexed:
-            run = offset if offset in self._runs else \
-                self._run_starts[bisect.bisect_right(self._run_starts, offset) - 1]
-            run_end, first = self._runs[run]
-            assert run <= offset and end <= run_end, "place: the bytes are not free"
+            r = first                           # the free run's first segment
+            while r.prev is not None and r.prev.owner is None:
+                r = r.prev
+            run = r.start
+            run_end, freed = self._runs[run]
+            assert end <= run_end, "place: the bytes are not free"
             self._drop_run(run)
-        i = self._index(offset)
-        if segs[i].start < offset:
-            self._split(i, offset)
-            i += 1
-        j = i
-        while segs[j].end < end:
-            j += 1
-        if segs[j].end > end:
-            self._split(j, end)
-        covered = segs[i:j + 1]
-        segs[i:j + 1] = [Segment(offset, end, owner)]
+        last = first
+        while last.end < end:
+            nxt = last.next
+            assert nxt is not None
+            last = nxt
+        if last.end > end:
+            self._split(last, end)
+        covered: list[Segment] = []
+        s: Segment | None = first
+        while True:
+            assert s is not None and s.owner is None, "place: the bytes are not free"
+            covered.append(s)
+            if s is last:
+                break
+            if s is not first:
+                del self._at[s.start]
+            s = s.next
+        if last is not first:
+            del self._at[last.start]
+        new = Segment(offset, end, owner)
+        self._link(first.prev, new, last.next)
+        self._at[offset] = new
+        if self._hand_at in covered:
+            self._hand_at = new
         self.free -= size
         if indexed:
             if run < offset:
-                self._add_run(run, offset, first)
+                self._add_run(run, offset, freed)
             if end < run_end:
-                self._add_run(end, run_end, segs[i + 1].freed_at)
+                assert new.next is not None
+                self._add_run(end, run_end, new.next.freed_at)
         return covered
 
     def release(self, owner: Owner, offset: int, guard: tuple[str, ...], now: int) -> None:
         """Free ``owner``'s segment; new writers there must wait for ``guard``."""
-        i = self._index(offset)
-        s = self.segments[i]
+        s = self._at[offset]
         assert s.owner == owner
         s.owner, s.guard, s.freed_at = None, guard, now
         self.free += s.end - s.start
-        self._freed(i, i, now)
+        self._freed(s, s, now)
 
     def restore(self, owner: Owner, offset: int, covered: list[Segment]) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
-        i = self._index(offset)
-        s = self.segments[i]
+        s = self._at[offset]
         assert s.owner == owner
         self.free += s.end - s.start
-        self.segments[i:i + 1] = covered
-        self._freed(i, i + len(covered) - 1, covered[0].freed_at)
+        prev = s.prev
+        for c in covered:                       # relinked where s was
+            self._link(prev, c, s.next)
+            self._at[c.start] = c
+            prev = c
+        first, last = covered[0], covered[-1]
+        if self._hand_at is s:
+            at = first
+            while at.end <= self._hand:
+                nxt = at.next
+                assert nxt is not None
+                at = nxt
+            self._hand_at = at
+        self._freed(first, last, first.freed_at)
 
     # -- the index of free runs -------------------------------------------------------------
-    def _freed(self, i: int, j: int, first: int) -> None:
-        """Segments ``i..j``, the first freed at ``first``, became free: only the free run
+    def _freed(self, i: Segment, j: Segment, first: int) -> None:
+        """Segments ``i`` to ``j``, the first freed at ``first``, became free: only the free run
         containing them grew, so if it is the largest, ``find_free``'s fail threshold becomes
         its size plus one; with the index, merge them with the free runs on either side."""
-        segs = self.segments
-        start, end = segs[i].start, segs[j].end
+        start, end = i.start, j.end
         if not self._indexed:
-            while i > 0 and segs[i - 1].owner is None:
-                i -= 1
-            while j + 1 < len(segs) and segs[j + 1].owner is None:
-                j += 1
-            run = segs[j].end - segs[i].start
+            while i.prev is not None and i.prev.owner is None:
+                i = i.prev
+            while j.next is not None and j.next.owner is None:
+                j = j.next
+            run = j.end - i.start
             if run >= self._no_fit:
                 self._no_fit = run + 1
             return
@@ -333,17 +403,18 @@ class GpuMemory:
         """Start keeping the index of free runs (``on``), or stop."""
         for kept in (self._runs, self._run_start, self._class_runs, self._prefix):
             kept.clear()
-        self._run_starts.clear()
         self._classes.clear()
         self._indexed = on
         if on:
-            start = -1
-            for s in self.segments:
+            start = first = -1
+            s: Segment | None = self.first
+            while s is not None:
                 if s.owner is None and start < 0:
                     start, first = s.start, s.freed_at
                 if s.owner is not None and start >= 0:
                     self._add_run(start, s.start, first)
                     start = -1
+                s = s.next
             if start >= 0:
                 self._add_run(start, self.capacity, first)
 
@@ -351,7 +422,6 @@ class GpuMemory:
         """Index the free run ``[start, end)`` whose first segment was freed at ``first``."""
         self._runs[start] = (end, first)
         self._run_start[end] = start
-        bisect.insort(self._run_starts, start)
         c = size_class(end - start)
         same = self._class_runs.get(c)
         if same is None:
@@ -370,8 +440,6 @@ class GpuMemory:
         end, first = self._runs.pop(start)
         self._prefix.pop(start, None)
         del self._run_start[end]
-        starts = self._run_starts
-        del starts[bisect.bisect_left(starts, start)]
         c = size_class(end - start)
         same = self._class_runs[c]
         del same[bisect.bisect_left(same, self._run_key(first, start))]
@@ -379,21 +447,32 @@ class GpuMemory:
             del self._class_runs[c]
             del self._classes[bisect.bisect_left(self._classes, c)]
 
-    def _index(self, offset: int) -> int:
-        """Index of the segment containing ``offset`` (binary search on starts; by hand, as
-        compiled it reads each start directly where ``bisect``'s key would be called)."""
-        segs = self.segments
-        lo, hi = 0, len(segs)
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if segs[mid].start <= offset:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo - 1
+    # -- the linked segments ----------------------------------------------------------------
+    def _link(self, prev: Segment | None, s: Segment, next: Segment | None) -> None:
+        """Put ``s`` between ``prev`` and ``next`` (``prev`` None: ``s`` comes first)."""
+        s.prev, s.next = prev, next
+        if prev is None:
+            self.first = s
+        else:
+            prev.next = s
+        if next is not None:
+            next.prev = s
 
-    def _split(self, i: int, at: int) -> None:
-        s = self.segments[i]
+    def _containing(self, offset: int) -> Segment:
+        """The segment containing ``offset`` (by a walk: callers pass segment starts)."""
+        s = self.first
+        while s.end <= offset:
+            nxt = s.next
+            assert nxt is not None, "offset beyond capacity"
+            s = nxt
+        return s
+
+    def _split(self, s: Segment, at: int) -> None:
+        """Cut ``s`` in two at ``at`` (inside it); both halves keep its occupant and guard."""
         if s.start < at < s.end:
-            self.segments.insert(i + 1, Segment(at, s.end, s.owner, s.guard, s.freed_at))
+            right = Segment(at, s.end, s.owner, s.guard, s.freed_at)
+            self._link(s, right, s.next)
             s.end = at
+            self._at[at] = right
+            if self._hand_at is s and self._hand >= at:
+                self._hand_at = right
