@@ -3,7 +3,7 @@ planner core (``planner/allocator.py``, ``planner/buildmemgraph.py``), the MemGr
 readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``, ``core/columnar.py``,
 ``core/checks.py``, ``core/verify.py``, ``core/intervals.py``) and the simulator's model
 (``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``)
-with mypyc where it can, and installs them as pure Python otherwise (or with
+and the random workload's drawing loop (``core/workloads/layered.py``) with mypyc where it can, and installs them as pure Python otherwise (or with
 ``OFFLOADLAB_PURE=1``).
 
 ``.ci/run`` tells each of its passes which build it must be importing through
@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 
 from offloadlab.core import bound, checks, columnar, dispatch, intervals, memgraph, nodelink, verify
+from offloadlab.core.workloads import layered
 from offloadlab.lab.cli import main
 from offloadlab.planner import PLANNERS, allocator, buildmemgraph, planner_options
 from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = (allocator, buildmemgraph, memgraph, verify, intervals, checks, nodelink, columnar,
-        dispatch, bound, model, resources)
+        dispatch, bound, model, resources, layered)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 

@@ -43,6 +43,7 @@ class Resident:
 
     slot: Slot
     loc: Loc
+    size: int                 # loc.size, kept in the object (the victim search reads it)
     writer: str
     item: int                 # the V item that allocated it (-1: placed before the run)
     materialized: bool
@@ -57,7 +58,7 @@ class Resident:
     # written out: compiled, it is native code, where dataclass's generated one is interpreted
     def __init__(self, slot: Slot, loc: Loc, writer: str, item: int, materialized: bool,
                  clean: bool, last_use: int, uses: list[int]):
-        self.slot, self.loc, self.writer, self.item = slot, loc, writer, item
+        self.slot, self.loc, self.size, self.writer, self.item = slot, loc, loc.size, writer, item
         self.materialized, self.clean, self.last_use, self.uses = \
             materialized, clean, last_use, uses
         self.covered, self.readers, self.next_use, self.pin = [], [], -1, -1
@@ -235,7 +236,7 @@ class BuildMemGraph:
         offset, victims = found or (0, memory.owners())
         if found is None:
             self.repacks += 1
-            self.repacked += sum(res.loc.size for res in victims)
+            self.repacked += sum(res.size for res in victims)
         for res in victims:
             self.sim_free(res, evict=True)
         return self._occupy(slot, nbytes, offset, writer_for, item)
@@ -384,8 +385,8 @@ class BuildMemGraph:
         t, dev = res.slot
         off = f"offload:{t}@{dev}#{self.moves}"
         self.moves += 1
-        self._count_moved(res.loc.size)
-        self.mg.add_vertex(MemVertex(off, "offload", dev, res.loc.size, of=t,
+        self._count_moved(res.size)
+        self.mg.add_vertex(MemVertex(off, "offload", dev, res.size, of=t,
                                      inputs=(res.writer,), order=next(self.sequence)))
         self.mg.add_edge(res.writer, off, "data")
         res.readers.append(off)
@@ -437,16 +438,15 @@ class Eviction(Victims):
     its item comes.  Residents stamped ``stamp`` are pinned."""
 
     def __init__(self, victim: str, now: int, stamp: int, kept: set[str], horizon: int):
-        self.victim, self.now, self.stamp, self.kept, self.horizon = \
-            victim, now, stamp, kept, horizon
+        self.by_cost, self.lru = victim == "cost", victim == "lru"
+        self.now, self.stamp, self.kept, self.horizon = now, stamp, kept, horizon
 
     def badness(self, owner: Resident) -> int:
         if owner.pin == self.stamp:
             return PINNED
-        victim = self.victim
-        if victim == "cost":
+        if self.by_cost:
             return 0
-        if victim == "lru":
+        if self.lru:
             return owner.last_use
         if not owner.materialized:
             return -owner.item
@@ -456,15 +456,15 @@ class Eviction(Victims):
     def moved(self, owner: Resident) -> int:
         if not owner.materialized:
             return 0
-        offload = 0 if owner.clean else owner.loc.size
-        if self.victim != "cost":
+        offload = 0 if owner.clean else owner.size
+        if not self.by_cost:
             return offload
         now, nxt = self.now, self.next_use(owner)
         if nxt == NEVER:
             if owner.slot[0] not in self.kept:
                 return 0
             return (offload << SCALE) // max(1, self.horizon - now)
-        return ((offload + owner.loc.size) << SCALE) // (nxt - now)
+        return ((offload + owner.size) << SCALE) // (nxt - now)
 
     def next_use(self, res: Resident) -> int:
         """The first item after ``now`` that reads ``res`` (:data:`NEVER` if none), cached

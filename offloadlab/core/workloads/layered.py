@@ -1,0 +1,74 @@
+"""The drawing loop behind :func:`~offloadlab.core.workloads.random_dag.random_dag`, in a
+module of its own so that it is compiled (README, The compiled build) while ``random_dag``,
+whose signature and docstring are the workload's options and description, stays Python."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from ..devices import gpu_name
+from ..taskgraph import Task, TaskGraph
+
+
+def draw_layered(g: TaskGraph, vertices: int, gpus: int, seed: int, min_bytes: int,
+                 max_bytes: int, max_inputs: int, window: int, input_fraction: float,
+                 host_fraction: float, transfer_fraction: float,
+                 flops_per_byte: float) -> None:
+    """Add ``random_dag``'s ``vertices`` vertices to the empty graph ``g`` (the options are
+    ``random_dag``'s, already checked)."""
+    rng = random.Random(seed)
+    getrandbits, uniform01 = rng.getrandbits, rng.random
+    tasks = g.tasks               # a fresh graph and fresh ids: no duplicate to check
+    lo, hi = math.log(min_bytes), math.log(max_bytes)
+    where: list[str] = []    # each vertex's output device (host or a GPU), by index
+    sizes: list[int] = []
+    last_on_gpu = -window - 1   # the latest vertex whose output is on a GPU
+    names = [gpu_name(i) for i in range(gpus)]
+    for n in range(vertices):
+        vid = f"v{n}"
+        if n == 0 or uniform01() < input_fraction:
+            home = "host" if uniform01() < host_fraction else names[below(getrandbits, gpus)]
+            nbytes = draw_size(uniform01(), lo, hi)
+            tasks[vid] = Task(vid, "input", home, nbytes)
+        elif (gpus > 1 and last_on_gpu >= n - window and n + 1 < vertices
+              and uniform01() < transfer_fraction):
+            gpu_tensors = [u for u in range(max(0, n - window), n) if where[u] != "host"]
+            src = gpu_tensors[below(getrandbits, len(gpu_tensors))]
+            others = [d for d in names if d != where[src]]
+            home = others[below(getrandbits, len(others))]
+            nbytes = sizes[src]
+            tasks[vid] = Task(vid, "transfer", f"{where[src]}->{home}", nbytes, (f"v{src}",))
+        else:
+            home = names[below(getrandbits, gpus)]
+            readable = [u for u in range(max(0, n - window), n) if where[u] in (home, "host")]
+            picks = [below(getrandbits, len(readable) or 1)
+                     for _ in range(1 + below(getrandbits, max_inputs))]
+            inputs = sorted({readable[i] for i in picks}) if readable else []
+            nbytes = draw_size(uniform01(), lo, hi)
+            touched = nbytes + sum([sizes[u] for u in inputs])
+            tasks[vid] = Task(vid, "compute", home, nbytes, tuple([f"v{u}" for u in inputs]),
+                              "mix", flops_per_byte * touched)
+        where.append(home)
+        sizes.append(nbytes)
+        if home != "host":
+            last_on_gpu = n
+
+
+def draw_size(u: float, lo: float, hi: float) -> int:
+    """A log-uniform size in ``[e^lo, e^hi]`` from the uniform draw ``u`` (what
+    ``rng.uniform(lo, hi)`` gives), rounded down to whole float32 elements (so that every
+    planned offset is aligned for the executor's kernels)."""
+    nbytes = int(math.exp(lo + (hi - lo) * u))
+    return nbytes - nbytes % 4 or nbytes
+
+
+def below(getrandbits, n: int) -> int:
+    """A uniform integer in ``[0, n)`` drawn as ``rng.randrange(n)`` and ``rng.choice`` draw
+    it (rejection sampling on ``getrandbits``), without their layers of calls, so that a
+    seed gives the graphs it always gave."""
+    k = n.bit_length()
+    r: int = getrandbits(k)
+    while r >= n:
+        r = getrandbits(k)
+    return r
