@@ -1,5 +1,6 @@
 """The offset allocator behind BuildMemGraph (planner/allocator.py), against brute force."""
 
+import gc
 import itertools
 
 import pytest
@@ -8,7 +9,14 @@ from hypothesis import strategies as st
 
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.planner import allocator
-from offloadlab.planner.allocator import INDEX_AT, LEAST, PINNED, GpuMemory, Victims, size_class
+from offloadlab.planner.allocator import (
+    INDEX_AT,
+    LEAST,
+    PINNED,
+    GpuMemory,
+    Segment,
+    size_class,
+)
 
 
 def free_runs(memory: GpuMemory) -> list[tuple[int, int]]:
@@ -67,8 +75,8 @@ def _restore_index_at():
     allocator.INDEX_AT = INDEX_AT
 
 
-class Table(Victims):
-    """Victim costs read from a table: owner -> (badness, bytes moved)."""
+class Table:
+    """Victim costs (a :class:`Victims`) read from a table: owner -> (badness, bytes moved)."""
 
     def __init__(self, costs: dict):
         self.costs = costs
@@ -96,7 +104,9 @@ def histories(draw):
             size = draw(st.integers(1, capacity // 2))
             offset = memory.find_free(size)
             if offset is not None:
-                held[step] = (offset, size, memory.place(offset, size, step))
+                covered = memory.place(offset, size, step)
+                assert all(c.prev is None and c.next is None for c in covered)  # no cycles
+                held[step] = (offset, size, covered)
         elif action == "evict":
             size = draw(st.integers(1, capacity // 2))
             costs = {o: (PINNED, 0) if draw(st.booleans()) else
@@ -196,3 +206,30 @@ def test_out_of_order_names_the_first_misordered_pair():
     assert g.out_of_order() == ("z", "y")
     g.validate()                                # acyclic all the same
     assert g.topological_order() == ["x", "y", "z"]
+
+
+def test_replaced_segments_are_freed_without_the_collector():
+    """Linked segments are reference cycles: place and restore unlink the segments they
+    replace, so that planning, which pauses the cyclic collector, does not keep every segment
+    it ever made."""
+    gc.collect()
+    gc.disable()
+    try:
+        memory = GpuMemory("gpu0", 1 << 16)
+        held: list[tuple[int, int, list]] = []
+        for step in range(3000):
+            size = 1 + step * 7919 % 2048
+            offset = memory.find_free(size)
+            while offset is None or len(held) > 40:
+                owner, at, covered = held.pop(step % len(held))
+                if owner % 3:
+                    memory.release(owner, at, (f"r{owner}",), now=step)
+                else:
+                    memory.restore(owner, at, covered)
+                offset = memory.find_free(size)
+            held.append((step, offset, memory.place(offset, size, step)))
+        del covered                     # the last retracted allocation's
+        alive = sum(type(o) is Segment for o in gc.get_objects())
+        assert alive == len(memory.segments) + sum(len(c) for _, _, c in held)
+    finally:
+        gc.enable()

@@ -1,10 +1,10 @@
 """The two builds of the core (README, The compiled build): ``pip install .`` compiles the
 planner core (``planner/allocator.py``, ``planner/buildmemgraph.py``), the MemGraph, its
 readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``, ``core/columnar.py``,
-``core/checks.py``, ``core/verify.py``, ``core/intervals.py``) and the simulator's model
+``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the simulator's model
 (``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``)
-and the random workload's drawing loop (``core/workloads/layered.py``) with mypyc where it can, and installs them as pure Python otherwise (or with
-``OFFLOADLAB_PURE=1``).
+and the random workload's drawing loop (``core/workloads/layered.py``) with mypyc where it
+can, and installs them as pure Python otherwise (or with ``OFFLOADLAB_PURE=1``).
 
 ``.ci/run`` tells each of its passes which build it must be importing through
 ``OFFLOADLAB_EXPECT_COMPILED`` (``1``: compiled, ``0``: pure Python); without it (a developer's

@@ -20,7 +20,7 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 Owner = Any   # what the caller names an occupant by (BuildMemGraph: its Resident)
 
@@ -64,18 +64,15 @@ LEAST = -PINNED
 """The badness of evicting nothing; no occupant's is lower."""
 
 
-class Victims:
-    """What :meth:`GpuMemory.find_victims` asks about each occupant; the caller subclasses
-    it (compiled, these are native calls: the search makes one per occupant it judges)."""
+class Victims(Protocol):
+    """What :meth:`GpuMemory.find_victims` asks about each occupant it judges."""
 
     def badness(self, owner: Owner) -> int:
         """How bad evicting ``owner`` is, from :data:`LEAST` up; :data:`PINNED` if it must
         stay."""
-        raise NotImplementedError
 
     def moved(self, owner: Owner) -> int:
         """The bytes evicting ``owner`` moves (asked only when it is not pinned)."""
-        raise NotImplementedError
 
 
 class GpuMemory:
@@ -334,6 +331,8 @@ class GpuMemory:
             del self._at[last.start]
         new = Segment(offset, end, owner)
         self._link(first.prev, new, last.next)
+        for c in covered:       # unlinked: linked segments are reference cycles, which only
+            c.prev = c.next = None      # the collector frees, and it is paused when planning
         self._at[offset] = new
         if self._hand_at in covered:
             self._hand_at = new
@@ -372,6 +371,7 @@ class GpuMemory:
                 assert nxt is not None
                 at = nxt
             self._hand_at = at
+        s.prev = s.next = None                  # unlinked (see place)
         self._freed(first, last, first.freed_at)
 
     # -- the index of free runs -------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..core.devices import CPU, HOST
@@ -27,7 +27,7 @@ from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
 from ..core.taskgraph import TaskGraph
 from ..core.util import no_gc
-from .allocator import LEAST, PINNED, GpuMemory, Segment, Victims
+from .allocator import LEAST, PINNED, GpuMemory, Segment
 
 Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
 NEVER = 2**60           # the next use of a tensor not read again (a short int, compiled)
@@ -423,9 +423,9 @@ class BuildMemGraph:
         return Eviction(self.victim, self.exec_hzn, stamp, self.kept, len(self.items))
 
 
-class Eviction(Victims):
-    """The cost of evicting a resident at item ``now``: the victim search minimises a
-    window's worst badness, then the bytes it moves.
+class Eviction:
+    """The cost of evicting a resident at item ``now`` (the allocator's :class:`Victims`):
+    the victim search minimises a window's worst badness, then the bytes it moves.
 
     ``belady`` (the paper's rule): badness is minus the next use (the furthest is evicted
     first), bytes are those to offload.  ``lru``: badness is the last use.  ``cost``: no
@@ -494,7 +494,7 @@ def placement(graph: TaskGraph) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def memory_needs(graph: TaskGraph, out: dict[str, str] | None = None,
-                 read: dict[str, str] | None = None) -> list[tuple[str | None, str, int]]:
+                 read: dict[str, str] | None = None) -> Iterator[tuple[str | None, str, int]]:
     """What must fit on one GPU at once: ``(vertex, gpu, bytes)`` for each vertex with its
     inputs, and ``(None, gpu, bytes)`` for each GPU's resident inputs together (they exist
     before the run).  ``out`` and ``read`` are :func:`placement`'s, if known."""
@@ -502,7 +502,6 @@ def memory_needs(graph: TaskGraph, out: dict[str, str] | None = None,
         out, read = placement(graph)
     inputs: dict[str, int] = {}
     size = {t: task.bytes for t, task in graph.tasks.items()}
-    needs: list[tuple[str | None, str, int]] = []
     for t, task in graph.tasks.items():
         if task.kind == "input":
             if task.device != HOST:
@@ -512,13 +511,13 @@ def memory_needs(graph: TaskGraph, out: dict[str, str] | None = None,
         if src != HOST:
             reads = sum([size[u] for u in set(task.inputs)])
             if dst == src:
-                needs.append((t, dst, reads + task.bytes))
+                yield t, dst, reads + task.bytes
                 continue
-            needs.append((t, src, reads))
+            yield t, src, reads
         if dst != HOST:
-            needs.append((t, dst, task.bytes))
-    needs += [(None, dev, nbytes) for dev, nbytes in inputs.items()]
-    return needs
+            yield t, dst, task.bytes
+    for dev, nbytes in inputs.items():
+        yield None, dev, nbytes
 
 
 def min_capacity(graph: TaskGraph) -> int:
