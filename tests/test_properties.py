@@ -9,7 +9,7 @@ from offloadlab.core.errors import VerificationError
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import random_dag
 from offloadlab.planner import plan
-from offloadlab.planner.buildmemgraph import min_capacity, placement
+from offloadlab.planner.buildmemgraph import min_capacity
 from offloadlab.simulator import simulate
 
 PLANNERS = ["buildmemgraph", "buildmemgraph:victim=lru", "buildmemgraph:ahead=false",
@@ -123,11 +123,3 @@ def test_rule_3_finds_exactly_the_races_its_definition_finds(graph, slack, plann
     else:
         assert not expected, expected
 
-
-@settings(max_examples=200, **SETTINGS)
-@given(graph=task_graphs())
-def test_placement_agrees_with_each_task(graph):
-    """The planner's one-pass placement is each vertex's own out_device and read_device."""
-    out, read = placement(graph)
-    assert out == {t.id: t.out_device for t in graph}
-    assert read == {t.id: t.read_device for t in graph}

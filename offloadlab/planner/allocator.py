@@ -219,12 +219,7 @@ class GpuMemory:
                 victims.append(s.owner)
             s = s.next
         if end < self.capacity:
-            at = first
-            while at.end <= end:
-                nxt = at.next
-                assert nxt is not None
-                at = nxt
-            self._hand, self._hand_at = end, at
+            self._hand, self._hand_at = end, self._containing(end, first)
         else:
             self._hand, self._hand_at = 0, self.first
         return offset, victims
@@ -297,7 +292,7 @@ class GpuMemory:
         end = offset + size
         first = self._at.get(offset)
         if first is None:                       # not a segment boundary: split there
-            first = self._containing(offset)
+            first = self._containing(offset, self.first)
             self._split(first, offset)
             first = first.next
             assert first is not None
@@ -365,12 +360,7 @@ class GpuMemory:
             prev = c
         first, last = covered[0], covered[-1]
         if self._hand_at is s:
-            at = first
-            while at.end <= self._hand:
-                nxt = at.next
-                assert nxt is not None
-                at = nxt
-            self._hand_at = at
+            self._hand_at = self._containing(self._hand, first)
         s.prev = s.next = None                  # unlinked (see place)
         self._freed(first, last, first.freed_at)
 
@@ -458,9 +448,8 @@ class GpuMemory:
         if next is not None:
             next.prev = s
 
-    def _containing(self, offset: int) -> Segment:
-        """The segment containing ``offset`` (by a walk: callers pass segment starts)."""
-        s = self.first
+    def _containing(self, offset: int, s: Segment) -> Segment:
+        """The segment containing ``offset``, walking from ``s`` (at or before it)."""
         while s.end <= offset:
             nxt = s.next
             assert nxt is not None, "offset beyond capacity"

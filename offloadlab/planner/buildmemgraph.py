@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ..core.devices import CPU, HOST
+from ..core.devices import HOST
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
@@ -479,18 +479,11 @@ class Eviction:
 
 def placement(graph: TaskGraph) -> tuple[dict[str, str], dict[str, str]]:
     """Where each vertex's output lives and where it reads its inputs
-    (:attr:`Task.out_device`, :attr:`Task.read_device`), for every vertex in one pass: a GPU,
-    or ``"host"`` for host inputs and CPU vertices."""
-    out: dict[str, str] = {}
-    read: dict[str, str] = {}
-    for t, task in graph.tasks.items():
-        device = task.device
-        if task.kind == "transfer":
-            src, _, dst = device.partition("->")
-            out[t], read[t] = dst, src
-        else:
-            out[t] = read[t] = HOST if device == CPU else device
-    return out, read
+    (:attr:`Task.out_device`, :attr:`Task.read_device`), by vertex: a GPU, or ``"host"`` for
+    host inputs and CPU vertices."""
+    tasks = graph.tasks
+    return ({t: task.out_device for t, task in tasks.items()},
+            {t: task.read_device for t, task in tasks.items()})
 
 
 def memory_needs(graph: TaskGraph, out: dict[str, str] | None = None,
