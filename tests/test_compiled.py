@@ -2,7 +2,8 @@
 planner core (``planner/allocator.py``, ``planner/buildmemgraph.py``), the MemGraph, its
 readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``, ``core/columnar.py``,
 ``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the simulator's model
-(``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``)
+(``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``,
+``core/memory.py``)
 and the random workload's drawing loop (``core/workloads/layered.py``) with mypyc where it
 can, and installs them as pure Python otherwise (or with ``OFFLOADLAB_PURE=1``).
 
@@ -19,7 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from offloadlab.core import bound, checks, columnar, dispatch, intervals, memgraph, nodelink, verify
+from offloadlab.core import (
+    bound,
+    checks,
+    columnar,
+    dispatch,
+    intervals,
+    memgraph,
+    memory,
+    nodelink,
+    verify,
+)
 from offloadlab.core.workloads import layered
 from offloadlab.lab.cli import main
 from offloadlab.planner import PLANNERS, allocator, buildmemgraph, planner_options
@@ -27,7 +38,7 @@ from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = (allocator, buildmemgraph, memgraph, verify, intervals, checks, nodelink, columnar,
-        dispatch, bound, model, resources, layered)
+        dispatch, bound, model, resources, memory, layered)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 

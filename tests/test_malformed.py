@@ -231,3 +231,45 @@ def test_the_unmutated_files_are_valid(capsys, valid_files, tmp_path):
         path.write_text(json.dumps(valid_files[kind]))
         code, out, err = run_cli(capsys, [str(path) if a == "{}" else a for a in argv])
         assert code == 0, err
+
+
+@settings(**SETTINGS)
+@given(data=st.data(), stream=st.booleans())
+def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data, stream,
+                                                                monkeypatch):
+    """``MemGraph.from_json`` decodes typed records first (:mod:`offloadlab.core.typed`) and
+    falls back to checking every field; on any file, valid or not, that gives the same graph
+    or the same error as the checking reader alone."""
+    text = data.draw(malformed(valid_files["mg"], compact=stream))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mg.json"
+        path.write_bytes(text)
+        outcomes = []
+        for read in (MemGraph.from_json, lambda p: MemGraph.from_dict(*nodelink.read(
+                p, "MemGraph JSON"))):
+            saved = nodelink.STREAM_AT, nodelink.BLOCK
+            nodelink.STREAM_AT, nodelink.BLOCK = (0, 64) if stream else saved
+            try:
+                outcomes.append(read(path).to_json())
+            except OffloadlabError as exc:
+                outcomes.append(f"error: {exc}")
+            finally:
+                nodelink.STREAM_AT, nodelink.BLOCK = saved
+    assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_valid_file_is_read_as_typed_records(valid_files, tmp_path, monkeypatch, stream):
+    """The toolkit's own files never need the checking reader (the fast path is taken)."""
+    path = tmp_path / "mg.json"
+    expected = MemGraph.from_dict(valid_files["mg"])
+    expected.to_json(path)
+    if stream:
+        monkeypatch.setattr(nodelink, "STREAM_AT", 0)
+        monkeypatch.setattr(nodelink, "BLOCK", 16)
+
+    def checking(*args):
+        raise AssertionError("the checking reader ran")
+    monkeypatch.setattr(MemGraph, "from_dict", classmethod(checking))
+    assert MemGraph.from_json(path).to_json() == path.read_text()
+    assert MemGraph.from_json(path.read_text()).to_json() == path.read_text()

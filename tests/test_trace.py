@@ -8,14 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
-from offloadlab.core.trace import (
-    TRACE_COLUMNS,
-    make_trace,
-    memory_over_time,
-    peak_memory,
-    to_chrome_trace,
-    write_chrome_trace,
-)
+from offloadlab.core.memory import memory_over_time, peak_memory
+from offloadlab.core.trace import TRACE_COLUMNS, make_trace, to_chrome_trace, write_chrome_trace
 
 
 def row(vertex, start, end, kind="compute", device="gpu0", resource="gpu0", stream=0,

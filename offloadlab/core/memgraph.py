@@ -213,15 +213,7 @@ class MemGraph:
             if vertex.id in vertices:
                 raise GraphError(f"{where}: duplicate vertex id {vertex.id!r}")
             mg.add_vertex(vertex)
-        # Each id is one string object: the JSON parser makes a new one for every occurrence,
-        # and at a million vertices the copies in edges and inputs cost gigabytes.
-        for vertex in vertices.values():
-            vertex.inputs = tuple([vertices[x].id if x in vertices else x
-                                   for x in vertex.inputs])
-            if vertex.task == vertex.id:
-                vertex.task = vertex.id
-            elif vertex.of is not None and vertex.of in vertices:
-                vertex.of = vertices[vertex.of].id
+        mg._share_ids()
         for e in edges:
             u, v = edge_ends(e, where)
             kind = e.get("kind", "data")
@@ -236,8 +228,97 @@ class MemGraph:
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> MemGraph:
-        """Read node-link JSON from a string or a file path."""
+        """Read node-link JSON from a string or a file path: typed records first
+        (:mod:`offloadlab.core.typed`), else checking every field (:meth:`from_dict`)."""
+        from . import typed
+        try:
+            with no_gc():
+                graph, nodes, edges = typed.read(text_or_path)
+                return cls._from_typed(graph, nodes, edges)
+        except (typed.Declined, nodelink.Unstreamable, GraphError):
+            pass
         return nodelink.load(cls.from_dict, text_or_path, "MemGraph JSON")
+
+    @classmethod
+    def _from_typed(cls, graph: Any, nodes: Iterable[Any], edges: Iterable[Any]) -> MemGraph:
+        """The MemGraph of :func:`typed.read`'s records, whose fields have their types and
+        ranges; the rules between fields are :meth:`from_dict`'s, and any broken one, or a
+        duplicate or unknown vertex, raises :class:`GraphError` (with no place: the checking
+        reader names it)."""
+        _, meta = nodelink.graph_meta({"graph": graph}, "", "MemGraph")
+        mg = cls(meta)
+        vertices = mg.vertices
+        # the one string object of each device, op and location GPU (the records' kinds and
+        # dtypes are already one object each), once found fine: devices per vertex kind
+        devices: dict[str, dict[str, str]] = {kind: {} for kind in TASK_KINDS + MOVE_KINDS}
+        ops: dict[str, str] = {}
+        gpus: dict[str, str] = {}
+        for n in nodes:
+            kind, nbytes, dtype = n.kind, n.bytes, n.dtype or "float32"
+            fine = devices[kind]
+            device = fine.get(n.device)
+            if device is None:
+                if _device_problem(kind, n.device) is not None:
+                    raise GraphError("")
+                device = fine[n.device] = intern(n.device)
+            op = n.op
+            if op is not None:
+                known = ops.get(op)
+                if known is None:
+                    if kind == "compute" and op_problem(op) is not None:
+                        raise GraphError("")
+                    known = intern(op)
+                    if kind == "compute":
+                        ops[op] = known
+                op = known
+            loc = n.loc
+            if loc is not None:
+                gpu = gpus.get(loc.device)
+                if gpu is None:
+                    if not is_gpu_name(loc.device):
+                        raise GraphError("")
+                    gpu = gpus[loc.device] = intern(loc.device)
+                loc = Loc(gpu, loc.offset, loc.size)
+            shape = n.shape
+            if shape is not None:
+                if math.prod(shape) * DTYPES[dtype] > nbytes:
+                    raise GraphError("")
+                shape = tuple(shape)
+            inputs = n.inputs
+            mg.add_vertex(MemVertex(
+                n.id, kind, device, nbytes, loc, n.task, n.of, op,
+                0.0 if n.flops is None else n.flops, () if inputs is None else tuple(inputs),
+                n.order, n.time, shape, dtype))
+        mg._share_ids()
+        succ, pred = mg.succ, mg.pred
+        u, name, out = "", "", {}                      # the last edge's source
+        for e in edges:
+            if e.source != name:                        # a file this toolkit wrote lists each
+                name = e.source                         # vertex's out-edges together
+                source = vertices.get(name)
+                if source is None:
+                    raise GraphError("")
+                u = source.id
+                out = succ[u]
+            target = vertices.get(e.target)
+            if target is None:
+                raise GraphError("")
+            v = target.id
+            if u != v and out.get(v) != "data":
+                out[v] = pred[v][u] = e.kind
+        return mg
+
+    def _share_ids(self) -> None:
+        """Make each id one string object: the JSON parser makes a new one for every
+        occurrence, and at a million vertices the copies in inputs cost gigabytes."""
+        vertices = self.vertices
+        for vertex in vertices.values():
+            vertex.inputs = tuple([vertices[x].id if x in vertices else x
+                                   for x in vertex.inputs])
+            if vertex.task == vertex.id:
+                vertex.task = vertex.id
+            elif vertex.of is not None and vertex.of in vertices:
+                vertex.of = vertices[vertex.of].id
 
     def write(self, path: str | Path) -> None:
         """Write the file ``path``: one Parquet table if it ends in ``.parquet``

@@ -47,10 +47,12 @@ class Unstreamable(Exception):
 
 class Items:
     """The nodes or the edges (``which``) of a node-link file that :func:`write` wrote, read a
-    block at a time and parsed a batch of items at a time each time this is iterated."""
+    block at a time and parsed a batch of items at a time each time this is iterated: by
+    ``parse``, given the batch's items without the brackets around them (default: into JSON
+    values, by orjson)."""
 
-    def __init__(self, path: Path, which: str):
-        self.path, self.which = path, which
+    def __init__(self, path: Path, which: str, parse: Callable[[bytes], list] | None = None):
+        self.path, self.which, self.parse = path, which, parse or _parse
 
     def __iter__(self) -> Iterator[Any]:
         # the items of each batch straight from its list, not resumed through a generator
@@ -68,7 +70,7 @@ class Items:
                 more = f.read(BLOCK)
                 stop = buf.find(end)
                 if stop >= 0:
-                    yield _parse(buf[:stop + 1])
+                    yield self.parse(buf[:stop + 1])
                     if self.which == "edges" and (buf[stop + len(end):] + more + f.read()
                                                   ).strip():
                         raise Unstreamable("data after the end of the graph")
@@ -77,7 +79,7 @@ class Items:
                     raise Unstreamable(f"no {end!r} after the {self.which}")
                 cut = buf.rfind(between)
                 if cut >= 0:
-                    yield _parse(buf[:cut + 1])
+                    yield self.parse(buf[:cut + 1])
                     buf = buf[cut + 2:]
                 buf += more
 
@@ -116,7 +118,7 @@ def load(build: Callable[[Any, str], T], text_or_path: str | Path, what: str) ->
     return build(data, where)
 
 
-def _streamed(path: Path) -> dict | None:
+def streamed(path: Path) -> dict | None:
     """Node-link data whose nodes and edges are :class:`Items`, if ``path`` is a large file
     that this toolkit wrote; else None."""
     if path.stat().st_size < STREAM_AT:
@@ -216,9 +218,9 @@ def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any
         path = Path(text_or_path)
         where = f"{what} file {str(path)!r}"
         try:
-            streamed = _streamed(path) if stream else None
-            if streamed is not None:
-                return streamed, where
+            blocks = streamed(path) if stream else None
+            if blocks is not None:
+                return blocks, where
             text = path.read_bytes()
         except OSError as exc:
             raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None

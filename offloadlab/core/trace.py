@@ -3,7 +3,7 @@
 A trace is a pandas DataFrame with the columns :data:`TRACE_COLUMNS`; times are seconds from
 the start of the run.  ``input`` vertices are not executed and have no row; their tensors exist
 from time 0.  Memory in use over time, per GPU and in host (pinned) RAM, is derived from a trace
-and the MemGraph it ran (:func:`memory_over_time`).
+and the MemGraph it ran (:func:`offloadlab.core.memory.memory_over_time`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .devices import HOST, is_gpu, lane_key, split_transfer
+from .devices import lane_key
 
 if TYPE_CHECKING:
-    import numpy as np
     import pandas as pd
 
-    from .memgraph import Loc, MemGraph, MemVertex
+    from .memgraph import MemVertex
 
 TRACE_COLUMNS = ["vertex", "kind", "device", "resource", "stream", "start", "end", "bytes",
                  "flops", "source", "run"]
@@ -145,137 +144,6 @@ def write_chrome_trace(trace: pd.DataFrame, path: str | Path,
     """Write :func:`to_chrome_trace` to ``path``."""
     from .checks import dumps
     Path(path).write_text(dumps(to_chrome_trace(trace, memory, edges), "the Chrome trace"))
-
-
-# -- memory -------------------------------------------------------------------------------
-def memgraph_gpus(memgraph: MemGraph) -> list[str]:
-    """The GPUs a MemGraph uses (devices, transfer ends, locations), sorted by index."""
-    found: set[str] = set()
-    for v in memgraph:
-        devices = split_transfer(v.device) if "->" in v.device else (v.device,)
-        found.update(d for d in devices if is_gpu(d))
-        if v.loc is not None:
-            found.add(v.loc.device)
-    return sorted(found, key=lambda d: int(d[3:]))
-
-
-def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
-    """Bytes in use per device over time: a step function with columns ``time, device, bytes``.
-
-    A vertex with a location occupies ``loc.size`` bytes on ``loc.device`` from its start until
-    the end of the last of its data successors (its readers, an offload among them); one with
-    none stays until the first vertex to start after it writing any of its bytes starts (a copy
-    dropped unread), or to the end of the run (a graph output).  An offload's output occupies
-    ``bytes`` on ``"host"`` from the offload's start to the end of the run.  Inputs start at time 0.
-    Vertices missing from the trace (other than inputs) occupy nothing, and missing readers
-    are ignored.  One row per device and time where its use changes, giving the use from then
-    on; sorted by time, then device.  The trace must hold a single run.
-    """
-    import numpy as np
-    import pandas as pd
-
-    if trace["run"].nunique() > 1:
-        raise ValueError("memory_over_time: the trace holds several runs; select one first")
-    vertices = list(memgraph)
-    index = {v.id: i for i, v in enumerate(vertices)}
-    n = len(vertices)
-    rows = np.array([index.get(v, -1) for v in trace["vertex"].tolist()], dtype=np.int64)
-    known = rows >= 0
-    start, end = np.full(n, np.nan), np.full(n, np.nan)
-    start[rows[known]] = trace["start"].to_numpy(dtype=float)[known]
-    end[rows[known]] = trace["end"].to_numpy(dtype=float)[known]
-    run_end = float(trace["end"].max()) if len(trace) else 0.0
-    begin = np.where(np.isnan(start) & np.array([v.kind == "input" for v in vertices], bool),
-                     0.0, start)
-    ran = (~np.isnan(begin)).tolist()
-    located = [i for i, v in enumerate(vertices) if v.loc is not None and ran[i]]
-    # the end of each located vertex's last data reader (-inf: none in the trace)
-    succ, sources, readers = memgraph.succ, [], []
-    for k, i in enumerate(located):
-        for w, kind in succ[vertices[i].id].items():
-            if kind == "data":
-                sources.append(k)
-                readers.append(index[w])
-    until = np.full(len(located), -np.inf)
-    read_end = end[np.array(readers, dtype=np.int64)]
-    traced = ~np.isnan(read_end)
-    np.maximum.at(until, np.array(sources, dtype=np.int64)[traced], read_end[traced])
-    where = np.array(located, dtype=np.int64)
-    locs: list[Loc] = [vertices[i].loc for i in located]   # type: ignore[misc]
-    devices = [loc.device for loc in locs]
-    size = np.array([loc.size for loc in locs], dtype=np.int64)
-    unread = until == -np.inf
-    if unread.any():
-        order = np.array([vertices[i].order for i in where.tolist()], dtype=np.int64)
-        until[unread] = _overwritten(locs, begin[where], order, unread, run_end)
-    offloads = np.array([i for i, v in enumerate(vertices) if v.kind == "offload" and ran[i]],
-                        dtype=np.int64)
-    moved = np.array([vertices[i].bytes for i in offloads.tolist()], dtype=np.int64)
-    changes = (pd.DataFrame({
-        "device": devices * 2 + [HOST] * (2 * len(offloads)),
-        "time": np.concatenate([begin[where], until, begin[offloads],
-                                np.full(len(offloads), run_end)]),
-        "bytes": np.concatenate([size, -size, moved, -moved])})
-        .groupby(["device", "time"], sort=True)["bytes"].sum())
-    changes = changes[changes != 0]
-    used = changes.groupby(level="device").cumsum().reset_index()
-    return used.sort_values(["time", "device"], kind="stable")[["time", "device", "bytes"]] \
-               .reset_index(drop=True)
-
-
-def _overwritten(locs: list[Loc], begin: np.ndarray, order: np.ndarray, unread: np.ndarray,
-                 run_end: float) -> np.ndarray:
-    """When the bytes of each ``unread`` writer (a mask over the writers ``locs``, which start
-    at ``begin``) are first written again, else ``run_end``: one sweep over the writers in
-    order of their start (ties in planner ``order``), from the first unread one on, keeping per
-    GPU the unread copies not yet overwritten (disjoint intervals, sorted by offset)."""
-    import bisect
-
-    import numpy as np
-
-    sweep = np.lexsort((np.arange(len(locs)), order, begin))
-    first = int(np.argmax(unread[sweep]))
-    pending: dict[str, list[tuple[int, int, int]]] = {}
-    until = np.full(len(locs), run_end)
-    for k in sweep[first:].tolist():
-        loc = locs[k]
-        alive = pending.setdefault(loc.device, [])
-        i = max(bisect.bisect_right(alive, (loc.offset,)) - 1, 0)
-        while i < len(alive) and alive[i][0] < loc.end:
-            if alive[i][1] > loc.offset:
-                until[alive.pop(i)[2]] = begin[k]
-            else:
-                i += 1
-        if unread[k]:
-            bisect.insort(alive, (loc.offset, loc.end, k))
-    return until[unread]
-
-
-def memory_and_peaks(trace: pd.DataFrame, memgraph: MemGraph,
-                     gpus: Sequence[str]) -> tuple[pd.DataFrame, dict[str, int]]:
-    """:func:`memory_over_time` and :func:`peak_memory`, with a peak for each of ``gpus``
-    (every GPU of the machine, which includes those the MemGraph uses; 0 where unused)."""
-    memory = memory_over_time(trace, memgraph)
-    return memory, _peaks(memory, (*gpus, HOST))
-
-
-def peak_memory(trace: pd.DataFrame, memgraph: MemGraph,
-                memory: pd.DataFrame | None = None) -> dict[str, int]:
-    """Peak bytes in use per GPU of the MemGraph (0 if unused) and in ``"host"`` RAM.
-
-    ``memory`` is :func:`memory_over_time`'s result if already computed.
-    """
-    if memory is None:
-        memory = memory_over_time(trace, memgraph)
-    return _peaks(memory, (*memgraph_gpus(memgraph), HOST))
-
-
-def _peaks(memory: pd.DataFrame, devices: Iterable[str]) -> dict[str, int]:
-    """The most bytes in use on each of ``devices`` (0 if none) and any other in ``memory``."""
-    peaks = {d: 0 for d in devices}
-    for device, peak in memory.groupby("device")["bytes"].max().items():
-        peaks[str(device)] = max(int(peak), 0)
-    return peaks
 
 
 def busy_time(trace: pd.DataFrame) -> dict[str, float]:

@@ -20,7 +20,8 @@ from ..core.dispatch import check_policy
 from ..core.errors import SpecError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.trace import busy_time, memory_and_peaks, run_trace
+from ..core.memory import memory_and_peaks
+from ..core.trace import busy_time, run_trace
 from .device import Backend
 from .kernels import KERNELS, KernelError, check_runnable
 from .loop import EventLoop, ExecutionError, StallError

@@ -47,7 +47,7 @@ def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path,
 
     ``traces`` is one Trace DataFrame or a mapping of label -> Trace, drawn as subplots one
     above the other that share the time axis.  ``memory`` (label -> memory in use over time,
-    as :func:`offloadlab.core.trace.memory_over_time` gives it) adds a panel under each
+    as :func:`offloadlab.core.memory.memory_over_time` gives it) adds a panel under each
     schedule with each GPU's memory in use and, if given, the GPU ``capacity`` dashed.
     Returns ``path``.
     """

@@ -28,7 +28,8 @@ import pandas as pd
 from ..core.dispatch import POLICIES, PolicyError, check_policy
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.trace import memory_and_peaks, run_trace
+from ..core.memory import memory_and_peaks
+from ..core.trace import run_trace
 from ..core.util import no_gc
 from .model import DeadlockError, Model
 
