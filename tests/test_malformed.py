@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offloadlab.core import nodelink
+from offloadlab.core import nodelink, typed
 from offloadlab.core.errors import OffloadlabError
 from offloadlab.core.memgraph import MemGraph
 from offloadlab.core.taskgraph import TaskGraph
@@ -197,16 +198,25 @@ def test_files_read_in_blocks_give_what_a_whole_read_gives(valid_files, data, ki
         path = Path(tmp) / "g.json"
         path.write_bytes(text)
         outcomes = []
-        for stream_at, block_size in ((nodelink.STREAM_AT, nodelink.BLOCK), (0, block)):
-            saved = nodelink.STREAM_AT, nodelink.BLOCK
-            nodelink.STREAM_AT, nodelink.BLOCK = stream_at, block_size
-            try:
-                outcomes.append(cls.from_json(path).to_json())
-            except OffloadlabError as exc:
-                outcomes.append(f"error: {exc}")
-            finally:
-                nodelink.STREAM_AT, nodelink.BLOCK = saved
+        for stream in (False, True):
+            with in_blocks(block if stream else None):
+                try:
+                    outcomes.append(cls.from_json(path).to_json())
+                except OffloadlabError as exc:
+                    outcomes.append(f"error: {exc}")
     assert outcomes[0] == outcomes[1]
+
+
+@contextmanager
+def in_blocks(block: int | None):
+    """Files of any size read in blocks of ``block`` bytes by both readers (None: as usual)."""
+    saved = nodelink.STREAM_AT, typed.STREAM_AT, nodelink.BLOCK
+    if block is not None:
+        nodelink.STREAM_AT, typed.STREAM_AT, nodelink.BLOCK = 0, 0, block
+    try:
+        yield
+    finally:
+        nodelink.STREAM_AT, typed.STREAM_AT, nodelink.BLOCK = saved
 
 
 def test_the_toolkits_own_large_files_are_read_in_blocks(valid_files, tmp_path, monkeypatch):
@@ -235,8 +245,7 @@ def test_the_unmutated_files_are_valid(capsys, valid_files, tmp_path):
 
 @settings(**SETTINGS)
 @given(data=st.data(), stream=st.booleans())
-def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data, stream,
-                                                                monkeypatch):
+def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data, stream):
     """``MemGraph.from_json`` decodes typed records first (:mod:`offloadlab.core.typed`) and
     falls back to checking every field; on any file, valid or not, that gives the same graph
     or the same error as the checking reader alone."""
@@ -247,14 +256,11 @@ def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data
         outcomes = []
         for read in (MemGraph.from_json, lambda p: MemGraph.from_dict(*nodelink.read(
                 p, "MemGraph JSON"))):
-            saved = nodelink.STREAM_AT, nodelink.BLOCK
-            nodelink.STREAM_AT, nodelink.BLOCK = (0, 64) if stream else saved
-            try:
-                outcomes.append(read(path).to_json())
-            except OffloadlabError as exc:
-                outcomes.append(f"error: {exc}")
-            finally:
-                nodelink.STREAM_AT, nodelink.BLOCK = saved
+            with in_blocks(64 if stream else None):
+                try:
+                    outcomes.append(read(path).to_json())
+                except OffloadlabError as exc:
+                    outcomes.append(f"error: {exc}")
     assert outcomes[0] == outcomes[1]
 
 
@@ -265,7 +271,7 @@ def test_a_valid_file_is_read_as_typed_records(valid_files, tmp_path, monkeypatc
     expected = MemGraph.from_dict(valid_files["mg"])
     expected.to_json(path)
     if stream:
-        monkeypatch.setattr(nodelink, "STREAM_AT", 0)
+        monkeypatch.setattr(typed, "STREAM_AT", 0)
         monkeypatch.setattr(nodelink, "BLOCK", 16)
 
     def checking(*args):

@@ -118,10 +118,10 @@ def load(build: Callable[[Any, str], T], text_or_path: str | Path, what: str) ->
     return build(data, where)
 
 
-def streamed(path: Path) -> dict | None:
-    """Node-link data whose nodes and edges are :class:`Items`, if ``path`` is a large file
-    that this toolkit wrote; else None."""
-    if path.stat().st_size < STREAM_AT:
+def streamed(path: Path, at_least: int | None = None) -> dict | None:
+    """Node-link data whose nodes and edges are :class:`Items`, if ``path`` is a file this
+    toolkit wrote of ``at_least`` bytes or more (default :data:`STREAM_AT`); else None."""
+    if path.stat().st_size < (STREAM_AT if at_least is None else at_least):
         return None
     with open(path, "rb") as f:
         head = f.read(2**20)                  # the graph's attributes are much shorter
