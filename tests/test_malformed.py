@@ -279,3 +279,30 @@ def test_a_valid_file_is_read_as_typed_records(valid_files, tmp_path, monkeypatc
     monkeypatch.setattr(MemGraph, "from_dict", classmethod(checking))
     assert MemGraph.from_json(path).to_json() == path.read_text()
     assert MemGraph.from_json(path.read_text()).to_json() == path.read_text()
+
+
+@pytest.mark.parametrize("workload,machine,planner", [
+    ("random:vertices=300,gpus=4,seed=3,transfer_fraction=0.3", "a100x8:gpus=4,gpu_memory=80MB",
+     "buildmemgraph"),
+    ("random:vertices=300,gpus=2,seed=4,host_fraction=1", "p100x4:gpus=2", "levelwise"),
+    ("llama-prefill:model=tiny,seq=32,gpus=2", "a100x8:gpus=2", "buildmemgraph"),
+    ("llama-lora-train:model=tiny,seq=32", "v100", "gemini"),
+    ("training-chain", "v100:gpu_memory=2GB", "cotrain:k=0"),
+])
+def test_every_planners_output_is_read_as_typed_records(tmp_path, monkeypatch, workload, machine,
+                                                        planner):
+    """Files of every planner and kind of vertex (transfers, host inputs, CPU updates, shapes,
+    ops with parameters) take the typed path, and give what the checking reader gives."""
+    from offloadlab.core.machine import machine_from_spec
+    from offloadlab.planner import plan
+
+    graph = build_workload(workload)
+    mg = plan(graph, machine_from_spec(machine), planner)
+    path = tmp_path / "mg.json"
+    mg.to_json(path)
+    checked = MemGraph.from_dict(*nodelink.read(path, "MemGraph JSON")).to_json()
+
+    def checking(*args):
+        raise AssertionError("the checking reader ran")
+    monkeypatch.setattr(MemGraph, "from_dict", classmethod(checking))
+    assert MemGraph.from_json(path).to_json() == checked == path.read_text()
