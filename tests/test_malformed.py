@@ -244,18 +244,19 @@ def test_the_unmutated_files_are_valid(capsys, valid_files, tmp_path):
 
 
 @settings(**SETTINGS)
-@given(data=st.data(), stream=st.booleans())
-def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data, stream):
-    """``MemGraph.from_json`` decodes typed records first (:mod:`offloadlab.core.typed`) and
-    falls back to checking every field; on any file, valid or not, that gives the same graph
-    or the same error as the checking reader alone."""
-    text = data.draw(malformed(valid_files["mg"], compact=stream))
+@given(data=st.data(), kind=st.sampled_from(["tg", "mg"]), stream=st.booleans())
+def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data, kind, stream):
+    """``from_json`` decodes typed records first (:mod:`offloadlab.core.typed`) and falls back
+    to checking every field; on any file, valid or not, that gives the same graph or the same
+    error as the checking reader alone."""
+    cls = TaskGraph if kind == "tg" else MemGraph
+    text = data.draw(malformed(valid_files[kind], compact=stream))
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "mg.json"
+        path = Path(tmp) / "g.json"
         path.write_bytes(text)
         outcomes = []
-        for read in (MemGraph.from_json, lambda p: MemGraph.from_dict(*nodelink.read(
-                p, "MemGraph JSON"))):
+        for read in (cls.from_json, lambda p: cls.from_dict(*nodelink.read(
+                p, f"{cls.__name__} JSON"))):
             with in_blocks(64 if stream else None):
                 try:
                     outcomes.append(read(path).to_json())
@@ -265,20 +266,21 @@ def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_valid_file_is_read_as_typed_records(valid_files, tmp_path, monkeypatch, stream):
+@pytest.mark.parametrize("kind", ["tg", "mg"])
+def test_a_valid_file_is_read_as_typed_records(valid_files, tmp_path, monkeypatch, kind, stream):
     """The toolkit's own files never need the checking reader (the fast path is taken)."""
-    path = tmp_path / "mg.json"
-    expected = MemGraph.from_dict(valid_files["mg"])
-    expected.to_json(path)
+    cls = TaskGraph if kind == "tg" else MemGraph
+    path = tmp_path / "g.json"
+    cls.from_dict(valid_files[kind]).to_json(path)
     if stream:
         monkeypatch.setattr(typed, "STREAM_AT", 0)
         monkeypatch.setattr(nodelink, "BLOCK", 16)
 
     def checking(*args):
         raise AssertionError("the checking reader ran")
-    monkeypatch.setattr(MemGraph, "from_dict", classmethod(checking))
-    assert MemGraph.from_json(path).to_json() == path.read_text()
-    assert MemGraph.from_json(path.read_text()).to_json() == path.read_text()
+    monkeypatch.setattr(cls, "from_dict", classmethod(checking))
+    assert cls.from_json(path).to_json() == path.read_text()
+    assert cls.from_json(path.read_text()).to_json() == path.read_text()
 
 
 @pytest.mark.parametrize("workload,machine,planner", [
@@ -292,17 +294,20 @@ def test_a_valid_file_is_read_as_typed_records(valid_files, tmp_path, monkeypatc
 def test_every_planners_output_is_read_as_typed_records(tmp_path, monkeypatch, workload, machine,
                                                         planner):
     """Files of every planner and kind of vertex (transfers, host inputs, CPU updates, shapes,
-    ops with parameters) take the typed path, and give what the checking reader gives."""
+    ops with parameters), and the TaskGraphs planned, take the typed path, and give what the
+    checking reader gives."""
     from offloadlab.core.machine import machine_from_spec
     from offloadlab.planner import plan
 
     graph = build_workload(workload)
-    mg = plan(graph, machine_from_spec(machine), planner)
-    path = tmp_path / "mg.json"
-    mg.to_json(path)
-    checked = MemGraph.from_dict(*nodelink.read(path, "MemGraph JSON")).to_json()
+    files = {TaskGraph: tmp_path / "tg.json", MemGraph: tmp_path / "mg.json"}
+    graph.to_json(files[TaskGraph])
+    plan(graph, machine_from_spec(machine), planner).to_json(files[MemGraph])
+    checked = {cls: cls.from_dict(*nodelink.read(path, f"{cls.__name__} JSON")).to_json()
+               for cls, path in files.items()}
 
     def checking(*args):
         raise AssertionError("the checking reader ran")
-    monkeypatch.setattr(MemGraph, "from_dict", classmethod(checking))
-    assert MemGraph.from_json(path).to_json() == checked == path.read_text()
+    for cls, path in files.items():
+        monkeypatch.setattr(cls, "from_dict", classmethod(checking))
+        assert cls.from_json(path).to_json() == checked[cls] == path.read_text()

@@ -275,6 +275,13 @@ class TaskGraph:
             if task.id in tasks:
                 raise GraphError(f"{where}: duplicate vertex id {task.id!r}")
             tasks[task.id] = task
+        g._link(edge_inputs, where)
+        return g
+
+    def _link(self, edge_inputs: dict[str, list[str]], where: str) -> None:
+        """The readers' last steps: every edge ``u -> v`` of the file (``edge_inputs[v]``) is
+        one of ``v``'s inputs, each id is one string object, and :meth:`validate`."""
+        tasks = self.tasks
         for v, sources in edge_inputs.items():
             target = tasks.get(v)
             for u in sources:
@@ -284,18 +291,49 @@ class TaskGraph:
                 if u not in target.inputs:
                     raise GraphError(f"{where}: edge {u!r} -> {v!r}, but vertex {v!r} does "
                                      f"not list {u!r} among its inputs {list(target.inputs)}")
-        for task in tasks.values():      # one string object per id (see MemGraph._from_dict)
+        for task in tasks.values():      # one string object per id (see MemGraph._share_ids)
             task.inputs = tuple([tasks[u].id if u in tasks else u for u in task.inputs])
         try:
-            g.validate()
+            self.validate()
         except GraphError as exc:
             raise GraphError(f"{where}: {exc}") from None
-        return g
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> TaskGraph:
-        """Read node-link JSON from a string or a file path."""
+        """Read node-link JSON from a string or a file path: typed records first
+        (:mod:`offloadlab.core.typed`), else checking every field (:meth:`from_dict`)."""
+        from . import typed
+        try:
+            with no_gc():
+                graph, nodes, edges = typed.read(text_or_path, typed.TASKGRAPH)
+                return cls._from_typed(graph, nodes, edges)
+        except (typed.Declined, nodelink.Unstreamable, GraphError):
+            pass
         return nodelink.load(cls.from_dict, text_or_path, "TaskGraph JSON")
+
+    @classmethod
+    def _from_typed(cls, graph: Any, nodes: Iterable[Any], edges: Iterable[Any]) -> TaskGraph:
+        """The TaskGraph of :func:`typed.read`'s records: :meth:`from_dict`'s steps, with any
+        problem a :class:`GraphError` with no place (the checking reader names it)."""
+        name, meta = nodelink.graph_meta({"graph": graph}, "", "TaskGraph")
+        g = cls(name=name, meta=meta)
+        edge_inputs: dict[str, list[str]] = {}
+        for e in edges:
+            if e.target in edge_inputs:
+                edge_inputs[e.target].append(e.source)
+            else:
+                edge_inputs[e.target] = [e.source]
+        tasks = g.tasks
+        for n in nodes:
+            if n.id in tasks:
+                raise GraphError("")
+            tasks[n.id] = Task(
+                n.id, n.kind, n.device, n.bytes,
+                tuple(edge_inputs.get(n.id, ()) if n.inputs is None else n.inputs), n.op,
+                0.0 if n.flops is None else n.flops, None if n.shape is None else tuple(n.shape),
+                n.dtype or "float32", n.time)
+        g._link(edge_inputs, "")
+        return g
 
 
 def device_problem(kind: str, device: str) -> str | None:

@@ -1,22 +1,24 @@
-"""The typed reader of MemGraph node-link JSON (docs/design.md, Interchange): msgspec decodes
-each node and edge straight into a typed record, checking every field's type and range in C, so
-that :meth:`MemGraph._from_typed` is left the rules between fields.
+"""The typed reader of node-link JSON (docs/design.md, Interchange): msgspec decodes each node
+and edge of a MemGraph or TaskGraph file straight into a typed record, checking field types
+(and a MemGraph's ranges) in C, so that :meth:`MemGraph._from_typed` and
+:meth:`TaskGraph._from_typed` are left the rules between fields.
 
 It is a fast path, not a second definition of the format: it only *accepts*.  Anything it does
 not take as it stands (a field of the wrong type or out of range, NaN, a missing field, ids
-written as integers, networkx's older ``links``, a layout the block reader cannot follow) makes
-it :class:`Declined`, and the file is read again by the checking reader
-(:meth:`MemGraph.from_dict`), whose error names the file, vertex and field.  Reading the
-benchmark's 165k-vertex MemGraph: 0.8 s against 2.1 s.
+written as integers, networkx's older ``links``, a layout the block reader cannot follow, any
+rule broken) makes it :class:`Declined`, and the file is read again by the checking reader
+(``from_dict``), whose error names the file, vertex and field.  Reading the benchmark's
+165k-vertex MemGraph: 1.2 s against 2.1 s.
 
-Not compiled (mypyc does not compile msgspec's ``Struct`` classes); the loop over the records
-is, in :mod:`offloadlab.core.memgraph`.
+Not compiled (mypyc does not compile msgspec's ``Struct`` classes); the MemGraph's loop over
+the records is, in :mod:`offloadlab.core.memgraph`.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -81,32 +83,71 @@ class EdgeRecord(msgspec.Struct):
     kind: Literal["data", "memory"] = "data"
 
 
-class FileRecord(msgspec.Struct):
+class MemGraphFile(msgspec.Struct):
     nodes: list[NodeRecord]
     edges: list[EdgeRecord] | None = None
     links: Any = None
     graph: Any = None
 
 
-_FILE = msgspec.json.Decoder(FileRecord)
-_NODES = msgspec.json.Decoder(list[NodeRecord])
-_EDGES = msgspec.json.Decoder(list[EdgeRecord])
+class TaskRecord(msgspec.Struct):
+    """A TaskGraph node: what :meth:`TaskGraph.validate` checks (the kind, the device, the
+    bytes, the op, the dtype, the time, the shape's values) keeps its JSON type, so that the
+    same values reach it as from the checking reader."""
+
+    id: str
+    kind: str
+    device: str
+    bytes: int
+    op: str | None = None
+    flops: Finite | None = None
+    inputs: list[str] | None = None
+    shape: list[int] | None = None
+    dtype: str | None = None
+    time: int | float | None = None
 
 
-def read(text_or_path: str | Path) -> tuple[Any, Iterable[NodeRecord], Iterable[EdgeRecord]]:
-    """The ``graph`` object, nodes and edges of a MemGraph node-link text or file (given as
-    :func:`nodelink.read` takes it), decoded into records; a large file this toolkit wrote a
-    batch at a time (:data:`STREAM_AT`).  Raises :class:`Declined`."""
+class TaskEdgeRecord(msgspec.Struct):
+    source: str
+    target: str
+
+
+class TaskGraphFile(msgspec.Struct):
+    nodes: list[TaskRecord]
+    edges: list[TaskEdgeRecord] | None = None
+    links: Any = None
+    graph: Any = None
+
+
+@dataclass(frozen=True)
+class Format:
+    """The decoders of one kind of graph file: whole, and its nodes and edges in batches."""
+
+    file: msgspec.json.Decoder
+    nodes: msgspec.json.Decoder
+    edges: msgspec.json.Decoder
+
+
+MEMGRAPH = Format(msgspec.json.Decoder(MemGraphFile), msgspec.json.Decoder(list[NodeRecord]),
+                  msgspec.json.Decoder(list[EdgeRecord]))
+TASKGRAPH = Format(msgspec.json.Decoder(TaskGraphFile), msgspec.json.Decoder(list[TaskRecord]),
+                   msgspec.json.Decoder(list[TaskEdgeRecord]))
+
+
+def read(text_or_path: str | Path, form: Format = MEMGRAPH) -> tuple[Any, Iterable, Iterable]:
+    """The ``graph`` object, nodes and edges of a node-link text or file (given as
+    :func:`nodelink.read` takes it), decoded into the records of ``form``; a large file this
+    toolkit wrote a batch at a time (:data:`STREAM_AT`).  Raises :class:`Declined`."""
     try:
         if isinstance(text_or_path, str) and text_or_path.lstrip().startswith("{"):
-            data = _FILE.decode(text_or_path)
+            data = form.file.decode(text_or_path)
         else:
             path = Path(text_or_path)
             streamed = nodelink.streamed(path, STREAM_AT)
             if streamed is not None:
-                return (streamed["graph"], nodelink.Items(path, "nodes", _batch(_NODES)),
-                        nodelink.Items(path, "edges", _batch(_EDGES)))
-            data = _FILE.decode(_utf8(path.read_bytes()))
+                return (streamed["graph"], nodelink.Items(path, "nodes", _batch(form.nodes)),
+                        nodelink.Items(path, "edges", _batch(form.edges)))
+            data = form.file.decode(_utf8(path.read_bytes()))
     except (OSError, ValueError, msgspec.MsgspecError) as exc:   # bad UTF-8 is a ValueError
         raise Declined(str(exc)) from None
     if data.edges is None or data.links is not None:
