@@ -311,3 +311,59 @@ def test_every_planners_output_is_read_as_typed_records(tmp_path, monkeypatch, w
     for cls, path in files.items():
         monkeypatch.setattr(cls, "from_dict", classmethod(checking))
         assert cls.from_json(path).to_json() == checked[cls] == path.read_text()
+
+
+def _rename(data: dict, old: str, new: str) -> None:
+    """Rename vertex ``old`` to ``new`` everywhere in node-link ``data``."""
+    for node in data["nodes"]:
+        for field in ("id", "task", "of"):
+            if node.get(field) == old:
+                node[field] = new
+        node["inputs"] = [new if x == old else x for x in node.get("inputs") or []]
+    for edge in data["edges"]:
+        for end in ("source", "target"):
+            if edge[end] == old:
+                edge[end] = new
+
+
+def _compute(data: dict) -> dict:
+    return next(n for n in data["nodes"] if n["kind"] == "compute")
+
+
+EDGE_CASES = {
+    "an edge from an unknown vertex ''": lambda d: d["edges"].insert(
+        0, {"source": "", "target": d["nodes"][1]["id"], "kind": "data"}),
+    "a vertex named ''": lambda d: _rename(d, d["nodes"][0]["id"], ""),
+    "a compute vertex with a null op": lambda d: _compute(d).__setitem__("op", None),
+    "an integer beyond 64 bits in graph": lambda d: d["graph"].__setitem__("x", 10**30),
+    "an integer beyond 64 bits as time": lambda d: d["nodes"][0].__setitem__("time", 10**30),
+    "a shape of 2**64 by 0": lambda d: d["nodes"][0].__setitem__("shape", [2**64, 0]),
+    "a shape of 2**63 by 0": lambda d: d["nodes"][0].__setitem__("shape", [2**63, 0]),
+    "an extra field nested 990 deep": lambda d: d["nodes"][0].__setitem__("zz", "DEEP 990"),
+    "a graph field nested 1100 deep": lambda d: d["graph"].__setitem__("zz", "DEEP 1100"),
+}
+
+
+@pytest.mark.parametrize("case", EDGE_CASES)
+@pytest.mark.parametrize("kind", ["tg", "mg"])
+def test_the_readers_agree_on_edge_cases(valid_files, tmp_path, kind, case):
+    """Inputs a review found where the typed reader once accepted what the checking reader
+    refused, or read it otherwise (with the default layout, and in blocks)."""
+    cls = TaskGraph if kind == "tg" else MemGraph
+    data = json.loads(json.dumps(valid_files[kind]))
+    EDGE_CASES[case](data)
+    text = json.dumps(data, separators=(",", ":"))
+    for depth in (990, 1100):                   # too deep for json.dumps to write
+        text = text.replace(f'"DEEP {depth}"', "[" * depth + "]" * depth)
+    path = tmp_path / "g.json"
+    path.write_text(text)
+    for block in (None, 64):
+        outcomes = []
+        for read in (cls.from_json, lambda p: cls.from_dict(*nodelink.read(
+                p, f"{cls.__name__} JSON"))):
+            with in_blocks(block):
+                try:
+                    outcomes.append(read(path).to_json())
+                except OffloadlabError as exc:
+                    outcomes.append(f"error: {exc}")
+        assert outcomes[0] == outcomes[1], (case, block)

@@ -262,7 +262,10 @@ class MemGraph:
                     raise GraphError("")
                 device = fine[n.device] = intern(n.device)
             op = n.op
-            if op is not None:
+            if op is None:
+                if kind == "compute":                   # op_problem(None): no op
+                    raise GraphError("")
+            else:
                 known = ops.get(op)
                 if known is None:
                     if kind == "compute" and op_problem(op) is not None:
@@ -291,11 +294,13 @@ class MemGraph:
                 n.order, n.time, shape, dtype))
         mg._share_ids()
         succ, pred = mg.succ, mg.pred
-        u, name, out = "", "", {}                      # the last edge's source
+        u = ""
+        name: str | None = None                         # the last edge's source
+        out: dict[str, str] = {}
         for e in edges:
             if e.source != name:                        # a file this toolkit wrote lists each
                 name = e.source                         # vertex's out-edges together
-                source = vertices.get(name)
+                source = vertices.get(e.source)
                 if source is None:
                     raise GraphError("")
                 u = source.id

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
+import orjson
 
 from . import nodelink
 from .checks import MAX_COUNT
@@ -30,6 +31,9 @@ from .memgraph import MOVE_KINDS, TASK_KINDS
 from .ops import DTYPES
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+Int64 = Annotated[int, msgspec.Meta(ge=-2**63, le=2**63 - 1)]
+"""An integer within 64 bits: beyond them orjson (the checking reader) gives a float, so a
+larger one is declined (msgspec bounds fit in int64, so 2**63 to 2**64 - 1 are too)."""
 Positive = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT)]
 Finite = Annotated[float, msgspec.Meta(ge=0.0, le=sys.float_info.max)]
 if TYPE_CHECKING:
@@ -47,6 +51,9 @@ time (as :data:`nodelink.STREAM_AT`); smaller ones whole, which is faster (the b
 twice the file beside the graph (370 MB at the peak against 224 MB)."""
 
 
+_NULL = msgspec.Raw(b"null")
+
+
 class Declined(Exception):
     """The typed reader does not take this input as it stands; the checking reader will."""
 
@@ -58,8 +65,8 @@ class LocRecord(msgspec.Struct):
 
 
 class NodeRecord(msgspec.Struct):
-    """A MemGraph node as :meth:`MemGraph.to_json` writes it; the defaults are the checking
-    reader's for a field that is absent or null."""
+    """A MemGraph node as :meth:`MemGraph.to_json` writes it; an absent field takes the
+    checking reader's default."""
 
     id: str
     kind: Kind
@@ -73,7 +80,7 @@ class NodeRecord(msgspec.Struct):
     inputs: list[str] | None = None
     order: Count = 0
     time: Finite | None = None
-    shape: list[Annotated[int, msgspec.Meta(ge=0)]] | None = None
+    shape: list[Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]] | None = None
     dtype: DType | None = None
 
 
@@ -87,7 +94,7 @@ class MemGraphFile(msgspec.Struct):
     nodes: list[NodeRecord]
     edges: list[EdgeRecord] | None = None
     links: Any = None
-    graph: Any = None
+    graph: msgspec.Raw = _NULL          # parsed by orjson, as the checking reader parses it
 
 
 class TaskRecord(msgspec.Struct):
@@ -98,13 +105,13 @@ class TaskRecord(msgspec.Struct):
     id: str
     kind: str
     device: str
-    bytes: int
+    bytes: Int64
     op: str | None = None
     flops: Finite | None = None
     inputs: list[str] | None = None
-    shape: list[int] | None = None
+    shape: list[Int64] | None = None
     dtype: str | None = None
-    time: int | float | None = None
+    time: Int64 | float | None = None
 
 
 class TaskEdgeRecord(msgspec.Struct):
@@ -116,7 +123,7 @@ class TaskGraphFile(msgspec.Struct):
     nodes: list[TaskRecord]
     edges: list[TaskEdgeRecord] | None = None
     links: Any = None
-    graph: Any = None
+    graph: msgspec.Raw = _NULL
 
 
 @dataclass(frozen=True)
@@ -137,7 +144,8 @@ TASKGRAPH = Format(msgspec.json.Decoder(TaskGraphFile), msgspec.json.Decoder(lis
 def read(text_or_path: str | Path, form: Format = MEMGRAPH) -> tuple[Any, Iterable, Iterable]:
     """The ``graph`` object, nodes and edges of a node-link text or file (given as
     :func:`nodelink.read` takes it), decoded into the records of ``form``; a large file this
-    toolkit wrote a batch at a time (:data:`STREAM_AT`).  Raises :class:`Declined`."""
+    toolkit wrote a batch at a time (:data:`STREAM_AT`).  Raises :class:`Declined`, there or,
+    for a file read in batches, while its nodes or edges are iterated."""
     try:
         if isinstance(text_or_path, str) and text_or_path.lstrip().startswith("{"):
             data = form.file.decode(text_or_path)
@@ -148,11 +156,12 @@ def read(text_or_path: str | Path, form: Format = MEMGRAPH) -> tuple[Any, Iterab
                 return (streamed["graph"], nodelink.Items(path, "nodes", _batch(form.nodes)),
                         nodelink.Items(path, "edges", _batch(form.edges)))
             data = form.file.decode(_utf8(path.read_bytes()))
-    except (OSError, ValueError, msgspec.MsgspecError) as exc:   # bad UTF-8 is a ValueError
-        raise Declined(str(exc)) from None
-    if data.edges is None or data.links is not None:
-        raise Declined("no 'edges', or 'links'")
-    return data.graph, data.nodes, data.edges
+        if data.edges is None or data.links is not None:
+            raise Declined("no 'edges', or 'links'")
+        graph = orjson.loads(memoryview(data.graph))
+    except (OSError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
+        raise Declined(str(exc)) from None   # bad UTF-8 is a ValueError, as orjson's errors
+    return graph, data.nodes, data.edges
 
 
 def _batch(decoder: msgspec.json.Decoder) -> Any:
@@ -160,7 +169,7 @@ def _batch(decoder: msgspec.json.Decoder) -> Any:
     def parse(items: bytes) -> list:
         try:
             return decoder.decode(_utf8(b"[" + items + b"]"))
-        except (ValueError, msgspec.MsgspecError) as exc:
+        except (ValueError, RecursionError, msgspec.MsgspecError) as exc:
             raise Declined(str(exc)) from None
     return parse
 
