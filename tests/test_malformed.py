@@ -197,14 +197,7 @@ def test_files_read_in_blocks_give_what_a_whole_read_gives(valid_files, data, ki
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "g.json"
         path.write_bytes(text)
-        outcomes = []
-        for stream in (False, True):
-            with in_blocks(block if stream else None):
-                try:
-                    outcomes.append(cls.from_json(path).to_json())
-                except OffloadlabError as exc:
-                    outcomes.append(f"error: {exc}")
-    assert outcomes[0] == outcomes[1]
+        assert outcome(cls.from_json, path) == outcome(cls.from_json, path, block)
 
 
 @contextmanager
@@ -217,6 +210,21 @@ def in_blocks(block: int | None):
         yield
     finally:
         nodelink.STREAM_AT, typed.STREAM_AT, nodelink.BLOCK = saved
+
+
+def outcome(read, path: Path, block: int | None = None) -> str:
+    """What ``read(path)`` gives, read in blocks of ``block`` bytes (:func:`in_blocks`): the
+    graph's JSON, or its error."""
+    with in_blocks(block):
+        try:
+            return read(path).to_json()
+        except OffloadlabError as exc:
+            return f"error: {exc}"
+
+
+def checking_reader(cls):
+    """``cls``'s checking reader alone: ``from_dict`` on the data ``nodelink.read`` parses."""
+    return lambda path: cls.from_dict(*nodelink.read(path, f"{cls.__name__} JSON"))
 
 
 def test_the_toolkits_own_large_files_are_read_in_blocks(valid_files, tmp_path, monkeypatch):
@@ -254,15 +262,8 @@ def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "g.json"
         path.write_bytes(text)
-        outcomes = []
-        for read in (cls.from_json, lambda p: cls.from_dict(*nodelink.read(
-                p, f"{cls.__name__} JSON"))):
-            with in_blocks(64 if stream else None):
-                try:
-                    outcomes.append(read(path).to_json())
-                except OffloadlabError as exc:
-                    outcomes.append(f"error: {exc}")
-    assert outcomes[0] == outcomes[1]
+        block = 64 if stream else None
+        assert outcome(cls.from_json, path, block) == outcome(checking_reader(cls), path, block)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -303,8 +304,7 @@ def test_every_planners_output_is_read_as_typed_records(tmp_path, monkeypatch, w
     files = {TaskGraph: tmp_path / "tg.json", MemGraph: tmp_path / "mg.json"}
     graph.to_json(files[TaskGraph])
     plan(graph, machine_from_spec(machine), planner).to_json(files[MemGraph])
-    checked = {cls: cls.from_dict(*nodelink.read(path, f"{cls.__name__} JSON")).to_json()
-               for cls, path in files.items()}
+    checked = {cls: checking_reader(cls)(path).to_json() for cls, path in files.items()}
 
     def checking(*args):
         raise AssertionError("the checking reader ran")
@@ -358,12 +358,5 @@ def test_the_readers_agree_on_edge_cases(valid_files, tmp_path, kind, case):
     path = tmp_path / "g.json"
     path.write_text(text)
     for block in (None, 64):
-        outcomes = []
-        for read in (cls.from_json, lambda p: cls.from_dict(*nodelink.read(
-                p, f"{cls.__name__} JSON"))):
-            with in_blocks(block):
-                try:
-                    outcomes.append(read(path).to_json())
-                except OffloadlabError as exc:
-                    outcomes.append(f"error: {exc}")
-        assert outcomes[0] == outcomes[1], (case, block)
+        assert outcome(cls.from_json, path, block) == \
+            outcome(checking_reader(cls), path, block), (case, block)

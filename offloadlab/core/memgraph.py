@@ -231,13 +231,8 @@ class MemGraph:
         """Read node-link JSON from a string or a file path: typed records first
         (:mod:`offloadlab.core.typed`), else checking every field (:meth:`from_dict`)."""
         from . import typed
-        try:
-            with no_gc():
-                graph, nodes, edges = typed.read(text_or_path)
-                return cls._from_typed(graph, nodes, edges)
-        except (typed.Declined, nodelink.Unstreamable, GraphError):
-            pass
-        return nodelink.load(cls.from_dict, text_or_path, "MemGraph JSON")
+        return typed.load(text_or_path, typed.MEMGRAPH, cls._from_typed, cls.from_dict,
+                          "MemGraph JSON")
 
     @classmethod
     def _from_typed(cls, graph: Any, nodes: Iterable[Any], edges: Iterable[Any]) -> MemGraph:

@@ -303,13 +303,8 @@ class TaskGraph:
         """Read node-link JSON from a string or a file path: typed records first
         (:mod:`offloadlab.core.typed`), else checking every field (:meth:`from_dict`)."""
         from . import typed
-        try:
-            with no_gc():
-                graph, nodes, edges = typed.read(text_or_path, typed.TASKGRAPH)
-                return cls._from_typed(graph, nodes, edges)
-        except (typed.Declined, nodelink.Unstreamable, GraphError):
-            pass
-        return nodelink.load(cls.from_dict, text_or_path, "TaskGraph JSON")
+        return typed.load(text_or_path, typed.TASKGRAPH, cls._from_typed, cls.from_dict,
+                          "TaskGraph JSON")
 
     @classmethod
     def _from_typed(cls, graph: Any, nodes: Iterable[Any], edges: Iterable[Any]) -> TaskGraph:

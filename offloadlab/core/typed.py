@@ -17,18 +17,22 @@ the records is, in :mod:`offloadlab.core.memgraph`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 import orjson
 
 from . import nodelink
 from .checks import MAX_COUNT
+from .errors import GraphError
 from .memgraph import MOVE_KINDS, TASK_KINDS
 from .ops import DTYPES
+from .util import no_gc
+
+T = TypeVar("T")
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 Int64 = Annotated[int, msgspec.Meta(ge=-2**63, le=2**63 - 1)]
@@ -52,6 +56,9 @@ twice the file beside the graph (370 MB at the peak against 224 MB)."""
 
 
 _NULL = msgspec.Raw(b"null")
+_UNDECODABLE = (ValueError, RecursionError, msgspec.MsgspecError)
+"""What decoding raises on text it cannot take (bad UTF-8 and orjson's errors are
+ValueErrors)."""
 
 
 class Declined(Exception):
@@ -80,7 +87,7 @@ class NodeRecord(msgspec.Struct):
     inputs: list[str] | None = None
     order: Count = 0
     time: Finite | None = None
-    shape: list[Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]] | None = None
+    shape: list[Count] | None = None
     dtype: DType | None = None
 
 
@@ -141,7 +148,7 @@ TASKGRAPH = Format(msgspec.json.Decoder(TaskGraphFile), msgspec.json.Decoder(lis
                    msgspec.json.Decoder(list[TaskEdgeRecord]))
 
 
-def read(text_or_path: str | Path, form: Format = MEMGRAPH) -> tuple[Any, Iterable, Iterable]:
+def read(text_or_path: str | Path, form: Format) -> tuple[Any, Iterable, Iterable]:
     """The ``graph`` object, nodes and edges of a node-link text or file (given as
     :func:`nodelink.read` takes it), decoded into the records of ``form``; a large file this
     toolkit wrote a batch at a time (:data:`STREAM_AT`).  Raises :class:`Declined`, there or,
@@ -159,9 +166,24 @@ def read(text_or_path: str | Path, form: Format = MEMGRAPH) -> tuple[Any, Iterab
         if data.edges is None or data.links is not None:
             raise Declined("no 'edges', or 'links'")
         graph = orjson.loads(memoryview(data.graph))
-    except (OSError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
-        raise Declined(str(exc)) from None   # bad UTF-8 is a ValueError, as orjson's errors
+    except (OSError, *_UNDECODABLE) as exc:
+        raise Declined(str(exc)) from None
     return graph, data.nodes, data.edges
+
+
+def load(text_or_path: str | Path, form: Format, from_records: Callable[[Any, Any, Any], T],
+         from_dict: Callable[[Any, str], T], what: str) -> T:
+    """A graph read from a node-link text or file: ``from_records(graph, nodes, edges)`` on
+    :func:`read`'s records, unless it is :class:`Declined` there or raises a
+    :class:`GraphError` (with no place), else ``from_dict`` on what the checking reader
+    (:func:`nodelink.load`) reads, whose errors name ``what`` (e.g. ``MemGraph JSON``)."""
+    try:
+        with no_gc():
+            graph, nodes, edges = read(text_or_path, form)
+            return from_records(graph, nodes, edges)
+    except (Declined, nodelink.Unstreamable, GraphError):
+        pass
+    return nodelink.load(from_dict, text_or_path, what)
 
 
 def _batch(decoder: msgspec.json.Decoder) -> Any:
@@ -169,7 +191,7 @@ def _batch(decoder: msgspec.json.Decoder) -> Any:
     def parse(items: bytes) -> list:
         try:
             return decoder.decode(_utf8(b"[" + items + b"]"))
-        except (ValueError, RecursionError, msgspec.MsgspecError) as exc:
+        except _UNDECODABLE as exc:
             raise Declined(str(exc)) from None
     return parse
 
