@@ -564,17 +564,65 @@ def test_version(capsys):
     assert code == 0 and out == "offloadlab 0.1.0\n"
 
 
-def test_the_command_exits_with_mains_status_and_nothing_left_to_collect(monkeypatch):
-    import gc
-
+def test_the_command_ends_with_mains_status_keeping_what_commands_leave(monkeypatch):
+    """run() ends the process with main's status, the objects a command left unfreed; main
+    called in a process that goes on keeps nothing."""
     from offloadlab.lab import cli
-    monkeypatch.setattr(cli, "main", lambda: 2)
+
+    class Ended(Exception):
+        pass
+
+    def leave_and_fail() -> int:
+        cli._leave("a graph")
+        return 2
+
+    def end(code: int):
+        raise Ended(code, list(cli._left or ()))
+
+    monkeypatch.setattr(cli, "main", leave_and_fail)
+    monkeypatch.setattr(cli, "_exit", end)
+    monkeypatch.setattr(cli, "_left", None)
+    with pytest.raises(Ended) as ended:
+        cli.run()
+    assert ended.value.args == (2, ["a graph"])
+    monkeypatch.setattr(cli, "_left", None)
+    assert leave_and_fail() == 2 and cli._left is None
+
+
+def buffered() -> dict[str, str]:
+    """This environment without PYTHONUNBUFFERED: stdout to a pipe is then block-buffered."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+def test_the_command_flushes_its_output_and_runs_exit_handlers(tmp_path):
+    """The process ends without the interpreter's teardown, but its buffered stdout (a pipe)
+    is written and the exit handlers run: a temporary directory's finalizer removes it."""
+    script = ("import atexit, sys, tempfile\n"
+              "keep = tempfile.TemporaryDirectory(dir=sys.argv[1])\n"
+              "atexit.register(print, 'handler ran', file=sys.stderr)\n"
+              "sys.argv = ['offloadlab', 'list', 'machines']\n"
+              "from offloadlab.lab.cli import run\n"
+              "run()\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, env=buffered())
+    assert done.returncode == 0, done.stderr
+    assert "a100x8" in done.stdout and done.stderr == "handler ran\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_ends_quietly_when_stdout_is_closed():
+    """``offloadlab list machines | head -c0``: the output, still in stdout's buffer when the
+    command returns, cannot be written; status 141, no message (the interpreter's own flush
+    at exit said "Exception ignored" and gave 120)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
     try:
-        with pytest.raises(SystemExit) as exc:
-            cli.run()
-        assert exc.value.code == 2 and gc.get_freeze_count() > 0
+        done = subprocess.run([sys.executable, "-m", "offloadlab", "list", "machines"],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              env=buffered())
     finally:
-        gc.unfreeze()
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == ""
 
 
 def test_python_m_offloadlab_runs_the_command():

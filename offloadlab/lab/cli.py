@@ -14,7 +14,7 @@ commands that need them, so ``offloadlab --help`` stays fast.
 from __future__ import annotations
 
 import argparse
-import gc
+import atexit
 import json
 import math
 import os
@@ -428,6 +428,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         need_pyarrow("MemGraph Parquet files", "write .json")
     graph = _taskgraph(args)
     mg, machine = _plan(args, graph)
+    _leave(graph, mg)
     with _verifying(args, mg, graph, machine), args.outputs.file(args.out) as tmp, \
             _phases(args).phase(f"writing {args.out}"):
         mg.write(tmp)
@@ -455,10 +456,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     _check_writable(args, "gantt", "memory", "chrome")
     mg, machine = _read_memgraph(args)
+    _leave(mg)
     with _verifying(args, mg, None, machine, args.memgraph), \
             _phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
         result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
                           streams=args.streams, progress=report)
+    _leave(result)
     _check_makespan(result.makespan, "simulated")
     label = f"{args.memgraph} ({args.policy})"
     written = _write_plots_and_traces(
@@ -513,6 +516,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.planner = args.planner or "buildmemgraph"
     _check_writable(args, "gantt", "chrome")
     mg, graph, machine = _source(args)
+    _leave(mg, graph)
     bar = None
     if _progress(args):
         from tqdm import tqdm
@@ -526,6 +530,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    _leave(result)
     _check_makespan(result.makespan, "measured")
     wrong = None
     if args.check:
@@ -1360,16 +1365,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_left: list[object] | None = None
+"""What the running command leaves for the process's end to reclaim (:func:`run`), or None
+(:func:`main` called in a process that goes on)."""
+
+
+def _leave(*objects: object) -> None:
+    """Keep a command's large objects (its graphs) alive until :func:`run` ends the process,
+    which returns their memory at once instead of freeing them one object at a time as the
+    command returns; nothing when :func:`main` runs in a process that goes on."""
+    if _left is not None:
+        _left.extend(objects)
+
+
 def run() -> NoReturn:
-    """The ``offloadlab`` command and ``python -m offloadlab``: :func:`main`, then exit with
-    its status, every object frozen first (:func:`gc.freeze`), so that the interpreter's last
-    collection at exit skips them: it walked every object a command had left in a reference
-    cycle (the simulator's events and processes hold whole MemGraphs), 0.7 s of a 5 s
-    ``simulate`` of a 165k-vertex MemGraph, to free memory that the process was about to
-    return anyway.  Calling :func:`main` in a process that goes on keeps collecting."""
+    """The ``offloadlab`` command and ``python -m offloadlab``: :func:`main`, then the process
+    ends at once (:func:`os._exit`) with its status once the standard streams are flushed and
+    the exit handlers have run (temporary files' finalizers among them).  The interpreter's
+    own teardown would free every object a command made, one by one (0.15-0.25 s of ``plan``
+    of the 100k-vertex benchmark DAG, for its TaskGraph and MemGraph, which the command
+    hands to :func:`_leave`), and collect those in reference cycles (0.7 s of ``simulate``
+    of a 165k-vertex MemGraph), only to return memory the process is about to return anyway.
+    A stdout closed early (``offloadlab ... | head``) ends it quietly with status 141."""
+    global _left
+    _left = []
     code = main()
-    gc.freeze()
-    sys.exit(code)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = 141
+    except (OSError, ValueError):       # a closed or failing stream: nothing more to say
+        pass
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    atexit._run_exitfuncs()
+    _exit(code)
+
+
+_exit = os._exit        # what ends the process (tests replace it)
 
 
 def main(argv: list[str] | None = None) -> int:
