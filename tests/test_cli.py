@@ -564,29 +564,62 @@ def test_version(capsys):
     assert code == 0 and out == "offloadlab 0.1.0\n"
 
 
-def test_the_command_ends_with_mains_status_keeping_what_commands_leave(monkeypatch):
-    """run() ends the process with main's status, the objects a command left unfreed; main
-    called in a process that goes on keeps nothing."""
+class Ended(Exception):
+    """What the tests' stand-in for os._exit raises: the status, and what was left."""
+
+
+def ending(monkeypatch) -> list[str]:
+    """Replace what cli.run ends the process with (os._exit: raise Ended) and how it runs the
+    exit handlers (this test process's are not to be run); returns the handlers' calls."""
     from offloadlab.lab import cli
 
-    class Ended(Exception):
-        pass
+    handled: list[str] = []
+
+    def end(code: int):
+        raise Ended(code, list(cli._left or ()))
+
+    monkeypatch.setattr(cli, "_exit", end)
+    monkeypatch.setattr(cli, "_exit_handlers", lambda: handled.append("ran"))
+    monkeypatch.setattr(cli, "_left", None)
+    return handled
+
+
+def test_the_command_ends_with_mains_status_keeping_what_commands_leave(monkeypatch):
+    """run() ends the process with main's status, after the exit handlers, the objects a
+    command left unfreed; main called in a process that goes on keeps nothing."""
+    from offloadlab.lab import cli
 
     def leave_and_fail() -> int:
         cli._leave("a graph")
         return 2
 
-    def end(code: int):
-        raise Ended(code, list(cli._left or ()))
-
+    handled = ending(monkeypatch)
     monkeypatch.setattr(cli, "main", leave_and_fail)
-    monkeypatch.setattr(cli, "_exit", end)
-    monkeypatch.setattr(cli, "_left", None)
     with pytest.raises(Ended) as ended:
         cli.run()
-    assert ended.value.args == (2, ["a graph"])
+    assert ended.value.args == (2, ["a graph"]) and handled == ["ran"]
     monkeypatch.setattr(cli, "_left", None)
     assert leave_and_fail() == 2 and cli._left is None
+
+
+def test_ctrl_c_as_the_command_ends_is_one_line_and_130(monkeypatch, capfd):
+    """Ctrl-C while the output is flushed: ``offloadlab: interrupted`` and status 130."""
+    from offloadlab.lab import cli
+
+    class Interrupted:
+        def write(self, text: str) -> int:
+            return len(text)
+
+        def flush(self) -> None:
+            raise KeyboardInterrupt
+
+    handled = ending(monkeypatch)
+    monkeypatch.setattr(cli, "main", lambda: 0)
+    monkeypatch.setattr(sys, "stdout", Interrupted())
+    with pytest.raises(Ended) as ended:
+        cli.run()
+    assert ended.value.args[0] == 130 and handled == []
+    assert capfd.readouterr().err == "offloadlab: interrupted\n"
 
 
 def buffered() -> dict[str, str]:

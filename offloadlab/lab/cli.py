@@ -1386,25 +1386,39 @@ def run() -> NoReturn:
     of the 100k-vertex benchmark DAG, for its TaskGraph and MemGraph, which the command
     hands to :func:`_leave`), and collect those in reference cycles (0.7 s of ``simulate``
     of a 165k-vertex MemGraph), only to return memory the process is about to return anyway.
-    A stdout closed early (``offloadlab ... | head``) ends it quietly with status 141."""
+    A stdout closed early (``offloadlab ... | head``) ends it quietly with status 141, and
+    Ctrl-C while it ends with 130."""
     global _left
     _left = []
-    code = main()
+    _end(main())
+
+
+def _end(code: int) -> NoReturn:
+    """End the process with status ``code`` now (:func:`run`): flush the standard streams,
+    run the exit handlers, then :func:`os._exit`."""
     try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        code = 141
-    except (OSError, ValueError):       # a closed or failing stream: nothing more to say
-        pass
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    atexit._run_exitfuncs()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            code = 141
+        except (OSError, ValueError):   # a closed or failing stream: nothing more to say
+            pass
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        _exit_handlers()
+    except KeyboardInterrupt:
+        try:
+            os.write(2, b"offloadlab: interrupted\n")
+        except OSError:
+            pass
+        code = 130
     _exit(code)
 
 
-_exit = os._exit        # what ends the process (tests replace it)
+_exit_handlers = atexit._run_exitfuncs     # what runs the exit handlers and ends the process
+_exit = os._exit                           # (tests replace both)
 
 
 def main(argv: list[str] | None = None) -> int:
