@@ -603,7 +603,8 @@ def test_the_command_ends_with_mains_status_keeping_what_commands_leave(monkeypa
 
 
 def test_ctrl_c_as_the_command_ends_is_one_line_and_130(monkeypatch, capfd):
-    """Ctrl-C while the output is flushed: ``offloadlab: interrupted`` and status 130."""
+    """Ctrl-C while the output is flushed: ``offloadlab: interrupted`` and status 130; the
+    exit handlers still run."""
     from offloadlab.lab import cli
 
     class Interrupted:
@@ -618,7 +619,7 @@ def test_ctrl_c_as_the_command_ends_is_one_line_and_130(monkeypatch, capfd):
     monkeypatch.setattr(sys, "stdout", Interrupted())
     with pytest.raises(Ended) as ended:
         cli.run()
-    assert ended.value.args[0] == 130 and handled == []
+    assert ended.value.args[0] == 130 and handled == ["ran"]
     assert capfd.readouterr().err == "offloadlab: interrupted\n"
 
 
@@ -641,6 +642,31 @@ def test_the_command_flushes_its_output_and_runs_exit_handlers(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "a100x8" in done.stdout and done.stderr == "handler ran\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_the_command_says_when_its_output_cannot_be_written():
+    """``offloadlab list machines > /dev/full``: the output, still in stdout's buffer when
+    the command returns, does not fit; one error line and status 2 (the interpreter's own
+    flush at exit said "Exception ignored" and gave 120)."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "offloadlab", "list", "machines"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, env=buffered())
+    assert done.returncode == 2
+    assert done.stderr == "offloadlab: error: stdout: No space left on device\n"
+
+
+def test_the_command_runs_with_its_standard_streams_closed():
+    """Started with stdout, or stdout and stderr, closed (``offloadlab list >&-``): Python
+    gives it no stream objects; it ends as usual, status 0."""
+    for closed in ("1", "1 2"):
+        script = (f"import os, sys, runpy\nfor fd in ({closed.replace(' ', ',')},): "
+                  f"os.close(fd)\nsys.argv = ['offloadlab', 'list', 'machines']\n"
+                  f"os.execv(sys.executable, [sys.executable, '-m', 'offloadlab', 'list', "
+                  f"'machines'])\n")
+        done = subprocess.run([sys.executable, "-c", script], stderr=subprocess.PIPE,
+                              text=True)
+        assert done.returncode == 0 and done.stderr == "", (closed, done.stderr)
 
 
 def test_the_command_ends_quietly_when_stdout_is_closed():

@@ -1386,35 +1386,44 @@ def run() -> NoReturn:
     of the 100k-vertex benchmark DAG, for its TaskGraph and MemGraph, which the command
     hands to :func:`_leave`), and collect those in reference cycles (0.7 s of ``simulate``
     of a 165k-vertex MemGraph), only to return memory the process is about to return anyway.
-    A stdout closed early (``offloadlab ... | head``) ends it quietly with status 141, and
-    Ctrl-C while it ends with 130."""
+    Its output is written all the same, or the status says it was not (:func:`_end`)."""
     global _left
     _left = []
     _end(main())
 
 
 def _end(code: int) -> NoReturn:
-    """End the process with status ``code`` now (:func:`run`): flush the standard streams,
-    run the exit handlers, then :func:`os._exit`."""
+    """End the process with status ``code`` now (:func:`run`): flush the standard streams
+    (stdout closed early: status 141, quietly; stdout failing otherwise, a full disk: one
+    error line and status 2; Ctrl-C: one line and 130), run the exit handlers, then
+    :func:`os._exit`."""
     try:
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            code = 141
-        except (OSError, ValueError):   # a closed or failing stream: nothing more to say
-            pass
-        try:
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        _exit_handlers()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is None:                  # started with the stream closed
+                continue
+            try:
+                stream.flush()
+            except BrokenPipeError:
+                if stream is sys.stdout:
+                    code = 141
+            except (OSError, ValueError) as exc:
+                if stream is sys.stdout:
+                    code = code or 2
+                    _say(f"offloadlab: error: stdout: {getattr(exc, 'strerror', None) or exc}")
     except KeyboardInterrupt:
-        try:
-            os.write(2, b"offloadlab: interrupted\n")
-        except OSError:
-            pass
+        _say("offloadlab: interrupted")
         code = 130
+    _exit_handlers()
     _exit(code)
+
+
+def _say(line: str) -> None:
+    """``line`` on file descriptor 2, bypassing ``sys.stderr`` (:func:`_end` has flushed it
+    or found it failing); nothing if that fails too."""
+    try:
+        os.write(2, line.encode(errors="replace") + b"\n")
+    except OSError:
+        pass
 
 
 _exit_handlers = atexit._run_exitfuncs     # what runs the exit handlers and ends the process
