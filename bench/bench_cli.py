@@ -12,13 +12,18 @@ planned per second and MemGraph vertices simulated per second, with ``offloadlab
 as the start-up floor; once per MemGraph file format (``--formats``: node-link JSON, the
 default, and Parquet).  With ``--pythons``, each round runs the commands under every one of
 those interpreters (each its own install of offloadlab) in turn, so that two versions are
-compared on the same machine at the same time.
+compared on the same machine at the same time.  With ``--ending``, each command also runs
+``--repeat`` more times through a driver that notes when the verifier's verdict arrives (the
+commands verify beside writing or simulating, in a child process), and the seconds from
+then to the process's end are reported: what the command does after its work, exiting
+included (README, Performance: no teardown at exit).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +42,30 @@ def timed(python: str, argv: list[str], cwd: str) -> float:
     subprocess.run([python, "-m", "offloadlab", *argv], check=True, stdout=subprocess.DEVNULL,
                    cwd=cwd)
     return time.perf_counter() - start
+
+
+ENDING = """import sys, time
+from offloadlab.lab import beside, cli
+verdict = beside._Child.verdict
+def noted(self, *args):
+    verdict(self, *args)
+    print(f"verdict at {time.time()!r}", file=sys.stderr, flush=True)
+beside._Child.verdict = noted
+sys.argv[0] = "offloadlab"
+cli.run()
+"""
+
+
+def ending(python: str, argv: list[str], cwd: str) -> float:
+    """Seconds from the verifier's verdict to the end of one ``offloadlab ARGV`` process."""
+    done = subprocess.run([python, "-c", ENDING, *argv], check=True, cwd=cwd, text=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    end = time.time()
+    noted = re.findall(r"verdict at ([0-9.]+)", done.stderr)
+    if not noted:
+        raise SystemExit("bench_cli --ending: no verdict came from a child process (MemGraphs "
+                         "under 20,000 vertices are verified in the command's own process)")
+    return end - float(noted[-1])
 
 
 def build_of(python: str, cwd: str) -> str:
@@ -61,6 +90,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--formats", default="json,parquet",
                    help="MemGraph file formats, comma-separated (json,parquet)")
+    p.add_argument("--ending", action="store_true",
+                   help="also time each command from the verifier's verdict to its end")
     p.add_argument("--pythons", default=sys.executable,
                    help="interpreters to run the commands with, comma-separated, interleaved "
                         "round by round (default: this one)")
@@ -102,6 +133,20 @@ def main() -> None:
                 print(f"simulate   {summary(sim_s[python], memgraph, 'MemGraph vertices')} "
                       f"({memgraph} vertices: read {fmt}, verify, simulate; file "
                       f"{os.path.getsize(out) / 2**20:.1f} MiB){label}")
+            if args.ending:
+                ends: dict[tuple[str, str], list[float]] = {}
+                for _ in range(args.repeat):
+                    for python, out in outs.items():
+                        ends.setdefault(("plan", python), []).append(ending(
+                            python, ["plan", "--workload", workload, "--machine", machine,
+                                     "--out", out], tmp))
+                        ends.setdefault(("simulate", python), []).append(ending(
+                            python, ["simulate", out], tmp))
+                for (command, python), seconds in ends.items():
+                    label = f" ({python})" if len(pythons) > 1 else ""
+                    print(f"ending     {command} ({fmt}): {min(seconds):.2f} s best, "
+                          f"{statistics.median(seconds):.2f} s median of {len(seconds)}, "
+                          f"from the verdict to the process's end{label}")
 
 
 if __name__ == "__main__":

@@ -429,14 +429,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     graph = _taskgraph(args)
     mg, machine = _plan(args, graph)
     _leave(graph, mg)
-    with _verifying(args, mg, graph, machine), args.outputs.file(args.out) as tmp, \
-            _phases(args).phase(f"writing {args.out}"):
-        mg.write(tmp)
+    with _verifying(args, mg, graph, machine):
+        with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
+            mg.write(tmp)
+        wrote = (f"wrote {args.out}: {len(mg)} vertices, {mg.count('offload')} offloads, "
+                 f"{mg.count('reload')} reloads, {mg.count('load')} loads, "
+                 f"{fmt_bytes(mg.host_bytes())} moved to/from host "
+                 f"(planner {args.planner}, machine {machine.name})")  # while it verifies
     args.outputs.commit()
-    print(f"wrote {args.out}: {len(mg)} vertices, {mg.count('offload')} offloads, "
-          f"{mg.count('reload')} reloads, {mg.count('load')} loads, "
-          f"{fmt_bytes(mg.host_bytes())} moved to/from host "
-          f"(planner {args.planner}, machine {machine.name})")
+    print(wrote)
     return 0
 
 
