@@ -1427,8 +1427,8 @@ def _say(line: str) -> None:
         pass
 
 
-_exit_handlers = atexit._run_exitfuncs     # what runs the exit handlers and ends the process
-_exit = os._exit                           # (tests replace both)
+_exit_handlers = atexit._run_exitfuncs     # what runs the exit handlers,
+_exit = os._exit                           # and what ends the process (tests replace both)
 
 
 def main(argv: list[str] | None = None) -> int:
