@@ -164,9 +164,9 @@ def recording():
 
         def sim_malloc_item(self, i):
             placed = super().sim_malloc_item(i)
-            dev = self.items[i][1]
-            if placed and i > self.exec_hzn and dev in self.memory:
-                self.left.append((dev, self.memory[dev].free))
+            d = self.items[i] % self.stride
+            if placed and i > self.exec_hzn and d != self.host:
+                self.left.append((self.gpus[d], self.memory[d].free))
             return placed
     return Recording
 

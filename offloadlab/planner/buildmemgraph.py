@@ -29,11 +29,49 @@ from ..core.taskgraph import TaskGraph
 from ..core.util import no_gc
 from .allocator import LEAST, PINNED, GpuMemory, Segment
 
-Slot = tuple[str, str]  # (TaskGraph vertex whose tensor it is, GPU)
+Slot = int   # a tensor on a device: its TaskGraph vertex's number * stride + the device's
 NEVER = 2**60           # the next use of a tensor not read again (a short int, compiled)
 VICTIMS = ("belady", "cost", "lru")   # victim policies, the default first
 SCALE = 20              # fixed-point bits of the ``cost`` victim policy's bytes per item
 NO_USES: list[int] = []  # the uses of a tensor not read on its GPU (shared, never changed)
+
+
+@dataclass(slots=True, eq=False)
+class Numbered:
+    """A TaskGraph as the planner reads it: vertices numbered in insertion order, devices
+    numbered in ``gpus`` order with ``len(gpus)`` for host RAM and the CPU (and any GPU not
+    in ``gpus``), and each field a list by vertex number (:func:`number`)."""
+
+    ids: list[str]
+    index: dict[str, int]
+    gpus: list[str]
+    is_input: list[bool]
+    bytes: list[int]
+    out: list[int]                  # where the output lives (:attr:`Task.out_device`)
+    read: list[int]                 # where it reads its inputs (:attr:`Task.read_device`)
+    inputs: list[tuple[int, ...]]   # in argument order
+
+
+def number(graph: TaskGraph, gpus: list[str]) -> Numbered:
+    """``graph`` numbered for planning on ``gpus`` (:class:`Numbered`)."""
+    ids = list(graph.tasks)
+    index = {t: i for i, t in enumerate(ids)}
+    host = len(gpus)
+    gpu = {d: k for k, d in enumerate(gpus)}
+    where: dict[str, tuple[int, int]] = {}   # device -> (out, read), once per device
+    is_input, nbytes, out, read = [], [], [], []
+    inputs: list[tuple[int, ...]] = []
+    for task in graph.tasks.values():
+        pair = where.get(task.device)
+        if pair is None:
+            pair = where[task.device] = (gpu.get(task.out_device, host),
+                                         gpu.get(task.read_device, host))
+        is_input.append(task.kind == "input")
+        nbytes.append(task.bytes)
+        out.append(pair[0])
+        read.append(pair[1])
+        inputs.append(tuple([index[u] for u in task.inputs]))
+    return Numbered(ids, index, gpus, is_input, nbytes, out, read, inputs)
 
 
 @dataclass(slots=True, eq=False, init=False)
@@ -42,6 +80,7 @@ class Resident:
     It is its memory's occupant in the allocator."""
 
     slot: Slot
+    task: int                 # its TaskGraph vertex's number
     loc: Loc
     size: int                 # loc.size, kept in the object (the victim search reads it)
     writer: str
@@ -56,11 +95,11 @@ class Resident:
     pin: int                  # the victim search that must spare it (_costs)
 
     # written out: compiled, it is native code, where dataclass's generated one is interpreted
-    def __init__(self, slot: Slot, loc: Loc, writer: str, item: int, materialized: bool,
-                 clean: bool, last_use: int, uses: list[int]):
-        self.slot, self.loc, self.size, self.writer, self.item = slot, loc, loc.size, writer, item
-        self.materialized, self.clean, self.last_use, self.uses = \
-            materialized, clean, last_use, uses
+    def __init__(self, slot: Slot, task: int, loc: Loc, writer: str, item: int,
+                 materialized: bool, clean: bool, last_use: int, uses: list[int]):
+        self.slot, self.task, self.loc, self.size = slot, task, loc, loc.size
+        self.writer, self.item, self.materialized, self.clean = writer, item, materialized, clean
+        self.last_use, self.uses = last_use, uses
         self.covered, self.readers, self.next_use, self.pin = [], [], -1, -1
 
 
@@ -76,7 +115,11 @@ def check_victim(victim: str) -> None:
 
 
 class BuildMemGraph:
-    """One run of the algorithm; :func:`buildmemgraph` is the registered entry point."""
+    """One run of the algorithm; :func:`buildmemgraph` is the registered entry point.
+
+    It works on the TaskGraph's numbers (:class:`Numbered`): a tensor on a device is the
+    :data:`Slot` ``t * stride + d`` (vertex ``t``, device ``d``; ``d == host`` for host RAM
+    and the CPU), and what it keeps per vertex, slot or item is a list indexed by it."""
 
     def __init__(self, graph: TaskGraph, machine: Machine, order: Sequence[str],
                  victim: str, ahead: bool, progress: Callable[[int], None] | None = None,
@@ -84,24 +127,36 @@ class BuildMemGraph:
         check_victim(victim)
         self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
         self.reserve = reserve
-        self.room: dict[str, int] = {}          # GPU -> free bytes allocating ahead leaves
         self.task = graph.tasks
+        self.gpus = machine.gpu_names()
+        self.n = n = number(graph, self.gpus)
+        self.host = len(self.gpus)              # the device number of host RAM and the CPU
+        self.stride = self.host + 1             # slot = vertex * stride + device
+        slots = len(n.ids) * self.stride
+        self.room = [0] * self.host             # GPU -> free bytes allocating ahead leaves
         self.mg = MemGraph()
-        self.memory = {d: GpuMemory(d, machine.gpu_memory) for d in machine.gpu_names()}
-        self.resident: dict[Slot, Resident] = {}
-        self.host_copy: dict[str, str] = {}     # tensor -> MemGraph vertex holding it on host
+        self.memory = [GpuMemory(d, machine.gpu_memory) for d in self.gpus]
+        self.resident: list[Resident | None] = [None] * slots
+        self.uses: list[list[int]] = [NO_USES] * slots   # slot -> items reading it, ascending
+        self.host_copy = [""] * len(n.ids)      # vertex -> MemGraph vertex holding it on host
+        self.vertex: list[MemVertex | None] = [None] * len(n.ids)   # its MemGraph vertex
         self.items: list[Slot] = []
-        self.allocated: set[int] = set()
-        self.uses: dict[Slot, list[int]] = {}   # slot -> items that read it there, ascending
-        self.out, self.read = placement(graph)
-        self.outputs = set(graph.outputs())
-        self.host_read = {u for t, task in graph.tasks.items() if self.read[t] == HOST
-                          for u in task.inputs}
-        self.kept = self.outputs | self.host_read   # needed later even with no GPU reader
-        self.item_writer: dict[int, str] = {}   # item -> the MemGraph vertex that wrote it
+        self.allocated: list[bool] = []         # item -> whether it has memory
+        self.item_writer: list[str] = []        # item -> the MemGraph vertex that wrote it
         self.item_load: list[bool] = []         # item -> whether it is a load (from host RAM)
         self.item_bytes: list[int] = []         # item -> the bytes it allocates
         self.item_reads: list[tuple[Slot, ...]] = []  # item -> the GPU slots it reads
+        read_at = [False] * len(n.ids)          # read by some vertex
+        host_read = [False] * len(n.ids)        # read by a CPU vertex (in host RAM)
+        for t, inputs in enumerate(n.inputs):
+            on_host = n.read[t] == self.host and not n.is_input[t]
+            for u in inputs:
+                read_at[u] = True
+                if on_host:
+                    host_read[u] = True
+        self.outputs = [not r for r in read_at]
+        self.host_read = host_read
+        self.kept = [o or h for o, h in zip(self.outputs, host_read)]   # needed later anyway
         self.moves = 0
         self.repacks = 0                        # times a GPU was cleared and repacked
         self.repacked = 0                       # bytes those repacks evicted
@@ -112,48 +167,64 @@ class BuildMemGraph:
         self.searches = 0                   # victim searches so far (Resident.pin)
         self.exec_hzn = 0
         self.alloc_hzn = 0
-        self.order = order
+        self.order = [n.index[t] for t in order]
         self.progress = progress    # hears how many TaskGraph vertices are planned
+
+    def names(self, slot: Slot) -> tuple[str, str]:
+        """The TaskGraph vertex and the device (a GPU, or ``"host"``) of ``slot``."""
+        d = slot % self.stride
+        return self.n.ids[slot // self.stride], HOST if d == self.host else self.gpus[d]
 
     # -- V: the serial list of items -----------------------------------------------------
     def _build_items(self) -> None:
         """Host-resident tensors listed in the serial order are loaded there, onto every GPU
         that reads them; the others just before their first reader on each GPU."""
-        tasks, succ, out, read, gpus = self.g.tasks, self.g.succ, self.out, self.read, self.memory
+        n, stride, host = self.n, self.stride, self.host
+        is_input, out, read, nbytes, index = n.is_input, n.out, n.read, n.bytes, n.index
         items, item_reads, item_bytes = self.items, self.item_reads, self.item_bytes
-        item_load, loaded = self.item_load, set()
+        item_load = self.item_load
+        loaded = [False] * len(self.resident)
         for t in self.order:
-            task = tasks[t]
-            if task.kind == "input":
-                if task.device == HOST:
-                    for dev in dict.fromkeys(read[w] for w in succ[t]):
-                        if dev in gpus and (t, dev) not in loaded:
-                            loaded.add((t, dev))
-                            items.append((t, dev))
+            if is_input[t]:
+                if out[t] == host:
+                    for w in self.g.succ[n.ids[t]]:     # its readers, in order
+                        dev = read[index[w]]
+                        slot = t * stride + dev
+                        if dev != host and not loaded[slot]:
+                            loaded[slot] = True
+                            items.append(slot)
                             item_reads.append(())
-                            item_bytes.append(task.bytes)
+                            item_bytes.append(nbytes[t])
                             item_load.append(True)
                 continue
             dev = read[t]
-            reads = tuple([(u, dev) for u in dict.fromkeys(task.inputs)]) if dev in gpus else ()
-            for slot in reads:
-                if out[slot[0]] == HOST and slot not in loaded:
-                    loaded.add(slot)               # a load, before its first reader
-                    items.append(slot)
-                    item_reads.append(())
-                    item_bytes.append(tasks[slot[0]].bytes)
-                    item_load.append(True)
-            items.append((t, out[t]))
-            item_reads.append(reads)
-            item_bytes.append(task.bytes)
+            reads: list[Slot] = []
+            if dev != host:
+                for u in n.inputs[t]:
+                    slot = u * stride + dev
+                    if slot in reads:
+                        continue
+                    reads.append(slot)
+                    if out[u] == host and not loaded[slot]:
+                        loaded[slot] = True            # a load, before its first reader
+                        items.append(slot)
+                        item_reads.append(())
+                        item_bytes.append(nbytes[u])
+                        item_load.append(True)
+            items.append(t * stride + out[t])
+            item_reads.append(tuple(reads))
+            item_bytes.append(nbytes[t])
             item_load.append(False)
         uses = self.uses
-        for i, reads in enumerate(item_reads):
-            for slot in reads:
-                if slot in uses:
-                    uses[slot].append(i)
-                else:
+        for i, slots in enumerate(item_reads):
+            for slot in slots:
+                used = uses[slot]
+                if used is NO_USES:
                     uses[slot] = [i]
+                else:
+                    used.append(i)
+        self.allocated = [False] * len(items)
+        self.item_writer = [""] * len(items)
 
     # -- Figure 8 -------------------------------------------------------------------------
     def run(self) -> MemGraph:
@@ -170,8 +241,8 @@ class BuildMemGraph:
         total = len(self.g)
         while self.exec_hzn < n:
             a, e = self.alloc_hzn, self.exec_hzn
-            if a < n and (a in allocated or ((a == e or ahead and has_room(a))
-                                             and sim_malloc_item(a))):
+            if a < n and (allocated[a] or ((a == e or ahead and has_room(a))
+                                           and sim_malloc_item(a))):
                 self.alloc_hzn = a + 1       # allocated space for a future result
             elif a == e:
                 self.sim_malloc_offload_item(a)   # cannot allocate for the next execution
@@ -187,40 +258,44 @@ class BuildMemGraph:
         """Refuse a vertex that cannot fit its GPU; size each GPU's room (``reserve`` times
         the most a vertex holds there at once)."""
         cap, room = self.machine.gpu_memory, self.room
-        for vertex, dev, nbytes in memory_needs(self.g, self.out, self.read):
+        for t, dev, nbytes in _needs(self.n):
             if nbytes > cap:
-                what = (f"vertex {vertex!r} (its output and inputs)" if vertex is not None
-                        else f"the inputs living on {dev}")
-                raise PlanError(f"{what} need(s) {nbytes} bytes on {dev} but {dev} has a "
+                gpu = self.gpus[dev]
+                what = (f"vertex {self.n.ids[t]!r} (its output and inputs)" if t >= 0
+                        else f"the inputs living on {gpu}")
+                raise PlanError(f"{what} need(s) {nbytes} bytes on {gpu} but {gpu} has a "
                                 f"capacity of {cap} bytes")
-            if vertex is not None:
-                room[dev] = max(room.get(dev, 0), int(self.reserve * nbytes))
+            if t >= 0:
+                room[dev] = max(room[dev], int(self.reserve * nbytes))
 
     def has_room(self, i: int) -> bool:
         """Whether item ``i`` may be allocated ahead of execution: its GPU keeps at least its
         room free after it (the bound on looking ahead; room 0 is the paper's "as far as
         memory allows")."""
-        dev = self.items[i][1]
-        memory = self.memory.get(dev)
-        return memory is None or memory.free - self.item_bytes[i] >= self.room.get(dev, 0)
+        dev = self.items[i] % self.stride
+        return dev == self.host or \
+            self.memory[dev].free - self.item_bytes[i] >= self.room[dev]
 
     def _place_gpu_inputs(self) -> None:
-        for task in self.g:
-            if task.kind == "input":
-                self.mg.add_vertex(MemVertex(task.id, "input", task.device, task.bytes,
-                                             task=task.id, order=next(self.sequence)))
-                if task.device == HOST:
-                    self.host_copy[task.id] = task.id
+        n = self.n
+        for t, task in enumerate(self.g):
+            if n.is_input[t]:
+                self.vertex[t] = self.mg.add_vertex(MemVertex(
+                    task.id, "input", task.device, task.bytes, task=task.id,
+                    order=next(self.sequence)))
+                dev = n.out[t]
+                if dev == self.host:
+                    self.host_copy[t] = task.id
                 else:
-                    offset = self.memory[task.device].find_free(task.bytes)
+                    offset = self.memory[dev].find_free(task.bytes)
                     assert offset is not None     # _check_fits: a GPU's inputs fit together
-                    self._occupy((task.id, task.device), task.bytes, offset, task.id, -1,
+                    self._occupy(t * self.stride + dev, task.bytes, offset, task.id, -1,
                                  materialized=True)
 
     # -- Figure 9: the malloc variants -----------------------------------------------------
     def sim_malloc(self, slot: Slot, nbytes: int, writer_for, item: int) -> Resident | None:
         """Find free memory for ``slot``; add memory edges from the guards it overwrites."""
-        offset = self.memory[slot[1]].find_free(nbytes)
+        offset = self.memory[slot % self.stride].find_free(nbytes)
         if offset is None:
             return None
         return self._occupy(slot, nbytes, offset, writer_for, item)
@@ -229,7 +304,7 @@ class BuildMemGraph:
                            pinned: set[Slot]) -> Resident:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
-        memory = self.memory[slot[1]]
+        memory = self.memory[slot % self.stride]
         found = memory.find_victims(nbytes, self._costs(pinned))
         # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
         # (execute() then brings back whatever pinned tensor this evicted).
@@ -243,10 +318,10 @@ class BuildMemGraph:
 
     def sim_malloc_force_reload(self, slot: Slot, pinned: set[Slot]) -> Resident:
         """Bring an evicted tensor back for the vertex about to run (a reload or a load)."""
-        t, dev = slot
+        t = slot // self.stride
         source = self.host_copy[t]
         kind = "reload" if self.mg[source].kind == "offload" else "load"
-        nbytes = self.task[t].bytes
+        nbytes = self.n.bytes[t]
         self.refetched += nbytes
         res = self.sim_malloc(slot, nbytes, (kind, source), -1)
         if res is None:
@@ -257,34 +332,34 @@ class BuildMemGraph:
         """Free (or, with ``evict``, evict) a resident copy.  A materialized copy that is not
         yet in host RAM and is needed later is offloaded first; a copy whose writer has not
         run yet is retracted and its item re-allocated later."""
-        t, dev = res.slot
-        memory = self.memory[dev]
-        del self.resident[res.slot]
+        memory = self.memory[res.slot % self.stride]
+        self.resident[res.slot] = None
         if not res.materialized:
             memory.restore(res, res.loc.offset, res.covered)
-            self.allocated.discard(res.item)
+            self.allocated[res.item] = False
             self.alloc_hzn = min(self.alloc_hzn, res.item)
             return
-        if evict and not res.clean and (t in self.kept or self._next_use(
-                res.slot, self.exec_hzn - 1) is not None):
+        if evict and not res.clean and (self.kept[res.task] or self._next_use(
+                res, self.exec_hzn - 1) is not None):
             self._offload(res)
         guard = tuple(res.readers) if res.readers else (res.writer,)
         memory.release(res, res.loc.offset, guard, self.exec_hzn)
 
     # -- items ------------------------------------------------------------------------------
     def sim_malloc_item(self, i: int) -> bool:
-        slot = t, dev = self.items[i]
-        if dev not in self.memory:
+        slot = self.items[i]
+        t = slot // self.stride
+        if slot % self.stride == self.host:
             self._add_task_vertex(t, None)         # a CPU vertex: its output lives on host
-            self.allocated.add(i)
+            self.allocated[i] = True
             return True
-        if self.item_load[i] and t not in self.host_copy:
+        if self.item_load[i] and not self.host_copy[t]:
             return False                           # a CPU result cannot load before it exists
         return self.sim_malloc(slot, self.item_bytes[i], self._writer_for(i), i) is not None
 
     def sim_malloc_offload_item(self, i: int) -> None:
         slot = self.items[i]
-        if slot[1] in self.memory:
+        if slot % self.stride != self.host:
             self.sim_malloc_offload(slot, self.item_bytes[i], self._writer_for(i), i,
                                     self._pinned(i))
         else:
@@ -292,8 +367,8 @@ class BuildMemGraph:
 
     def _writer_for(self, i: int):
         """The MemGraph writer of item ``i``: its TaskGraph vertex, or a load from host RAM."""
-        t = self.items[i][0]
-        return ("load", self.host_copy[t]) if self.item_load[i] else t
+        t = self.items[i] // self.stride
+        return ("load", self.host_copy[t]) if self.item_load[i] else self.n.ids[t]
 
     def _pinned(self, i: int) -> set[Slot]:
         """What evictions for item ``i`` must spare: its output and its inputs."""
@@ -303,62 +378,68 @@ class BuildMemGraph:
         """Simulate item ``i``: reload evicted inputs, add data edges, free dead tensors."""
         if self.item_load[i]:         # a load: it ran when its memory was allocated
             return
-        output = self.items[i]
-        t = output[0]
+        n, output, allocated = self.n, self.items[i], self.allocated
+        t = output // self.stride
         reads, resident = self.item_reads[i], self.resident
-        if i not in self.allocated or not all(map(resident.__contains__, reads)):
+        if not allocated[i] or not all([resident[slot] is not None for slot in reads]):
             pinned = self._pinned(i)
             while True:               # reloads evict each other only through the repack path
-                if i not in self.allocated:
+                if not allocated[i]:
                     self.sim_malloc_offload_item(i)
                 for slot in reads:
-                    if slot not in resident:
+                    if resident[slot] is None:
                         self.sim_malloc_force_reload(slot, pinned)
-                if i in self.allocated and all(slot in resident for slot in reads):
+                if allocated[i] and all([resident[slot] is not None for slot in reads]):
                     break
+        tid = n.ids[t]
         if reads:
-            source = {}
             for slot in reads:
                 res = resident[slot]
-                res.readers.append(t)
+                assert res is not None
+                res.readers.append(tid)
                 res.last_use = i
-                source[slot[0]] = res.writer
-            inputs = tuple([source[u] for u in self.task[t].inputs])
+            dev, stride = n.read[t], self.stride
+            inputs = tuple([_writer(resident[u * stride + dev]) for u in n.inputs[t]])
         else:
-            inputs = tuple([self._ensure_host_copy(u) for u in self.task[t].inputs])
-        self.mg.add_edges(inputs, t, "data")
-        v = self.mg.vertices[t]
+            inputs = tuple([self._ensure_host_copy(u) for u in n.inputs[t]])
+        self.mg.add_edges(inputs, tid, "data")
+        v = self.vertex[t]
+        assert v is not None
         v.inputs, v.order = inputs, next(self.sequence)
-        written = resident.get(output)
+        written = resident[output]
+        host_copy = self.host_copy
         if written is not None:
             written.materialized = True
         else:
-            self.host_copy[t] = t
-        uses, host_copy = self.uses, self.host_copy
+            host_copy[t] = tid
+        outputs, host_read = self.outputs, self.host_read
         for slot in reads:
-            u = slot[0]
-            if uses[slot][-1] == i and u not in self.outputs \
-                    and (u in host_copy or u not in self.host_read):
-                self.sim_free(resident[slot])     # its last reader has run
+            res = resident[slot]
+            assert res is not None
+            u = res.task
+            if res.uses[-1] == i and not outputs[u] and (host_copy[u] or not host_read[u]):
+                self.sim_free(res)                 # its last reader has run
 
     # -- helpers ----------------------------------------------------------------------------
     def _occupy(self, slot: Slot, nbytes: int, offset: int, writer_for, item: int,
                 materialized: bool = False) -> Resident:
         """Place ``slot`` (``nbytes``) at ``offset``; its writer waits for the guards of the
         bytes it covers."""
-        t, dev = slot
-        loc = Loc(dev, offset, nbytes)
+        t, dev = slot // self.stride, slot % self.stride
+        gpu = self.gpus[dev]
+        loc = Loc(gpu, offset, nbytes)
         exec_hzn = self.exec_hzn
-        res = Resident(slot, loc, "", item, materialized, t in self.host_copy,
-                       item if item > exec_hzn else exec_hzn, self.uses.get(slot, NO_USES))
+        res = Resident(slot, t, loc, "", item, materialized, self.host_copy[t] != "",
+                       item if item > exec_hzn else exec_hzn, self.uses[slot])
         covered = res.covered = self.memory[dev].place(offset, nbytes, res)
         mg = self.mg
         if isinstance(writer_for, tuple):          # a load or reload, created now
             kind, source = writer_for
-            writer = f"{kind}:{t}@{dev}#{self.moves}"
+            tid = self.n.ids[t]
+            writer = f"{kind}:{tid}@{gpu}#{self.moves}"
             self.moves += 1
             self._count_moved(nbytes)
-            mg.add_vertex(MemVertex(writer, kind, dev, nbytes, loc=loc, of=t,
+            mg.add_vertex(MemVertex(writer, kind, gpu, nbytes, loc=loc, of=tid,
                                     inputs=(source,), order=next(self.sequence)))
             mg.add_edge(source, writer, "data")
             res.materialized = True
@@ -369,24 +450,26 @@ class BuildMemGraph:
         res.writer = writer
         self.resident[slot] = res
         if item >= 0:
-            self.allocated.add(item)
+            self.allocated[item] = True
             self.item_writer[item] = writer
         return res
 
-    def _add_task_vertex(self, t: str, loc: Loc | None) -> None:
-        v = self.mg.vertices.get(t)
+    def _add_task_vertex(self, t: int, loc: Loc | None) -> None:
+        v = self.vertex[t]
         if v is None:
-            task = self.task[t]
-            v = self.mg.add_vertex(MemVertex(t, task.kind, task.device, task.bytes, task=t,
-                                             op=task.op, flops=task.flops, time=task.time))
+            task = self.task[self.n.ids[t]]
+            v = self.vertex[t] = self.mg.add_vertex(MemVertex(
+                task.id, task.kind, task.device, task.bytes, task=task.id, op=task.op,
+                flops=task.flops, time=task.time))
         v.loc = loc
 
     def _offload(self, res: Resident) -> None:
-        t, dev = res.slot
-        off = f"offload:{t}@{dev}#{self.moves}"
+        t, gpu = res.task, res.loc.device
+        tid = self.n.ids[t]
+        off = f"offload:{tid}@{gpu}#{self.moves}"
         self.moves += 1
         self._count_moved(res.size)
-        self.mg.add_vertex(MemVertex(off, "offload", dev, res.size, of=t,
+        self.mg.add_vertex(MemVertex(off, "offload", gpu, res.size, of=tid,
                                      inputs=(res.writer,), order=next(self.sequence)))
         self.mg.add_edge(res.writer, off, "data")
         res.readers.append(off)
@@ -398,17 +481,18 @@ class BuildMemGraph:
         if self.budget is not None and self.moved >= self.budget:
             raise OverBudget(f"moved {self.moved} bytes, the budget is {self.budget}")
 
-    def _ensure_host_copy(self, t: str) -> str:
-        """A CPU vertex reads ``t`` from host RAM: offload a GPU copy if needed."""
-        if t not in self.host_copy:
-            res = next(r for r in self.resident.values() if r.slot[0] == t and r.materialized)
-            self._offload(res)
+    def _ensure_host_copy(self, t: int) -> str:
+        """A CPU vertex reads vertex ``t``'s tensor from host RAM: offload a GPU copy if
+        needed (only the GPU it was written on has one)."""
+        if not self.host_copy[t]:
+            copies = [self.resident[t * self.stride + dev] for dev in range(self.host)]
+            self._offload(next(res for res in copies if res is not None and res.materialized))
         return self.host_copy[t]
 
-    def _next_use(self, slot: Slot, after: int | None = None) -> int | None:
-        """The first item after ``after`` (default: the one executing) that reads ``slot``."""
-        uses = self.uses.get(slot, ())
-        k = bisect.bisect_right(uses, self.exec_hzn if after is None else after)
+    def _next_use(self, res: Resident, after: int) -> int | None:
+        """The first item after ``after`` that reads ``res``."""
+        uses = res.uses
+        k = bisect.bisect_right(uses, after)
         return uses[k] if k < len(uses) else None
 
     def _costs(self, pinned: set[Slot]) -> Eviction:
@@ -417,10 +501,16 @@ class BuildMemGraph:
         self.searches += 1
         stamp = self.searches
         for slot in pinned:
-            pin = self.resident.get(slot)
+            pin = self.resident[slot]
             if pin is not None:
                 pin.pin = stamp
         return Eviction(self.victim, self.exec_hzn, stamp, self.kept, len(self.items))
+
+
+def _writer(res: Resident | None) -> str:
+    """The MemGraph vertex that writes a resident copy (one that execute() made sure of)."""
+    assert res is not None
+    return res.writer
 
 
 class Eviction:
@@ -437,7 +527,7 @@ class Eviction:
     Retracting an allocation made ahead moves nothing (``cost``: free); its "use" is when
     its item comes.  Residents stamped ``stamp`` are pinned."""
 
-    def __init__(self, victim: str, now: int, stamp: int, kept: set[str], horizon: int):
+    def __init__(self, victim: str, now: int, stamp: int, kept: list[bool], horizon: int):
         self.by_cost, self.lru = victim == "cost", victim == "lru"
         self.now, self.stamp, self.kept, self.horizon = now, stamp, kept, horizon
 
@@ -461,7 +551,7 @@ class Eviction:
             return offload
         now, nxt = self.now, self.next_use(owner)
         if nxt == NEVER:
-            if owner.slot[0] not in self.kept:
+            if not self.kept[owner.task]:
                 return 0
             return (offload << SCALE) // max(1, self.horizon - now)
         return ((offload + owner.size) << SCALE) // (nxt - now)
@@ -477,45 +567,42 @@ class Eviction:
         return nxt
 
 
-def placement(graph: TaskGraph) -> tuple[dict[str, str], dict[str, str]]:
-    """Where each vertex's output lives and where it reads its inputs
-    (:attr:`Task.out_device`, :attr:`Task.read_device`), by vertex: a GPU, or ``"host"`` for
-    host inputs and CPU vertices."""
-    tasks = graph.tasks
-    return ({t: task.out_device for t, task in tasks.items()},
-            {t: task.read_device for t, task in tasks.items()})
-
-
-def memory_needs(graph: TaskGraph, out: dict[str, str] | None = None,
-                 read: dict[str, str] | None = None) -> Iterator[tuple[str | None, str, int]]:
+def _needs(n: Numbered) -> Iterator[tuple[int, int, int]]:
     """What must fit on one GPU at once: ``(vertex, gpu, bytes)`` for each vertex with its
-    inputs, and ``(None, gpu, bytes)`` for each GPU's resident inputs together (they exist
-    before the run).  ``out`` and ``read`` are :func:`placement`'s, if known."""
-    if out is None or read is None:
-        out, read = placement(graph)
-    inputs: dict[str, int] = {}
-    size = {t: task.bytes for t, task in graph.tasks.items()}
-    for t, task in graph.tasks.items():
-        if task.kind == "input":
-            if task.device != HOST:
-                inputs[task.device] = inputs.get(task.device, 0) + task.bytes
+    inputs, and ``(-1, gpu, bytes)`` for each GPU's resident inputs together (they exist
+    before the run), by number (:class:`Numbered`)."""
+    host, size = len(n.gpus), n.bytes
+    inputs: dict[int, int] = {}
+    for t, dst in enumerate(n.out):
+        if n.is_input[t]:
+            if dst != host:
+                inputs[dst] = inputs.get(dst, 0) + size[t]
             continue
-        dst, src = out[t], read[t]
-        if src != HOST:
-            reads = sum([size[u] for u in set(task.inputs)])
+        src = n.read[t]
+        if src != host:
+            reads = sum([size[u] for u in set(n.inputs[t])])
             if dst == src:
-                yield t, dst, reads + task.bytes
+                yield t, dst, reads + size[t]
                 continue
             yield t, src, reads
-        if dst != HOST:
-            yield t, dst, task.bytes
+        if dst != host:
+            yield t, dst, size[t]
     for dev, nbytes in inputs.items():
-        yield None, dev, nbytes
+        yield -1, dev, nbytes
+
+
+def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
+    """What must fit on one GPU at once: ``(vertex, gpu, bytes)`` for each vertex with its
+    inputs, and ``(None, gpu, bytes)`` for each GPU's resident inputs together (they exist
+    before the run)."""
+    n = number(graph, graph.gpus())
+    for t, dev, nbytes in _needs(n):
+        yield (n.ids[t] if t >= 0 else None), n.gpus[dev], nbytes
 
 
 def min_capacity(graph: TaskGraph) -> int:
     """The smallest GPU memory in which BuildMemGraph can plan ``graph``."""
-    return max((nbytes for _, _, nbytes in memory_needs(graph)), default=0)
+    return max((nbytes for _, _, nbytes in _needs(number(graph, graph.gpus()))), default=0)
 
 
 def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:

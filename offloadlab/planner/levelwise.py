@@ -83,7 +83,8 @@ def levelwise(graph: TaskGraph, machine: Machine, options: LevelwiseOptions,
                             progress=hooks.progress)
     mg = builder.run()
     chains: list[dict[str, list[str]]] = [{} for _ in by_level]   # level -> GPU -> its loads
-    for i, (t, dev) in enumerate(builder.items):
+    for i, slot in enumerate(builder.items):
+        t, dev = builder.names(slot)
         if t in first_level:
             chains[first_level[t]].setdefault(dev, []).append(builder.item_writer[i])
     for k, per_gpu in enumerate(chains):
