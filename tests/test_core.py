@@ -629,6 +629,8 @@ def test_host_bytes_counts_offloads_reloads_and_loads_not_transfers():
     assert mg.host_bytes() == 16
     moved = mg.moved_bytes()
     assert mg.host_bytes() == moved["load"] + moved["offload"] + moved["reload"]
+    assert mg.counts() == {"input": 1, "load": 1, "offload": 1, "reload": 1, "transfer": 1}
+    assert all(mg.count(kind) == n for kind, n in mg.counts().items())
 
 
 @pytest.mark.parametrize("clone", [copy.copy, copy.deepcopy,

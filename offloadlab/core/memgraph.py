@@ -137,6 +137,14 @@ class MemGraph:
     def count(self, kind: str) -> int:
         return sum(1 for v in self.vertices.values() if v.kind == kind)
 
+    def counts(self) -> dict[str, int]:
+        """How many vertices of each kind there are (one pass, where :meth:`count` makes one
+        per kind)."""
+        out: dict[str, int] = {}
+        for v in self.vertices.values():
+            out[v.kind] = out.get(v.kind, 0) + 1
+        return out
+
     def stamp_tensors(self, graph: TaskGraph) -> None:
         """Copy each tensor's shape and dtype from ``graph`` onto the vertices that write or
         move it (the executor needs them; planners call this in their shared closing step)."""

@@ -156,7 +156,10 @@ def _rule3_no_races(mg: MemGraph, order: dict[str, int]) -> None:
     for _, _, y_id, loc in writers:
         near: set[str] | None = None             # y's predecessors and theirs
         direct = pred[y_id]
-        for x in maps.setdefault(loc.device, LastWriter()).overwrite(loc.offset, loc.end, y_id):
+        bytes_of = maps.get(loc.device)
+        if bytes_of is None:
+            bytes_of = maps[loc.device] = LastWriter()
+        for x in bytes_of.overwrite(loc.offset, loc.end, y_id):
             readers = [r for r, kind in succ[x].items() if kind == "data" and r != y_id]
             far = [r for r in readers if r not in direct]
             if x not in direct and len(far) == len(readers):

@@ -432,8 +432,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with _verifying(args, mg, graph, machine):
         with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
             mg.write(tmp)
-        wrote = (f"wrote {args.out}: {len(mg)} vertices, {mg.count('offload')} offloads, "
-                 f"{mg.count('reload')} reloads, {mg.count('load')} loads, "
+        kinds = mg.counts()
+        wrote = (f"wrote {args.out}: {len(mg)} vertices, {kinds.get('offload', 0)} offloads, "
+                 f"{kinds.get('reload', 0)} reloads, {kinds.get('load', 0)} loads, "
                  f"{fmt_bytes(mg.host_bytes())} moved to/from host "
                  f"(planner {args.planner}, machine {machine.name})")  # while it verifies
     args.outputs.commit()

@@ -129,7 +129,8 @@ class BuildMemGraph:
         self.reserve = reserve
         self.task = graph.tasks
         self.gpus = machine.gpu_names()
-        self.n = n = number(graph, self.gpus)
+        with no_gc():                            # a tuple per vertex
+            self.n = n = number(graph, self.gpus)
         self.host = len(self.gpus)              # the device number of host RAM and the CPU
         self.stride = self.host + 1             # slot = vertex * stride + device
         slots = len(n.ids) * self.stride

@@ -17,10 +17,15 @@ once every other weight is away from the operations still in excess (so each fit
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ...core.cycle import TrainingChain
 from ...core.errors import PlanError
+
+# numpy is imported where it is used: planning a TaskGraph (offloadlab plan) does not need it,
+# and importing it takes 0.05 s
+if TYPE_CHECKING:
+    import numpy as np
 
 Choice = tuple[int, int]
 
@@ -44,6 +49,7 @@ def check_fits(chain: TrainingChain, capacity: int, reserved: int = 0,
 def covers(chain: TrainingChain) -> np.ndarray:
     """Boolean ``(L, 2, 2L)``: ``[k-1, d, o]`` is whether choice ``(k, d)`` covers operation
     ``o`` (its index in :meth:`~offloadlab.core.cycle.TrainingChain.operations`)."""
+    import numpy as np
     L, at = chain.L, chain.index
     cover = np.zeros((L, 2, 2 * L), dtype=bool)
     for k in range(1, L + 1):
@@ -55,6 +61,7 @@ def covers(chain: TrainingChain) -> np.ndarray:
 
 def excess(chain: TrainingChain, memory: int) -> np.ndarray:
     """E_o = Σ_i |w_i| + M_o - M_GPU for o in ``F_1..F_L, B_L..B_1``."""
+    import numpy as np
     total = sum(chain.w)
     return np.array([total + chain.memory(kind, i) - memory for kind, i in chain.operations()],
                     dtype=float)
@@ -67,6 +74,7 @@ def greedy_selection(chain: TrainingChain, memory: int, *,
     ``Σ_{o in covers(k, d)} min(E_o, |w_k|)`` and the cost ``2|w_k|``, halved when the other
     choice of layer k is already selected (the *discount*; off for Greedy*); stop early when
     no choice has a benefit (see the module's note on E_o)."""
+    import numpy as np
     check_fits(chain, memory)
     L = chain.L
     w = np.array(chain.w, dtype=float)
