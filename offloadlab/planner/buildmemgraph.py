@@ -25,7 +25,7 @@ from ..core.devices import HOST
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
-from ..core.taskgraph import TaskGraph
+from ..core.taskgraph import Task, TaskGraph
 from ..core.util import no_gc
 from .allocator import LEAST, PINNED, GpuMemory, Segment
 
@@ -44,6 +44,7 @@ class Numbered:
 
     ids: list[str]
     index: dict[str, int]
+    tasks: list[Task]
     gpus: list[str]
     is_input: list[bool]
     bytes: list[int]
@@ -54,14 +55,14 @@ class Numbered:
 
 def number(graph: TaskGraph, gpus: list[str]) -> Numbered:
     """``graph`` numbered for planning on ``gpus`` (:class:`Numbered`)."""
-    ids = list(graph.tasks)
+    ids, tasks = list(graph.tasks), list(graph.tasks.values())
     index = {t: i for i, t in enumerate(ids)}
     host = len(gpus)
     gpu = {d: k for k, d in enumerate(gpus)}
     where: dict[str, tuple[int, int]] = {}   # device -> (out, read), once per device
     is_input, nbytes, out, read = [], [], [], []
     inputs: list[tuple[int, ...]] = []
-    for task in graph.tasks.values():
+    for task in tasks:
         pair = where.get(task.device)
         if pair is None:
             pair = where[task.device] = (gpu.get(task.out_device, host),
@@ -71,7 +72,7 @@ def number(graph: TaskGraph, gpus: list[str]) -> Numbered:
         out.append(pair[0])
         read.append(pair[1])
         inputs.append(tuple([index[u] for u in task.inputs]))
-    return Numbered(ids, index, gpus, is_input, nbytes, out, read, inputs)
+    return Numbered(ids, index, tasks, gpus, is_input, nbytes, out, read, inputs)
 
 
 @dataclass(slots=True, eq=False, init=False)
@@ -127,7 +128,6 @@ class BuildMemGraph:
         check_victim(victim)
         self.g, self.machine, self.victim, self.ahead = graph, machine, victim, ahead
         self.reserve = reserve
-        self.task = graph.tasks
         self.gpus = machine.gpu_names()
         with no_gc():                            # a tuple per vertex
             self.n = n = number(graph, self.gpus)
@@ -279,7 +279,7 @@ class BuildMemGraph:
 
     def _place_gpu_inputs(self) -> None:
         n = self.n
-        for t, task in enumerate(self.g):
+        for t, task in enumerate(n.tasks):
             if n.is_input[t]:
                 self.vertex[t] = self.mg.add_vertex(MemVertex(
                     task.id, "input", task.device, task.bytes, task=task.id,
@@ -458,7 +458,7 @@ class BuildMemGraph:
     def _add_task_vertex(self, t: int, loc: Loc | None) -> None:
         v = self.vertex[t]
         if v is None:
-            task = self.task[self.n.ids[t]]
+            task = self.n.tasks[t]
             v = self.vertex[t] = self.mg.add_vertex(MemVertex(
                 task.id, task.kind, task.device, task.bytes, task=task.id, op=task.op,
                 flops=task.flops, time=task.time))

@@ -23,6 +23,7 @@ def draw_layered(g: TaskGraph, vertices: int, gpus: int, seed: int, min_bytes: i
     lo, hi = math.log(min_bytes), math.log(max_bytes)
     where: list[str] = []    # each vertex's output device (host or a GPU), by index
     sizes: list[int] = []
+    ids: list[str] = []      # each vertex's id, by index: its readers name it by this object
     last_on_gpu = -window - 1   # the latest vertex whose output is on a GPU
     names = [gpu_name(i) for i in range(gpus)]
     for n in range(vertices):
@@ -38,7 +39,7 @@ def draw_layered(g: TaskGraph, vertices: int, gpus: int, seed: int, min_bytes: i
             others = [d for d in names if d != where[src]]
             home = others[below(getrandbits, len(others))]
             nbytes = sizes[src]
-            tasks[vid] = Task(vid, "transfer", f"{where[src]}->{home}", nbytes, (f"v{src}",))
+            tasks[vid] = Task(vid, "transfer", f"{where[src]}->{home}", nbytes, (ids[src],))
         else:
             home = names[below(getrandbits, gpus)]
             readable = [u for u in range(max(0, n - window), n) if where[u] in (home, "host")]
@@ -47,8 +48,9 @@ def draw_layered(g: TaskGraph, vertices: int, gpus: int, seed: int, min_bytes: i
             inputs = sorted({readable[i] for i in picks}) if readable else []
             nbytes = draw_size(uniform01(), lo, hi)
             touched = nbytes + sum([sizes[u] for u in inputs])
-            tasks[vid] = Task(vid, "compute", home, nbytes, tuple([f"v{u}" for u in inputs]),
+            tasks[vid] = Task(vid, "compute", home, nbytes, tuple([ids[u] for u in inputs]),
                               "mix", flops_per_byte * touched)
+        ids.append(vid)
         where.append(home)
         sizes.append(nbytes)
         if home != "host":
