@@ -9,9 +9,11 @@ the next vertices read.  Memory comes from :class:`GpuMemory`, a real
 offset allocator: an allocation may overlap several former occupants (memory edges from all
 of their readers) and an eviction may need several victims.
 
-Items of V are ``(tensor, gpu)`` pairs: the output of a compute/transfer vertex on its GPU,
-or the copy of a host-resident tensor that a ``load`` vertex brings to a GPU (placed just
-before its first reader there).  GPU-resident inputs are placed before the run.
+Items of V are tensors on a GPU (slots): the output of a compute/transfer vertex on its
+GPU, or the copy of a host-resident tensor that a ``load`` vertex brings to a GPU (placed just
+before its first reader there).  GPU-resident inputs are placed before the run.  The run works
+on the TaskGraph's vertex numbers (:class:`Numbered`): a slot is one integer, and what it
+keeps per vertex, slot or item is a list indexed by it.
 """
 
 from __future__ import annotations
