@@ -1,0 +1,68 @@
+"""A fingerprint of every plan in a grid of planning cases, to show that a change to a planner
+leaves its MemGraphs the same, byte for byte (README, Issue 16's goals: the integer-indexed
+planner).
+
+    python bench/plan_hashes.py > new.txt                 # in the changed install
+    OLD/bin/python bench/plan_hashes.py > old.txt         # in the install it replaces
+    diff old.txt new.txt                                  # nothing: the same plans
+
+Each line names a case (workload, machine, memory as a multiple of the tightest feasible,
+planner spec) and gives the first 12 hex digits of the SHA-1 of its MemGraph's node-link
+JSON, or the planner's error.  640 cases: 8 workloads, ``p100x4`` and ``a100x8`` at 1.0x,
+1.1x, 1.5x and 10x, and BuildMemGraph with each victim policy, ``ahead``, ``reserve``,
+``order`` and ``retry`` changed in turn, ``levelwise`` and ``cotrain`` (about 40 s compiled).
+Run it outside the repository so that the install, not the source tree, is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+
+from offloadlab.core.errors import PlanError
+from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.workloads import build_workload
+from offloadlab.planner import plan
+from offloadlab.planner.buildmemgraph import min_capacity
+
+WORKLOADS = (
+    "random:vertices=3000,gpus=4,seed=1",
+    "random:vertices=3000,gpus=4,seed=2,host_fraction=1",
+    "random:vertices=2000,gpus=2,seed=3,transfer_fraction=0.3,input_fraction=0.3",
+    "llama-prefill:model=tiny,seq=64,batch=2,gpus=2,block=16",
+    "llama-lora-train:model=tiny,seq=64,batch=2,gpus=1,block=32",
+    "matmul-chain:layers=6,gpus=2",
+    "training-chain",
+    "gpt2-train:depth=6,iterations=2",
+)
+MACHINES = ("p100x4", "a100x8")
+FACTORS = (1.0, 1.1, 1.5, 10.0)
+PLANNERS = ("buildmemgraph", "buildmemgraph:victim=cost", "buildmemgraph:victim=lru",
+            "buildmemgraph:ahead=false", "buildmemgraph:reserve=0",
+            "buildmemgraph:order=levels", "buildmemgraph:order=topological",
+            "buildmemgraph:retry=false", "levelwise", "cotrain")
+
+
+def fingerprint(workload: str, machine: str, factor: float, planner: str) -> str:
+    """The first 12 hex digits of the SHA-1 of the case's MemGraph JSON, or its PlanError."""
+    graph = build_workload(workload)
+    spec = f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}"
+    try:
+        mg = plan(graph, machine_from_spec(spec), planner)
+    except PlanError as exc:
+        return f"PlanError {str(exc)[:60]}"
+    return hashlib.sha1(mg.to_json().encode()).hexdigest()[:12]
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    for workload, machine, factor, planner in itertools.product(WORKLOADS, MACHINES, FACTORS,
+                                                                PLANNERS):
+        print(workload, machine, factor, planner,
+              fingerprint(workload, machine, factor, planner), flush=True)
+
+
+if __name__ == "__main__":
+    main()
