@@ -22,6 +22,7 @@ import itertools
 
 from offloadlab.core.errors import PlanError
 from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import plan
 from offloadlab.planner.buildmemgraph import min_capacity
@@ -44,9 +45,8 @@ PLANNERS = ("buildmemgraph", "buildmemgraph:victim=cost", "buildmemgraph:victim=
             "buildmemgraph:retry=false", "levelwise", "cotrain")
 
 
-def fingerprint(workload: str, machine: str, factor: float, planner: str) -> str:
+def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str) -> str:
     """The first 12 hex digits of the SHA-1 of the case's MemGraph JSON, or its PlanError."""
-    graph = build_workload(workload)
     spec = f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}"
     try:
         mg = plan(graph, machine_from_spec(spec), planner)
@@ -58,10 +58,11 @@ def fingerprint(workload: str, machine: str, factor: float, planner: str) -> str
 def main() -> None:
     argparse.ArgumentParser(description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    for workload, machine, factor, planner in itertools.product(WORKLOADS, MACHINES, FACTORS,
-                                                                PLANNERS):
-        print(workload, machine, factor, planner,
-              fingerprint(workload, machine, factor, planner), flush=True)
+    for workload in WORKLOADS:
+        graph = build_workload(workload)
+        for machine, factor, planner in itertools.product(MACHINES, FACTORS, PLANNERS):
+            print(workload, machine, factor, planner,
+                  fingerprint(graph, machine, factor, planner), flush=True)
 
 
 if __name__ == "__main__":

@@ -135,11 +135,11 @@ class MemGraph:
                 yield u, v, kind
 
     def count(self, kind: str) -> int:
-        return sum(1 for v in self.vertices.values() if v.kind == kind)
+        """How many vertices of ``kind`` there are (one pass: for several kinds, :meth:`counts`)."""
+        return self.counts().get(kind, 0)
 
     def counts(self) -> dict[str, int]:
-        """How many vertices of each kind there are (one pass, where :meth:`count` makes one
-        per kind)."""
+        """How many vertices of each kind there are, in one pass."""
         out: dict[str, int] = {}
         for v in self.vertices.values():
             out[v.kind] = out.get(v.kind, 0) + 1

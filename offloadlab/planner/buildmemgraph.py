@@ -605,7 +605,7 @@ def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
 
 def min_capacity(graph: TaskGraph) -> int:
     """The smallest GPU memory in which BuildMemGraph can plan ``graph``."""
-    return max((nbytes for _, _, nbytes in _needs(number(graph, graph.gpus()))), default=0)
+    return max((nbytes for _, _, nbytes in memory_needs(graph)), default=0)
 
 
 def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
