@@ -9,6 +9,7 @@ import pytest
 
 from offloadlab.core.errors import VerificationError
 from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.memgraph import Loc
 from offloadlab.core.workloads import build_workload
 from offloadlab.lab import beside
 from offloadlab.lab.cli import main
@@ -40,7 +41,7 @@ def broken():
     """A MemGraph that breaks rule 4 (a location past the GPU's capacity)."""
     mg, graph, machine = planned()
     v = next(v for v in mg if v.loc is not None)
-    v.loc = v.loc._replace(offset=machine.gpu_memory)
+    v.loc = Loc(v.loc.device, machine.gpu_memory, v.loc.size)
     return mg, graph, machine
 
 

@@ -608,8 +608,7 @@ def test_graph_files_are_written_in_chunks_that_join_into_the_same_json(chunk, d
     from offloadlab.core.checks import write_node_link
     mg = plan(build_workload("matmul-chain:layers=3"), disco)
     out = io.BytesIO()
-    write_node_link(out, {"type": "MemGraph", **mg.graph}, mg._nodes(), mg._edge_dicts(),
-                    "MemGraph", chunk=chunk)
+    write_node_link(out, *mg._node_link(), "MemGraph", chunk=chunk)
     assert json.loads(out.getvalue()) == json.loads(mg.to_json())
     assert len(json.loads(out.getvalue())["edges"]) == len(mg.to_dict()["edges"]) > 0
     empty = io.BytesIO()

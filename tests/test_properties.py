@@ -1,6 +1,8 @@
 """Property tests: every planner's MemGraph passes the verifier on random DAGs, GPU counts
 and capacities from tight (the smallest that can work) to generous."""
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -123,3 +125,74 @@ def test_rule_3_finds_exactly_the_races_its_definition_finds(graph, slack, plann
     else:
         assert not expected, expected
 
+
+
+def damage(mg, data) -> None:
+    """Break a plan in one to three random ways: a vertex reading another, an edge added (a
+    cycle, perhaps) or removed, two orders swapped, a device or kind changed, a vertex gone."""
+    from offloadlab.core.memgraph import MemVertex
+    ids = list(mg.vertices)
+    for _ in range(data.draw(st.integers(1, 3))):
+        how = data.draw(st.sampled_from(["inputs", "edge", "cut", "order", "device", "kind",
+                                         "drop", "unknown input"]))
+        v = mg[data.draw(st.sampled_from(ids))]
+        u = mg[data.draw(st.sampled_from(ids))]
+        if how == "inputs" and v.inputs:
+            v.inputs = (u.id, *v.inputs[1:])
+        elif how == "edge":
+            mg.add_edge(v.id, u.id, data.draw(st.sampled_from(["data", "memory"])))
+        elif how == "cut" and mg.pred[v.id]:
+            w = data.draw(st.sampled_from(sorted(mg.pred[v.id])))
+            del mg.pred[v.id][w], mg.succ[w][v.id]
+        elif how == "order":
+            v.order, u.order = u.order, v.order
+        elif how == "device":
+            v.device = data.draw(st.sampled_from(["gpu0", "gpu1", "cpu", "host"]))
+        elif how == "kind":
+            v.kind = data.draw(st.sampled_from(["compute", "input", "load", "offload", "odd"]))
+        elif how == "drop" and len(ids) > 1 and v.id in ids:
+            for w in list(mg.pred[v.id]):
+                del mg.succ[w][v.id]
+            for w in list(mg.succ[v.id]):
+                del mg.pred[w][v.id]
+            del mg.vertices[v.id], mg.succ[v.id], mg.pred[v.id]
+            ids.remove(v.id)
+        elif how == "unknown input":
+            v.inputs = (*v.inputs, "nowhere")
+    assert all(isinstance(v, MemVertex) for v in mg)
+
+
+def verdict(check) -> str | None:
+    try:
+        check()
+    except VerificationError as exc:
+        return str(exc)
+    return None
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(graph=task_graphs(), slack=st.sampled_from([0.0, 0.2, 1.0]), data=st.data())
+def test_rule_2_alone_holds_up_on_any_damage_and_verify_reports_the_rest_first(graph, slack,
+                                                                                data):
+    """``verify_against`` (rule 2, which the plan command checks beside the child verifying
+    the other rules) raises only VerificationError, on any damage; ``verify`` raises the
+    other rules' verdict first, else rule 2's, and verifying beside gives the same verdict."""
+    from offloadlab.core.verify import verify_against
+    from offloadlab.lab import beside
+
+    m = machine_for(graph, 4, slack)
+    mg = plan(graph, m, "buildmemgraph")
+    damage(mg, data)
+    alone = verdict(lambda: verify(mg, None, m))
+    against = verdict(lambda: verify_against(mg, graph))
+    assert verdict(lambda: verify(mg, graph, m)) == (alone or against)
+    forked = []
+
+    def checked_beside():
+        with beside.verifying(mg, graph, m, beside=data.draw(st.booleans(), label="beside")):
+            forked.append(os.getpid())
+    old, beside.BESIDE_AT = beside.BESIDE_AT, 0      # forks for any graph (where it can)
+    try:
+        assert verdict(checked_beside) == (alone or against)
+    finally:
+        beside.BESIDE_AT = old

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 from .errors import GraphError, OffloadlabError
@@ -148,44 +148,50 @@ def _where_not_finite(value: object, path: str = "") -> str | None:
     return f"{bad[0]} = {bad[1]!r}" if bad[0] else repr(bad[1])
 
 
-def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[dict], edges: Iterable[dict],
+def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[Any], edges: Iterable[Any],
                     what: str, chunk: int = 10_000) -> None:
-    """Write strict node-link JSON (:meth:`TaskGraph.to_dict`'s layout) to ``out``, encoding
-    ``chunk`` nodes or edges at a time with orjson (several times faster than the json module),
-    so that a large graph never exists whole as dicts and as text.  orjson would write a NaN or
-    infinity as ``null``, so the graph's attributes and each node's float fields (``flops``,
-    ``time``; the others are integers and strings) are checked first."""
-    import orjson
+    """Write strict node-link JSON (:meth:`TaskGraph.to_dict`'s layout) to ``out``, ``chunk``
+    nodes or edges at a time, so that a large graph never exists whole as text.  Nodes and
+    edges are records whose fields are the JSON object's (a :class:`MemVertex` or a
+    :class:`Task`; a :class:`typed.EdgeRecord`), which msgspec encodes as they stand, without
+    a dict each.  msgspec would write a NaN or infinity as ``null``, so the graph's attributes
+    and each node's float fields (``flops``, ``time``; the others are integers and strings)
+    are checked first."""
+    import msgspec
 
     bad = _where_not_finite(graph, "graph")
     if bad is not None:
         raise GraphError(f"cannot write {what} as JSON: {bad} is not a finite number")
-    out.write(b'{"directed":true,"multigraph":false,"graph":' + orjson.dumps(graph))
+    encode = msgspec.json.Encoder().encode
+    out.write(b'{"directed":true,"multigraph":false,"graph":' + encode(graph))
     for name, items in ((b"nodes", nodes), (b"edges", edges)):
         out.write(b',"' + name + b'":[')
-        batch: list[dict] = []
         first = True
-        for item in itertools.chain(items, [None]):
-            if item is not None:
-                batch.append(item)
-                if len(batch) < chunk:
-                    continue
-            if not batch:
-                break
+        for batch in _batches(items, chunk):
             if name == b"nodes":
                 _check_floats(batch, what)
-            out.write((b"" if first else b",") + orjson.dumps(batch)[1:-1])
-            first, batch = False, []
+            out.write((b"" if first else b",") + encode(batch)[1:-1])
+            first = False
         out.write(b"]")
     out.write(b"}")
 
 
-def _check_floats(nodes: list[dict], what: str) -> None:
+def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size`` (the last one shorter; none if there are no items)."""
+    it = iter(items)
+    while True:
+        batch = list(itertools.islice(it, size))
+        if not batch:
+            return
+        yield batch
+
+
+def _check_floats(nodes: list[Any], what: str) -> None:
     for node in nodes:
         for key in ("flops", "time"):
-            x = node.get(key)
+            x = getattr(node, key)
             if type(x) is float and not math.isfinite(x):
-                raise GraphError(f"cannot write {what} as JSON: vertex {node.get('id')!r}: "
+                raise GraphError(f"cannot write {what} as JSON: vertex {node.id!r}: "
                                  f"{key} = {x!r} is not a finite number")
 
 

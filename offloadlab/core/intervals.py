@@ -3,26 +3,32 @@
 from __future__ import annotations
 
 import bisect
-import sys
+from operator import itemgetter
+from typing import Generic, TypeVar
+
+W = TypeVar("W")
 
 BLOCK = 256
 """Intervals per block of :class:`LastWriter` (a block is split at twice this many)."""
 
 
-class LastWriter:
-    """Byte ranges of one GPU mapped to the vertex that last wrote them: disjoint
-    ``(start, end, writer)`` intervals, sorted, in blocks of at most twice ``block``, with the
-    first start of each block beside them for the binary search, so that an update moves at
-    most a block's worth of entries however many intervals the GPU holds (one sorted list
-    moved its whole tail on every insertion, which made verifying a million-vertex plan at
-    generous memory quadratic)."""
+_start = itemgetter(0)
+
+
+class LastWriter(Generic[W]):
+    """Byte ranges of one GPU mapped to the vertex (any value: an id, an index) that last
+    wrote them: disjoint ``(start, end, writer)`` intervals, sorted, in blocks of at most
+    twice ``block``, with the first start of each block beside them for the binary search, so
+    that an update moves at most a block's worth of entries however many intervals the GPU
+    holds (one sorted list moved its whole tail on every insertion, which made verifying a
+    million-vertex plan at generous memory quadratic)."""
 
     def __init__(self, block: int = BLOCK) -> None:
         self.block = block
-        self.blocks: list[list[tuple[int, int, str]]] = []
+        self.blocks: list[list[tuple[int, int, W]]] = []
         self.firsts: list[int] = []      # the start of each block's first interval
 
-    def overwrite(self, start: int, end: int, writer: str) -> set[str]:
+    def overwrite(self, start: int, end: int, writer: W) -> set[W]:
         """Record ``writer`` on ``[start, end)``; return the previous writers there."""
         blocks, firsts = self.blocks, self.firsts
         new = (start, end, writer)
@@ -32,9 +38,9 @@ class LastWriter:
             return set()
         b = max(bisect.bisect_right(firsts, start) - 1, 0)
         block = blocks[b]
-        i = max(bisect.bisect_right(block, (start, sys.maxsize, "")) - 1, 0)
-        previous: set[str] = set()
-        keep: list[tuple[int, int, str]] = []
+        i = max(bisect.bisect_right(block, start, key=_start) - 1, 0)
+        previous: set[W] = set()
+        keep: list[tuple[int, int, W]] = []
         c, j = b, i                     # the intervals from block b, item i to block c, item j
         while True:
             items = blocks[c]
@@ -53,7 +59,7 @@ class LastWriter:
                 break
             c, j = c + 1, 0
         keep.append(new)
-        keep.sort()
+        keep.sort(key=_start)
         if c == b:
             block[i:j] = keep
         else:                           # the overwrite spans blocks b..c: merge them into b

@@ -8,12 +8,13 @@ Every vertex that writes GPU memory has a :class:`Loc`.  Edges are ``data`` or `
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from sys import intern
-from typing import Any, NamedTuple, overload
+from typing import Any, overload
 
 from . import nodelink
 from .checks import INF, MAX_COUNT, edge_ends, ids, number, short, strings, vertex_id
@@ -29,12 +30,22 @@ MOVE_KINDS = ("offload", "reload", "load")
 EDGE_KINDS = ("data", "memory")
 
 
-class Loc(NamedTuple):
-    """A GPU memory location: ``size`` bytes at ``offset`` on ``device``."""
+@dataclass(slots=True, init=False)
+class Loc:
+    """A GPU memory location: ``size`` bytes at ``offset`` on ``device``; as a node's ``loc``
+    in a MemGraph file, these fields (the writer encodes it as it stands).  Not changed once
+    made: planners make a new one."""
 
     device: str
     offset: int
     size: int
+
+    def __init__(self, device: str, offset: int, size: int):
+        self.device, self.offset, self.size = device, offset, size
+
+    def __getnewargs__(self) -> tuple[str, int, int]:
+        """What copying and pickling pass to the compiled constructor."""
+        return self.device, self.offset, self.size
 
     @property
     def end(self) -> int:
@@ -171,23 +182,27 @@ class MemGraph:
         """A networkx DiGraph with vertex fields as node attributes and ``kind`` on edges."""
         return nodelink.to_networkx(*self._node_link())
 
-    def _node_link(self) -> tuple[dict, Iterator[dict], Iterator[dict]]:
-        return {"type": "MemGraph", **self.graph}, self._nodes(), self._edge_dicts()
+    def _node_link(self) -> tuple[dict, Iterable[MemVertex], Iterable[Any]]:
+        """The ``graph`` attributes, the nodes and the edges as the records msgspec encodes:
+        each vertex is its node's record (its fields are the node's), each edge a
+        :class:`typed.EdgeRecord`."""
+        return ({"type": "MemGraph", **self.graph}, self.vertices.values(),
+                itertools.chain.from_iterable(self._edge_records()))
 
-    def _nodes(self) -> Iterator[dict]:
-        for v in self.vertices.values():
-            yield {
-                "id": v.id, "kind": v.kind, "device": v.device,
-                "loc": ({"device": v.loc.device, "offset": v.loc.offset, "size": v.loc.size}
-                        if v.loc else None),
-                "task": v.task, "of": v.of, "op": v.op, "bytes": v.bytes, "flops": v.flops,
-                "inputs": list(v.inputs), "order": v.order, "time": v.time,
-                "shape": list(v.shape) if v.shape is not None else None, "dtype": v.dtype,
-            }
-
-    def _edge_dicts(self) -> Iterator[dict]:
-        for u, v, kind in self.edges():
-            yield {"source": u, "target": v, "kind": kind}
+    def _edge_records(self, size: int = 8192) -> Iterator[list[Any]]:
+        """The edges as records, in lists of about ``size``: a compiled generator resumes once
+        per list, not once per edge."""
+        from . import typed
+        record: Any = typed.EdgeRecord          # whose kind is "data" or "memory", as here
+        batch: list[Any] = []
+        for u, targets in self.succ.items():
+            for v, kind in targets.items():
+                batch.append(record(u, v, kind))
+            if len(batch) >= size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     def to_dict(self) -> dict:
         return nodelink.as_dict(*self._node_link())

@@ -179,26 +179,36 @@ def node_link(data: object, where: str) -> tuple[Iterable, Iterable]:
 
 
 
-def as_dict(graph: dict, nodes: Iterable[dict], edges: Iterable[dict]) -> dict:
-    """Node-link data as one dict (``networkx.node_link_data``'s layout, ``edges`` key)."""
-    return {"directed": True, "multigraph": False, "graph": graph, "nodes": list(nodes),
-            "edges": list(edges)}
+def as_dict(graph: dict, nodes: Iterable[Any], edges: Iterable[Any]) -> dict:
+    """Node-link data as one dict (``networkx.node_link_data``'s layout, ``edges`` key) of a
+    graph's node and edge records (:func:`write`'s)."""
+    return {"directed": True, "multigraph": False, "graph": graph, "nodes": _dicts(nodes),
+            "edges": [{"source": e.source, "target": e.target, "kind": e.kind} for e in edges]}
 
 
-def to_networkx(graph: dict, nodes: Iterable[dict], edges: Iterable[dict]):
+def to_networkx(graph: dict, nodes: Iterable[Any], edges: Iterable[Any]):
     """A networkx DiGraph: the ``graph`` attributes, each node's fields but its id as node
     attributes, each edge's ``kind``."""
     import networkx as nx
     g = nx.DiGraph(**graph)
-    g.add_nodes_from((n["id"], {k: v for k, v in n.items() if k != "id"}) for n in nodes)
-    g.add_edges_from((e["source"], e["target"], {"kind": e["kind"]}) for e in edges)
+    g.add_nodes_from((n.pop("id"), n) for n in _dicts(nodes))
+    g.add_edges_from((e.source, e.target, {"kind": e.kind}) for e in edges)
     return g
 
 
-def write(graph: dict, nodes: Iterable[dict], edges: Iterable[dict], path: str | Path | None,
+def _dicts(records: Iterable[Any]) -> list[dict]:
+    """Node records as the dicts of their JSON, every value kept (a NaN too): a location as a
+    dict, a tuple (``inputs``, ``shape``) as a list."""
+    import msgspec
+    return [{k: list(v) if type(v) is tuple else v for k, v in d.items()}
+            for d in msgspec.to_builtins(list(records))]
+
+
+def write(graph: dict, nodes: Iterable[Any], edges: Iterable[Any], path: str | Path | None,
           what: str) -> str | None:
-    """Strict node-link JSON (no NaN or Infinity) as text, or written to ``path``."""
-    with no_gc():                       # a dict per node and edge, none of them cyclic
+    """Strict node-link JSON (no NaN or Infinity) as text, or written to ``path``, of a
+    graph's node and edge records (:func:`checks.write_node_link`)."""
+    with no_gc():                       # a record per edge, none of them cyclic
         if path is None:
             out = io.BytesIO()
             write_node_link(out, graph, nodes, edges, what)

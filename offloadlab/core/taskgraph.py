@@ -175,7 +175,10 @@ class TaskGraph:
                 problem = devices[kind, device] = device_problem(kind, device)
             if problem is not None:
                 raise GraphError(f"vertex {t.id!r}: {problem}")
-            _check_numbers(t)
+            nbytes, flops = t.bytes, t.flops
+            if not (type(nbytes) is int and 0 < nbytes <= MAX_COUNT and type(flops) is float
+                    and 0.0 <= flops < INF and t.time is None):
+                _check_numbers(t)
             if type(t.dtype) is not str or t.dtype not in DTYPES:
                 raise GraphError(f"vertex {t.id!r}: unknown dtype {short(t.dtype)}; known: "
                                  f"{', '.join(DTYPES)}")
@@ -203,7 +206,8 @@ class TaskGraph:
                 src = tasks.get(u)
                 if src is None:
                     raise GraphError(f"vertex {t.id!r}: input {u!r} is not a vertex of the graph")
-                if gpu is not None and src.device != gpu:
+                lives = src.device      # a host input is readable on any GPU but by a transfer
+                if gpu is not None and lives != gpu and (lives != HOST or kind == "transfer"):
                     _check_readable(t, gpu, src)
         self._check_acyclic()
 
@@ -225,15 +229,14 @@ class TaskGraph:
     def to_dict(self) -> dict:
         return nodelink.as_dict(*self._node_link())
 
-    def _node_link(self) -> tuple[dict, Iterator[dict], Iterator[dict]]:
-        """The ``graph`` attributes, and the nodes and edges of node-link data, one at a time."""
-        nodes = ({"id": t.id, "kind": t.kind, "device": t.device, "op": t.op, "bytes": t.bytes,
-                  "flops": t.flops, "inputs": list(t.inputs),
-                  "shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype,
-                  "time": t.time} for t in self.tasks.values())
-        edges = ({"source": u, "target": t.id, "kind": "data"}
-                 for t in self.tasks.values() for u in dict.fromkeys(t.inputs))
-        return {"type": "TaskGraph", "name": self.name, **self.meta}, nodes, edges
+    def _node_link(self) -> tuple[dict, Iterable[Task], Iterator[Any]]:
+        """The ``graph`` attributes, the nodes and the edges as the records msgspec encodes,
+        one at a time: each :class:`Task` is its node's record (its fields are the node's),
+        each edge a :class:`typed.EdgeRecord`."""
+        from . import typed
+        edges = (typed.EdgeRecord(u, t.id, "data") for t in self.tasks.values()
+                 for u in dict.fromkeys(t.inputs))
+        return {"type": "TaskGraph", "name": self.name, **self.meta}, self.tasks.values(), edges
 
     @overload
     def to_json(self, path: None = None) -> str: ...

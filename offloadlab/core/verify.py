@@ -11,50 +11,115 @@ from .devices import CPU, HOST
 from .errors import VerificationError
 from .intervals import LastWriter
 from .machine import Machine
-from .memgraph import MOVE_KINDS, TASK_KINDS, MemGraph, MemVertex
+from .memgraph import MOVE_KINDS, TASK_KINDS, Loc, MemGraph, MemVertex
 from .ops import UPDATE_OPS
 from .taskgraph import TaskGraph
 from .util import no_gc
 
+Writer = tuple[int, str, Loc, dict[str, str], dict[str, str]]
+"""A vertex that writes GPU memory: its order, id, location, predecessors and successors."""
+
 
 def verify(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | None = None) -> None:
-    """Raise :class:`VerificationError` naming the first broken rule and vertex.
+    """Raise :class:`VerificationError` naming the first broken rule and vertex: first the
+    rules of the MemGraph alone (1, 3 and 4, each vertex's location and inputs, and that
+    ``order`` increases along every edge), then, given ``graph``, rule 2
+    (:func:`verify_against`).
 
-    ``graph`` enables rule 2 (every TaskGraph data edge is present), ``machine`` rule 4
-    (locations within capacity; without it the capacity stored in ``mg.graph["machine"]``
-    is used when present).
+    ``machine`` enables rule 4 (locations within capacity; without it the capacity stored
+    in ``mg.graph["machine"]`` is used when present).
     """
     with no_gc():                       # sets, lists and dicts by the vertex; none cyclic
-        _verify(mg, graph, machine)
+        _verify(mg, machine)
+        if graph is not None:
+            _rule2_data_edges(mg, graph)
 
 
-def _verify(mg: MemGraph, graph: TaskGraph | None, machine: Machine | None) -> None:
+def verify_against(mg: MemGraph, graph: TaskGraph) -> None:
+    """Rule 2 alone: raise :class:`VerificationError` unless every vertex of ``graph`` is in
+    ``mg`` once, of its kind on its device, and reads each of its inputs' tensors (through
+    any offloads, reloads and loads of it).  It holds up on a MemGraph that breaks the other
+    rules (an input naming no vertex, a cycle), so that it can run beside them
+    (:mod:`offloadlab.lab.beside`); :func:`verify` reports those first."""
+    with no_gc():
+        _rule2_data_edges(mg, graph)
+
+
+def _verify(mg: MemGraph, machine: Machine | None) -> None:
+    capacity = machine.gpu_memory if machine else (mg.graph.get("machine") or {}).get("gpu_memory")
     order = {v.id: v.order for v in mg.vertices.values()}
-    backwards = _backward_edge(mg, order)
-    if backwards is not None:
+    scan = _Scan(mg, order, capacity)
+    if scan.backward is not None:
         _rule1_acyclic(mg)
-    _check_fields(mg)
-    if backwards is not None:
-        u, v, kind = backwards
+    if scan.field is not None:
+        raise VerificationError(scan.field)
+    if scan.backward is not None:
+        u, v, kind = scan.backward
         raise VerificationError(f"order: {kind} edge {u!r} -> {v!r} goes from order "
                                 f"{order[u]} to {order[v]}; 'order' must increase "
                                 f"along every edge")
-    if graph is not None:
-        _rule2_data_edges(mg, graph)
-    _rule3_no_races(mg, order)
-    capacity = machine.gpu_memory if machine else (mg.graph.get("machine") or {}).get("gpu_memory")
-    if capacity is not None:
-        _rule4_capacity(mg, capacity)
+    _rule3_no_races(mg, order, scan.writers)
+    if scan.outside is not None:
+        out = scan.outside
+        assert out.loc is not None
+        raise VerificationError(f"rule 4: vertex {out.id!r} at [{out.loc.offset}, "
+                                f"{out.loc.end}) lies outside {out.loc.device}'s {capacity} "
+                                f"bytes")
 
 
-def _backward_edge(mg: MemGraph, order: dict[str, int]) -> tuple[str, str, str] | None:
-    """The first edge along which the planner's ``order`` does not increase, or None.  None
-    proves rule 1 too: ``order`` is then a topological order, and there is no cycle."""
-    for u, targets in mg.succ.items():
-        before = order[u]
-        for v, kind in targets.items():
-            if order[v] <= before:
-                return u, v, kind
+class _Scan:
+    """One pass over the vertices, in the MemGraph's order, for what the rules check of each
+    vertex and its edges: the first problem of each kind (raised in the rules' order by
+    :func:`_verify`) and the writers of GPU memory, for rule 3.  One pass, not one per rule:
+    at a million vertices each pass over the vertices and their edge dicts misses the caches
+    anew."""
+
+    def __init__(self, mg: MemGraph, order: dict[str, int], capacity: int | None):
+        self.field: str | None = None                   # the first vertex's broken field
+        self.backward: tuple[str, str, str] | None = None   # the first edge against order
+        self.outside: MemVertex | None = None           # rule 4: the first outside capacity
+        self.writers: list[Writer] = []
+        writers = self.writers
+        succs, preds = mg.succ, mg.pred
+        if not len(succs) == len(preds) == len(mg.vertices):
+            raise VerificationError(f"the MemGraph lists {len(mg.vertices)} vertices but the "
+                                    f"edges of {len(succs)} and {len(preds)} (succ, pred)")
+        # the three dicts list the vertices in the same order (MemGraph.add_vertex), so they
+        # are walked side by side, each vertex's edges found by id only where they are not
+        for v, (s, succ), (p, pred) in zip(mg.vertices.values(), succs.items(), preds.items()):
+            if s != v.id or p != v.id:
+                succ, pred = succs[v.id], preds[v.id]
+            if self.backward is None:
+                before = v.order
+                for w, kind in succ.items():
+                    if order[w] <= before:
+                        self.backward = v.id, w, kind
+                        break
+            if self.field is None:
+                self.field = _field_problem(v, pred)
+            loc = v.loc
+            if loc is not None:
+                writers.append((v.order, v.id, loc, pred, succ))
+                if (capacity is not None and self.outside is None
+                        and (loc.offset < 0 or loc.end > capacity)):
+                    self.outside = v
+
+
+def _field_problem(v: MemVertex, pred: dict[str, str]) -> str | None:
+    """What is wrong with ``v``'s location or its inputs (``pred``: its predecessors), or
+    None."""
+    writes_gpu = v.out_device != HOST and v.kind != "offload"
+    if writes_gpu and v.loc is None:
+        return f"vertex {v.id!r} writes {v.out_device} but has no location"
+    if v.loc is not None:
+        if not writes_gpu or v.loc.device != v.out_device:
+            return (f"vertex {v.id!r}: location on {v.loc.device} but its output lives on "
+                    f"{v.out_device}")
+        if v.loc.size < v.bytes:
+            return f"vertex {v.id!r}: location of {v.loc.size} B holds {v.bytes} B"
+    for u in v.inputs:
+        if pred.get(u) != "data":
+            return f"vertex {v.id!r} reads {u!r} without a data edge"
     return None
 
 
@@ -77,46 +142,32 @@ def _rule1_acyclic(mg: MemGraph) -> None:
                                 + ", ".join(map(repr, stuck)))
 
 
-def _check_fields(mg: MemGraph) -> None:
-    for v in mg.vertices.values():
-        writes_gpu = v.out_device != HOST and v.kind != "offload"
-        if writes_gpu and v.loc is None:
-            raise VerificationError(f"vertex {v.id!r} writes {v.out_device} but has no location")
-        if v.loc is not None:
-            if not writes_gpu or v.loc.device != v.out_device:
-                raise VerificationError(f"vertex {v.id!r}: location on {v.loc.device} but its "
-                                        f"output lives on {v.out_device}")
-            if v.loc.size < v.bytes:
-                raise VerificationError(f"vertex {v.id!r}: location of {v.loc.size} B holds "
-                                        f"{v.bytes} B")
-        for u in v.inputs:
-            if mg.pred[v.id].get(u) != "data":
-                raise VerificationError(f"vertex {v.id!r} reads {u!r} without a data edge")
-
-
 def _provides(mg: MemGraph, m: MemVertex, task: str) -> bool:
     """Whether ``m``'s output is ``task``'s tensor: ``task`` itself or a chain of
-    offload/reload/load vertices moving it (docs/design.md rule 2)."""
+    offload/reload/load vertices moving it (docs/design.md rule 2), each earlier in the
+    planner's order than the next (a chain that is not breaks rule 1 or the order)."""
     while True:
         if m.kind in TASK_KINDS:
             return m.task == task
         if m.of != task:
             return False
-        sources = [u for u, kind in mg.pred[m.id].items() if kind == "data"]
-        if len(sources) != 1:
+        sources = [u for u, kind in mg.pred.get(m.id, {}).items() if kind == "data"]
+        source = mg.vertices.get(sources[0]) if len(sources) == 1 else None
+        if source is None or source.order >= m.order:
             return False
-        m = mg.vertices[sources[0]]
+        m = source
 
 
 def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
     by_task: dict[str | None, MemVertex] = {}
-    for m in mg.vertices.values():
-        if m.kind in TASK_KINDS:
-            if m.task in by_task:
-                raise VerificationError(f"rule 2: TaskGraph vertex {m.task!r} appears twice")
-            by_task[m.task] = m
-        elif m.kind not in MOVE_KINDS:
-            raise VerificationError(f"vertex {m.id!r} has unknown kind {m.kind!r}")
+    for w in mg.vertices.values():
+        if w.kind in TASK_KINDS:
+            if w.task in by_task:
+                raise VerificationError(f"rule 2: TaskGraph vertex {w.task!r} appears twice")
+            by_task[w.task] = w
+        elif w.kind not in MOVE_KINDS:
+            raise VerificationError(f"vertex {w.id!r} has unknown kind {w.kind!r}")
+    vertices = mg.vertices
     for t in graph:
         v = by_task.get(t.id)
         if v is None:
@@ -130,8 +181,8 @@ def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
             raise VerificationError(f"rule 2: vertex {t.id!r} reads {len(v.inputs)} tensors, "
                                     f"the TaskGraph says {len(t.inputs)}")
         for m_id, u in zip(v.inputs, t.inputs):
-            m = mg.vertices[m_id]
-            if not _provides(mg, m, u):
+            m = vertices.get(m_id)
+            if m is None or not _provides(mg, m, u):
                 raise VerificationError(f"rule 2: data edge {u!r} -> {t.id!r} is missing "
                                         f"({t.id!r} reads {m_id!r} instead)")
             if m.out_device != read_device:
@@ -139,41 +190,53 @@ def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
                                         f"but runs on {read_device}")
 
 
-def _rule3_no_races(mg: MemGraph, order: dict[str, int]) -> None:
+def _rule3_no_races(mg: MemGraph, order: dict[str, int], writers: list[Writer]) -> None:
     """Whenever x and y write overlapping bytes, x is an ancestor of y and so is every reader
     of x (or it is y).  Checking each byte's consecutive writers in topological order
     suffices: the relation is transitive.
 
-    One pass over the writers in planner order with an interval map per GPU.  Planners
-    order an overwrite with a memory edge from each reader (or from the writer), so almost
-    every ancestor is a predecessor of y (x itself then through any of its readers that is) or
-    of one of y's predecessors; only the rest are searched for, backwards from y and no
-    further back than the oldest of them."""
-    maps: dict[str, LastWriter] = {}
-    writers = sorted((v.order, i, v.id, v.loc) for i, v in enumerate(mg.vertices.values())
-                     if v.loc is not None)
-    pred, succ = mg.pred, mg.succ
-    for _, _, y_id, loc in writers:
+    One pass over the writers in planner order with an interval map per GPU, which maps bytes
+    to their last writer's place in that order (so each writer's edges are at hand, without
+    a lookup by id).  Planners order an overwrite with a memory edge from each reader (or
+    from the writer), so almost every ancestor is a predecessor of y (x itself then through
+    any of its readers that is) or of one of y's predecessors; only the rest are searched
+    for, backwards from y and no further back than the oldest of them."""
+    maps: dict[str, LastWriter[int]] = {}
+    writers.sort(key=_first)                    # by order; a MemGraph's is mostly sorted
+    pred = mg.pred
+    for k, (_, y_id, loc, direct, _) in enumerate(writers):
         near: set[str] | None = None             # y's predecessors and theirs
-        direct = pred[y_id]
         bytes_of = maps.get(loc.device)
         if bytes_of is None:
             bytes_of = maps[loc.device] = LastWriter()
-        for x in bytes_of.overwrite(loc.offset, loc.end, y_id):
-            readers = [r for r, kind in succ[x].items() if kind == "data" and r != y_id]
-            far = [r for r in readers if r not in direct]
-            if x not in direct and len(far) == len(readers):
+        for j in bytes_of.overwrite(loc.offset, loc.end, k):
+            _, x, _, _, readers = writers[j]
+            far: list[str] = []                  # x's readers that y does not follow directly
+            after = x in direct                  # whether y follows x through a predecessor
+            for r, kind in readers.items():
+                if kind == "data" and r != y_id:
+                    if r in direct:
+                        after = True
+                    else:
+                        far.append(r)
+            if not after:
                 far.insert(0, x)                 # else x -> a reader of it -> y
-            if far and near is None:
+            if not far:
+                continue
+            if near is None:
                 near = set(direct)
                 for p in direct:
                     near.update(pred[p])
-            far = [t for t in far if t not in near] if far and near is not None else far
+            far = [t for t in far if t not in near]
             missing = _not_ancestors(mg, order, far, y_id) if far else []
             if missing:
                 raise VerificationError(
                     f"rule 3: race on {loc.device}: {y_id!r} overwrites {x!r}'s "
                     f"bytes but {', '.join(map(repr, missing))} may still run after it")
+
+
+def _first(writer: Writer) -> int:
+    return writer[0]
 
 
 def _not_ancestors(mg: MemGraph, order: dict[str, int], targets: list[str], y: str) -> list[str]:
@@ -190,10 +253,3 @@ def _not_ancestors(mg: MemGraph, order: dict[str, int], targets: list[str], y: s
                 left.discard(p)
                 stack.append(p)
     return missing + sorted(left)
-
-
-def _rule4_capacity(mg: MemGraph, capacity: int) -> None:
-    for v in mg.vertices.values():
-        if v.loc is not None and (v.loc.offset < 0 or v.loc.end > capacity):
-            raise VerificationError(f"rule 4: vertex {v.id!r} at [{v.loc.offset}, {v.loc.end}) "
-                                    f"lies outside {v.loc.device}'s {capacity} bytes")

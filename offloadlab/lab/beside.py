@@ -26,7 +26,7 @@ from ..core.errors import VerificationError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
-from ..core.verify import verify
+from ..core.verify import verify, verify_against
 
 BESIDE_AT = 20_000
 """The smallest MemGraph (vertices) verified in a child process."""
@@ -41,10 +41,15 @@ def verifying(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | N
               ) -> Iterator[None]:
     """``verify(mg, graph, machine)`` while the ``with`` block runs, in a child process where
     it can and ``beside`` (module docstring), else before the block, inside ``shown()`` (a
-    progress bar).  A failed verification raises its :class:`VerificationError` when the
-    block ends, or instead of the block's own exception (a simulation of an incorrect plan
-    may fail first, with a less telling message).  Ctrl-C in the block stops the child."""
-    child = _Child.start(mg, graph, machine) if beside and _room_to_fork(len(mg)) else None
+    progress bar).  The child checks the rules of the MemGraph alone; rule 2, against
+    ``graph``, is checked here after the block (:func:`verify_against`), so that the two
+    processes share the work (after the block, which has touched the graph, this process
+    copies fewer of the pages it shares with the child); the child's verdict is reported
+    first, as :func:`verify` orders them.  A failed verification raises its
+    :class:`VerificationError` when the block ends, or instead of the block's own exception
+    (a simulation of an incorrect plan may fail first, with a less telling message).  Ctrl-C
+    stops the child."""
+    child = _Child.start(mg, machine) if beside and _room_to_fork(len(mg)) else None
     if child is None:
         with shown():
             verify(mg, graph, machine)
@@ -56,9 +61,27 @@ def verifying(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | N
         child.stop()
         raise
     except BaseException:
-        child.verdict(mg, graph, machine)
+        _verdict(child, mg, graph, machine)
         raise
-    child.verdict(mg, graph, machine)
+    _verdict(child, mg, graph, machine)
+
+
+def _verdict(child: _Child, mg: MemGraph, graph: TaskGraph | None, machine: Machine | None
+             ) -> None:
+    """Rule 2 here, then the child's verdict: raise the child's VerificationError, else rule
+    2's."""
+    against: VerificationError | None = None
+    try:
+        if graph is not None:
+            verify_against(mg, graph)
+    except VerificationError as exc:
+        against = exc
+    except BaseException:                       # Ctrl-C
+        child.stop()
+        raise
+    child.verdict(mg, machine)
+    if against is not None:
+        raise against
 
 
 class _Child:
@@ -68,7 +91,8 @@ class _Child:
         self.pid, self.fd = pid, verdict_fd
 
     @classmethod
-    def start(cls, mg: MemGraph, graph: TaskGraph | None, machine: Machine | None) -> _Child:
+    def start(cls, mg: MemGraph, machine: Machine | None) -> _Child:
+        """Fork a child that verifies the rules of ``mg`` alone (all but rule 2)."""
         read_fd, write_fd = os.pipe()
         with warnings.catch_warnings():
             # Python 3.12 warns on forking a process with threads (numpy's BLAS pool, a
@@ -82,7 +106,7 @@ class _Child:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)    # Ctrl-C: just stop
                 os.close(read_fd)
                 try:
-                    verify(mg, graph, machine)
+                    verify(mg, None, machine)
                     verdict = _OK
                 except VerificationError as exc:
                     verdict = _FAILED + str(exc).encode()
@@ -94,7 +118,7 @@ class _Child:
         os.close(write_fd)
         return cls(pid, read_fd)
 
-    def verdict(self, mg: MemGraph, graph: TaskGraph | None, machine: Machine | None) -> None:
+    def verdict(self, mg: MemGraph, machine: Machine | None) -> None:
         """Wait for the child; raise its VerificationError.  A child that ended without a
         verdict (killed, out of memory, or an error other than a verification's) is replaced
         by verifying here, which raises what it raised."""
@@ -109,7 +133,7 @@ class _Child:
             return
         if verdict.startswith(_FAILED):
             raise VerificationError(verdict[len(_FAILED):].decode())
-        verify(mg, graph, machine)
+        verify(mg, None, machine)
 
     def stop(self) -> None:
         """Kill the child and reap it."""

@@ -54,7 +54,7 @@ class Emitter:
                             f"TaskGraph's {self.T} iterations need {self.T * self.batch}")
         self.S = chain.stack(schedule.base)
         self.mg = MemGraph()
-        self.writers = LastWriter()
+        self.writers: LastWriter[str] = LastWriter()
         self.waits: dict[str, list[str]] = {}         # writer -> what its deletion waited for
         self.gone: dict[int, list[str]] = {}          # layer -> what its last removal waited for
         self.gpu: dict[int, str | None] = {k: None for k in range(1, chain.L + 1)}
