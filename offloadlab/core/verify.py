@@ -47,8 +47,7 @@ def verify_against(mg: MemGraph, graph: TaskGraph) -> None:
 
 def _verify(mg: MemGraph, machine: Machine | None) -> None:
     capacity = machine.gpu_memory if machine else (mg.graph.get("machine") or {}).get("gpu_memory")
-    order = {v.id: v.order for v in mg.vertices.values()}
-    scan = _Scan(mg, order, capacity)
+    scan = _Scan(mg, capacity)
     if scan.backward is not None:
         _rule1_acyclic(mg)
     if scan.field is not None:
@@ -56,9 +55,9 @@ def _verify(mg: MemGraph, machine: Machine | None) -> None:
     if scan.backward is not None:
         u, v, kind = scan.backward
         raise VerificationError(f"order: {kind} edge {u!r} -> {v!r} goes from order "
-                                f"{order[u]} to {order[v]}; 'order' must increase "
+                                f"{mg[u].order} to {mg[v].order}; 'order' must increase "
                                 f"along every edge")
-    _rule3_no_races(mg, order, scan.writers)
+    _rule3_no_races(mg, scan.writers)
     if scan.outside is not None:
         out = scan.outside
         assert out.loc is not None
@@ -74,13 +73,13 @@ class _Scan:
     at a million vertices each pass over the vertices and their edge dicts misses the caches
     anew."""
 
-    def __init__(self, mg: MemGraph, order: dict[str, int], capacity: int | None):
+    def __init__(self, mg: MemGraph, capacity: int | None):
         self.field: str | None = None                   # the first vertex's broken field
         self.backward: tuple[str, str, str] | None = None   # the first edge against order
         self.outside: MemVertex | None = None           # rule 4: the first outside capacity
         self.writers: list[Writer] = []
         writers = self.writers
-        succs, preds = mg.succ, mg.pred
+        vertices, succs, preds = mg.vertices, mg.succ, mg.pred
         if not len(succs) == len(preds) == len(mg.vertices):
             raise VerificationError(f"the MemGraph lists {len(mg.vertices)} vertices but the "
                                     f"edges of {len(succs)} and {len(preds)} (succ, pred)")
@@ -92,7 +91,7 @@ class _Scan:
             if self.backward is None:
                 before = v.order
                 for w, kind in succ.items():
-                    if order[w] <= before:
+                    if vertices[w].order <= before:    # each order read where it is
                         self.backward = v.id, w, kind
                         break
             if self.field is None:
@@ -190,7 +189,7 @@ def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
                                         f"but runs on {read_device}")
 
 
-def _rule3_no_races(mg: MemGraph, order: dict[str, int], writers: list[Writer]) -> None:
+def _rule3_no_races(mg: MemGraph, writers: list[Writer]) -> None:
     """Whenever x and y write overlapping bytes, x is an ancestor of y and so is every reader
     of x (or it is y).  Checking each byte's consecutive writers in topological order
     suffices: the relation is transitive.
@@ -228,7 +227,7 @@ def _rule3_no_races(mg: MemGraph, order: dict[str, int], writers: list[Writer]) 
                 for p in direct:
                     near.update(pred[p])
             far = [t for t in far if t not in near]
-            missing = _not_ancestors(mg, order, far, y_id) if far else []
+            missing = _not_ancestors(mg, far, y_id) if far else []
             if missing:
                 raise VerificationError(
                     f"rule 3: race on {loc.device}: {y_id!r} overwrites {x!r}'s "
@@ -239,16 +238,17 @@ def _first(writer: Writer) -> int:
     return writer[0]
 
 
-def _not_ancestors(mg: MemGraph, order: dict[str, int], targets: list[str], y: str) -> list[str]:
+def _not_ancestors(mg: MemGraph, targets: list[str], y: str) -> list[str]:
     """Those of ``targets`` that are not ancestors of ``y``: a backward search from ``y``
     pruned by the planner's order, which increases along every edge (checked before)."""
-    lo = min(order[t] for t in targets)
-    left = {t for t in targets if order[t] < order[y]}
+    vertices = mg.vertices
+    lo = min(vertices[t].order for t in targets)
+    left = {t for t in targets if vertices[t].order < vertices[y].order}
     missing = [t for t in targets if t not in left]
     stack, seen = [y], {y}
     while stack and left:
         for p in mg.pred[stack.pop()]:
-            if p not in seen and order[p] >= lo:
+            if p not in seen and vertices[p].order >= lo:
                 seen.add(p)
                 left.discard(p)
                 stack.append(p)
