@@ -1,6 +1,6 @@
 """A fingerprint of every plan in a grid of planning cases, to show that a change to a planner
-leaves its MemGraphs the same, byte for byte (README, Issue 16's goals: the integer-indexed
-planner).
+(or to how MemGraphs are written) leaves its MemGraphs the same (README, Issue 16's goals: the
+integer-indexed planner).
 
     python bench/plan_hashes.py > new.txt                 # in the changed install
     OLD/bin/python bench/plan_hashes.py > old.txt         # in the install it replaces
@@ -8,7 +8,8 @@ planner).
 
 Each line names a case (workload, machine, memory as a multiple of the tightest feasible,
 planner spec) and gives the first 12 hex digits of the SHA-1 of its MemGraph's node-link
-JSON, or the planner's error.  640 cases: 8 workloads, ``p100x4`` and ``a100x8`` at 1.0x,
+data as JSON with sorted keys (the same for two writers that order a node's fields
+differently), or the planner's error.  640 cases: 8 workloads, ``p100x4`` and ``a100x8`` at 1.0x,
 1.1x, 1.5x and 10x, and BuildMemGraph with each victim policy, ``ahead``, ``reserve``,
 ``order`` and ``retry`` changed in turn, ``levelwise`` and ``cotrain`` (about 40 s compiled).
 Run it outside the repository so that the install, not the source tree, is measured.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
+import json
 
 from offloadlab.core.errors import PlanError
 from offloadlab.core.machine import machine_from_spec
@@ -46,13 +48,15 @@ PLANNERS = ("buildmemgraph", "buildmemgraph:victim=cost", "buildmemgraph:victim=
 
 
 def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str) -> str:
-    """The first 12 hex digits of the SHA-1 of the case's MemGraph JSON, or its PlanError."""
+    """The first 12 hex digits of the SHA-1 of the case's MemGraph as JSON with sorted keys, or
+    its PlanError."""
     spec = f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}"
     try:
         mg = plan(graph, machine_from_spec(spec), planner)
     except PlanError as exc:
         return f"PlanError {str(exc)[:60]}"
-    return hashlib.sha1(mg.to_json().encode()).hexdigest()[:12]
+    text = json.dumps(mg.to_dict(), sort_keys=True, allow_nan=False)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 def main() -> None:

@@ -177,8 +177,6 @@ def node_link(data: object, where: str) -> tuple[Iterable, Iterable]:
     return nodes, edges
 
 
-
-
 def as_dict(graph: dict, nodes: Iterable[Any], edges: Iterable[Any]) -> dict:
     """Node-link data as one dict (``networkx.node_link_data``'s layout, ``edges`` key) of a
     graph's node and edge records (:func:`write`'s)."""
