@@ -87,6 +87,32 @@ def test_ctrl_c_in_the_block_stops_the_child(forking):
     no_children_left(forking)
 
 
+def test_rule_2_is_checked_here_and_reported_after_the_childs_verdict(forking, monkeypatch):
+    """The child checks the MemGraph's own rules, this process rule 2 after the block; a plan
+    that breaks both reports the child's, as verify() does, and Ctrl-C while rule 2 is checked
+    stops the child."""
+    mg, graph, machine = planned()
+    reader = next(v for v in mg if v.kind == "compute" and len(v.inputs) > 1)
+    reader.inputs = (reader.inputs[1], reader.inputs[0])        # reads its inputs swapped
+    with pytest.raises(VerificationError, match="rule 2"):
+        with beside.verifying(mg, graph, machine):
+            pass
+    v = next(v for v in mg if v.loc is not None)
+    v.loc = Loc(v.loc.device, machine.gpu_memory, v.loc.size)
+    with pytest.raises(VerificationError, match="rule 4"):
+        with beside.verifying(mg, graph, machine):
+            pass
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(beside, "verify_against", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with beside.verifying(*planned()):
+            pass
+    assert len(forking) == 3
+    no_children_left(forking)
+
+
 def test_a_child_that_ends_without_a_verdict_is_replaced_by_verifying_here(forking, monkeypatch):
     parent, verified_here = os.getpid(), []
     real = beside.verify
