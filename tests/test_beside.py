@@ -109,7 +109,17 @@ def test_rule_2_is_checked_here_and_reported_after_the_childs_verdict(forking, m
     with pytest.raises(KeyboardInterrupt):
         with beside.verifying(*planned()):
             pass
-    assert len(forking) == 3
+
+    def failing(*args):
+        raise RuntimeError("rule 2 failed on its own")
+    monkeypatch.setattr(beside, "verify_against", failing)
+    with pytest.raises(VerificationError, match="rule 4"):    # the child's verdict first
+        with beside.verifying(*broken()):
+            pass
+    with pytest.raises(RuntimeError, match="on its own"):
+        with beside.verifying(*planned()):
+            pass
+    assert len(forking) == 5
     no_children_left(forking)
 
 

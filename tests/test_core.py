@@ -619,6 +619,24 @@ def test_graph_files_are_written_in_chunks_that_join_into_the_same_json(chunk, d
     assert MemGraph.from_json(tmp_path / "mg.json").to_json() == mg.to_json()
 
 
+def test_numbers_of_float_and_int_subclasses_are_written_as_plain_ones():
+    """validate takes numpy's float64 (a float), so writing, to_dict and a graph listed out of
+    order (validate's cycle check goes through networkx) take it too."""
+    np = pytest.importorskip("numpy")
+    g = TaskGraph()
+    g.add_input("a", 8)
+    g.add_compute("c", "add", ["b"], "gpu0", 8, flops=np.float64(2.0))
+    g.add_compute("b", "add", ["a"], "gpu0", 8, flops=np.float64(3.0))
+    g.meta["scale"] = np.float64(0.5)
+    assert g.topological_order() == ["a", "b", "c"]
+    data = json.loads(g.to_json())
+    assert data["graph"]["scale"] == 0.5 and data["nodes"][1]["flops"] == 2.0
+    assert g.to_dict()["nodes"][1]["flops"] == 2.0
+    g.meta["odd"] = object()
+    with pytest.raises(TypeError, match="cannot hold a value of type .object."):
+        g.to_json()
+
+
 def test_host_bytes_counts_offloads_reloads_and_loads_not_transfers():
     mg = MemGraph()
     mg.add_vertex(MemVertex("x", "input", "host", 8))

@@ -202,6 +202,13 @@ def test_verifier_catches_order_against_edges(planned, tp_graph):
         verify(mg, tp_graph, m)
 
 
+def test_verifier_names_a_stored_capacity_that_is_no_number(planned, tp_graph):
+    mg, _ = planned
+    mg.graph["machine"] = {"gpu_memory": "16GB"}
+    with pytest.raises(VerificationError, match="gpu_memory is '16GB', not a whole number"):
+        verify(mg, tp_graph)
+
+
 # -- the planner contract (issue 20) -------------------------------------------------------
 def test_every_planner_follows_the_contract():
     """Typed options with a default and a description each, and plan() closes every MemGraph

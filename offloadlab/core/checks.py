@@ -49,9 +49,10 @@ def number(value: object, where: str, field: str, *, count: bool = False,
         if isinstance(value, int) and (value > 0 if positive else value >= 0) \
                 and value <= MAX_COUNT:
             return value
-    elif (_finite(value) or unlimited and isinstance(value, float)) \
-            and (value > 0 if positive else value >= 0):
-        return float(value)
+    elif _finite(value) or unlimited and isinstance(value, float):
+        x = float(value)        # compared as a float: numpy's float64 gives a numpy bool,
+        if x > 0 if positive else x >= 0:       # which compiled code refuses as a bool
+            return x
     got = "missing or null" if value is None else short(value)
     raise error(f"{where}: {field} must be {requirement(count, positive, unlimited)}, got {got}")
 
@@ -162,7 +163,7 @@ def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[Any], edges: Ite
     bad = _where_not_finite(graph, "graph")
     if bad is not None:
         raise GraphError(f"cannot write {what} as JSON: {bad} is not a finite number")
-    encode = msgspec.json.Encoder().encode
+    encode = msgspec.json.Encoder(enc_hook=builtin_number).encode
     out.write(b'{"directed":true,"multigraph":false,"graph":' + encode(graph))
     for name, items in ((b"nodes", nodes), (b"edges", edges)):
         out.write(b',"' + name + b'":[')
@@ -174,6 +175,17 @@ def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[Any], edges: Ite
             first = False
         out.write(b"]")
     out.write(b"}")
+
+
+def builtin_number(value: object) -> int | float:
+    """A number of a subclass of ``float`` or ``int`` (numpy's ``float64``, which a graph's
+    fields may hold and :meth:`TaskGraph.validate` takes) as the plain one msgspec encodes;
+    anything else is not a JSON value (``TypeError``, as msgspec raises)."""
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"a graph file cannot hold a value of type {type(value).__name__!r}")
 
 
 def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

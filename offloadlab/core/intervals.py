@@ -29,7 +29,10 @@ class LastWriter(Generic[W]):
         self.firsts: list[int] = []      # the start of each block's first interval
 
     def overwrite(self, start: int, end: int, writer: W) -> set[W]:
-        """Record ``writer`` on ``[start, end)``; return the previous writers there."""
+        """Record ``writer`` on ``[start, end)``; return the previous writers there (none for
+        an empty range, which writes no bytes)."""
+        if end <= start:
+            return set()
         blocks, firsts = self.blocks, self.firsts
         new = (start, end, writer)
         if not blocks:

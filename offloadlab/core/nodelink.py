@@ -13,7 +13,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import orjson
 
-from .checks import finite_tree, short, write_node_link
+from .checks import builtin_number, finite_tree, short, write_node_link
 from .errors import GraphError, OffloadlabError
 from .util import no_gc
 
@@ -195,11 +195,12 @@ def to_networkx(graph: dict, nodes: Iterable[Any], edges: Iterable[Any]):
 
 
 def _dicts(records: Iterable[Any]) -> list[dict]:
-    """Node records as the dicts of their JSON, every value kept (a NaN too): a location as a
-    dict, a tuple (``inputs``, ``shape``) as a list."""
+    """Node records as the dicts of their JSON: a location as a dict, a tuple (``inputs``,
+    ``shape``) as a list, a number of a subclass (numpy's ``float64``) as a plain one, and a
+    NaN kept (the writer refuses it; a dict may hold it)."""
     import msgspec
     return [{k: list(v) if type(v) is tuple else v for k, v in d.items()}
-            for d in msgspec.to_builtins(list(records))]
+            for d in msgspec.to_builtins(list(records), enc_hook=builtin_number)]
 
 
 def write(graph: dict, nodes: Iterable[Any], edges: Iterable[Any], path: str | Path | None,

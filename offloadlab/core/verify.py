@@ -47,6 +47,9 @@ def verify_against(mg: MemGraph, graph: TaskGraph) -> None:
 
 def _verify(mg: MemGraph, machine: Machine | None) -> None:
     capacity = machine.gpu_memory if machine else (mg.graph.get("machine") or {}).get("gpu_memory")
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)):
+        raise VerificationError(f"rule 4: the machine's gpu_memory is {capacity!r}, not a "
+                                f"whole number of bytes")
     scan = _Scan(mg, capacity)
     if scan.backward is not None:
         _rule1_acyclic(mg)
@@ -144,17 +147,19 @@ def _rule1_acyclic(mg: MemGraph) -> None:
 def _provides(mg: MemGraph, m: MemVertex, task: str) -> bool:
     """Whether ``m``'s output is ``task``'s tensor: ``task`` itself or a chain of
     offload/reload/load vertices moving it (docs/design.md rule 2), each earlier in the
-    planner's order than the next (a chain that is not breaks rule 1 or the order)."""
-    while True:
+    planner's order than the next and no longer than the graph (a chain that is not breaks
+    rule 1 or the order)."""
+    for _ in range(len(mg.vertices)):
         if m.kind in TASK_KINDS:
             return m.task == task
         if m.of != task:
             return False
         sources = [u for u, kind in mg.pred.get(m.id, {}).items() if kind == "data"]
         source = mg.vertices.get(sources[0]) if len(sources) == 1 else None
-        if source is None or source.order >= m.order:
+        if source is None or not source.order < m.order:
             return False
         m = source
+    return False
 
 
 def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:

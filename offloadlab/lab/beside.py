@@ -48,7 +48,8 @@ def verifying(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | N
     first, as :func:`verify` orders them.  A failed verification raises its
     :class:`VerificationError` when the block ends, or instead of the block's own exception
     (a simulation of an incorrect plan may fail first, with a less telling message).  Ctrl-C
-    stops the child."""
+    stops the child.  The block must not change ``mg`` or ``graph``: the child verifies them
+    as they were when it forked, this process checks rule 2 as they are after the block."""
     child = _Child.start(mg, machine) if beside and _room_to_fork(len(mg)) else None
     if child is None:
         with shown():
@@ -76,8 +77,11 @@ def _verdict(child: _Child, mg: MemGraph, graph: TaskGraph | None, machine: Mach
             verify_against(mg, graph)
     except VerificationError as exc:
         against = exc
-    except BaseException:                       # Ctrl-C
+    except (KeyboardInterrupt, SystemExit):
         child.stop()
+        raise
+    except BaseException:                       # a failure of its own: the verdict first
+        child.verdict(mg, machine)
         raise
     child.verdict(mg, machine)
     if against is not None:
