@@ -83,12 +83,12 @@ class _Scan:
         self.writers: list[Writer] = []
         writers = self.writers
         vertices, succs, preds = mg.vertices, mg.succ, mg.pred
-        if not len(succs) == len(preds) == len(mg.vertices):
-            raise VerificationError(f"the MemGraph lists {len(mg.vertices)} vertices but the "
+        if not len(succs) == len(preds) == len(vertices):
+            raise VerificationError(f"the MemGraph lists {len(vertices)} vertices but the "
                                     f"edges of {len(succs)} and {len(preds)} (succ, pred)")
         # the three dicts list the vertices in the same order (MemGraph.add_vertex), so they
         # are walked side by side, each vertex's edges found by id only where they are not
-        for v, (s, succ), (p, pred) in zip(mg.vertices.values(), succs.items(), preds.items()):
+        for v, (s, succ), (p, pred) in zip(vertices.values(), succs.items(), preds.items()):
             if s != v.id or p != v.id:
                 succ, pred = succs[v.id], preds[v.id]
             if self.backward is None:
@@ -163,15 +163,15 @@ def _provides(mg: MemGraph, m: MemVertex, task: str) -> bool:
 
 
 def _rule2_data_edges(mg: MemGraph, graph: TaskGraph) -> None:
+    vertices = mg.vertices
     by_task: dict[str | None, MemVertex] = {}
-    for w in mg.vertices.values():
+    for w in vertices.values():
         if w.kind in TASK_KINDS:
             if w.task in by_task:
                 raise VerificationError(f"rule 2: TaskGraph vertex {w.task!r} appears twice")
             by_task[w.task] = w
         elif w.kind not in MOVE_KINDS:
             raise VerificationError(f"vertex {w.id!r} has unknown kind {w.kind!r}")
-    vertices = mg.vertices
     for t in graph:
         v = by_task.get(t.id)
         if v is None:
