@@ -13,21 +13,21 @@ SPACE = 64
 @settings(max_examples=300, deadline=None)
 def test_last_writer_agrees_with_a_map_of_every_byte(block, writes):
     """Any sequence of overwrites (empty ones too), with blocks small enough to split and to be
-    spanned: each
-    returns the writers of the bytes it covers, and the blocks stay sorted, disjoint and
-    described by their first starts."""
+    spanned: each returns the writers of the bytes it covers, each once, in address order, and
+    the blocks stay sorted, disjoint and described by their first starts."""
     owner: list[str | None] = [None] * SPACE
     lw = LastWriter(block)
     for k, (start, length) in enumerate(writes):
         end = min(start + length, SPACE)
         writer = f"w{k}"
-        expected = {w for w in owner[start:end] if w is not None}
+        expected = list(dict.fromkeys(w for w in owner[start:end] if w is not None))
         assert lw.overwrite(start, end, writer) == expected
         owner[start:end] = [writer] * (end - start)
         flat = [item for items in lw.blocks for item in items]
         assert all(items for items in lw.blocks)
         assert all(len(items) <= 2 * block for items in lw.blocks)
-        assert lw.firsts == [items[0][0] for items in lw.blocks]
-        assert all(a[1] <= b[0] for a, b in zip(flat, flat[1:]))
-        assert [w for s, e, w in flat for _ in range(s, e)] == [w for w in owner if w is not None]
-        assert all(owner[s:e] == [w] * (e - s) for s, e, w in flat)
+        assert lw.firsts == [items[0].start for items in lw.blocks]
+        assert all(a.end <= b.start for a, b in zip(flat, flat[1:]))
+        assert [x.writer for x in flat for _ in range(x.start, x.end)] == \
+            [w for w in owner if w is not None]
+        assert all(owner[x.start:x.end] == [x.writer] * (x.end - x.start) for x in flat)
