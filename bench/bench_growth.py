@@ -7,7 +7,8 @@ least a verifier must touch.
 
 For each size, in a fresh process, the workload is built and planned with ``buildmemgraph``
 (as ``bench_scale.py`` does; planning is timed once, or best of several at small sizes), and
-then, each the best of several runs, in microseconds per TaskGraph vertex:
+then, with the garbage collector paused (as the verifier pauses it), each the best of at least
+three runs, in microseconds per TaskGraph vertex:
 
 - ``verify`` and its parts: the one pass (``scan``), rule 3, rule 2;
 - the operations the verifier's work is made of, counted per TaskGraph vertex: MemGraph
@@ -15,8 +16,8 @@ then, each the best of several runs, in microseconds per TaskGraph vertex:
   the intervals rule 3's maps hold at the end (``intervals``, per GPU);
 - floors, each a part of what any verifier of this MemGraph must do, at its least: ``walk``
   goes through every edge in the vertices' successor dicts; ``lookup`` also finds each
-  edge's target vertex by its id; ``gather`` is the order check with the MemGraph held in
-  arrays (each edge's target order gathered by NumPy, no Python per edge); ``sweep`` is rule
+  edge's target vertex by its id; ``gather`` is the order check's reading with the MemGraph
+  held in arrays (each edge's target order gathered by NumPy, no Python per edge); ``sweep`` is rule
   3's interval maps alone (the overwrites, driven from a Python loop); and, for reading,
   ``insert`` makes a dict per vertex and files every edge, given in the file's order, in its
   target's.
@@ -51,7 +52,6 @@ def measure(workload: str, machine: str, factor: float, vertices: int) -> dict:
     from offloadlab.core import verify as V
     from offloadlab.core.intervals import LastWriter
     from offloadlab.core.machine import machine_from_spec
-    from offloadlab.core.util import no_gc
     from offloadlab.core.workloads import build_workload
     from offloadlab.planner import plan
     from offloadlab.planner.buildmemgraph import min_capacity
@@ -61,22 +61,20 @@ def measure(workload: str, machine: str, factor: float, vertices: int) -> dict:
     graph = build_workload(f"random:vertices={vertices},gpus={base.gpus}"
                            + (f",{extra}" if extra else ""))
     m = machine_from_spec(f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}")
-    repeat = max(1, 100_000 // vertices)
     row: dict = {}
-    row["plan"], mg = best_of(min(repeat, 5), lambda: plan(graph, m, "buildmemgraph"))
+    row["plan"], mg = best_of(max(1, min(5, 100_000 // vertices)),
+                              lambda: plan(graph, m, "buildmemgraph"))
     gc.collect()
-    gc.freeze()         # what exists is never scanned again; each part runs as verify does:
+    gc.freeze()
+    gc.disable()        # from here on as verify runs: the collector paused
 
     def timed(fn: Callable[[], T]) -> tuple[float, T]:
-        def paused() -> T:
-            with no_gc():
-                return fn()
-        return best_of(repeat, paused)
+        return best_of(max(3, 100_000 // vertices), fn)
 
     row["verify"], _ = timed(lambda: V.verify(mg, graph, m))
     row["scan"], scan = timed(lambda: V._Scan(mg, m.gpu_memory))
-    writers = scan.writers
-    row["rule3"], _ = timed(lambda: V._rule3_no_races(mg, writers))
+    writers = list(scan.writers)                # in the MemGraph's order, which rule 3 sorts
+    row["rule3"], _ = timed(lambda: V._rule3_no_races(mg, list(writers)))
     row["rule2"], _ = timed(lambda: V._rule2_data_edges(mg, graph))
 
     vertices_of, succ = mg.vertices, mg.succ
@@ -121,7 +119,8 @@ def measure(workload: str, machine: str, factor: float, vertices: int) -> dict:
 
     row["insert"], _ = timed(insert)
     row.update(memgraph=len(mg), edges=len(targets), writers=len(intervals), previous=previous,
-               intervals=sum(len(b) for lw in maps.values() for b in lw.blocks) / len(maps),
+               intervals=sum(len(b) for lw in maps.values() for b in lw.blocks)
+               / max(len(maps), 1),
                build="compiled" if V.__file__.endswith(".so") else "pure Python")
     return row
 
@@ -166,7 +165,8 @@ def main() -> None:
     for (small, first), (large, last) in pairs:
         ratios = [f"{last[c] / large / (first[c] / small):9.2f}x" if first[c] else f"{'-':>10}"
                   for c in TIMES + COUNTS[:-1]]
-        ratios.append(f"{last['intervals'] / first['intervals']:9.2f}x")
+        ratios.append(f"{last['intervals'] / first['intervals']:9.2f}x" if first["intervals"]
+                      else f"{'-':>10}")
         print(f"{f'{size(large)}/{size(small)}':>9}" + "".join(ratios))
 
 

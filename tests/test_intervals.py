@@ -31,3 +31,12 @@ def test_last_writer_agrees_with_a_map_of_every_byte(block, writes):
         assert [x.writer for x in flat for _ in range(x.start, x.end)] == \
             [w for w in owner if w is not None]
         assert all(owner[x.start:x.end] == [x.writer] * (x.end - x.start) for x in flat)
+
+
+def test_an_overwrite_across_many_writers_names_each_once_in_address_order():
+    """Past a few previous writers, repeats are found in a set: each still once, in order."""
+    lw = LastWriter(block=4)
+    for k in range(200):
+        lw.overwrite(k, k + 1, f"w{k % 50}")
+    assert lw.overwrite(0, 200, "all") == [f"w{k}" for k in range(50)]
+    assert [x.writer for items in lw.blocks for x in items] == ["all"]
