@@ -36,10 +36,10 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
+from bench_scale import WORKLOADS, sized_machine, workload_spec
 from timing import best_of, in_fresh_process
 
 T = TypeVar("T")
-WORKLOADS = {"host": "host_fraction=1", "default": ""}
 TIMES = ("plan", "verify", "scan", "rule3", "rule2", "walk", "lookup", "gather", "sweep",
          "insert")
 COUNTS = ("memgraph", "edges", "writers", "previous", "intervals")
@@ -51,16 +51,11 @@ def measure(workload: str, machine: str, factor: float, vertices: int) -> dict:
 
     from offloadlab.core import verify as V
     from offloadlab.core.intervals import LastWriter
-    from offloadlab.core.machine import machine_from_spec
     from offloadlab.core.workloads import build_workload
     from offloadlab.planner import plan
-    from offloadlab.planner.buildmemgraph import min_capacity
 
-    base = machine_from_spec(machine)
-    extra = WORKLOADS[workload]
-    graph = build_workload(f"random:vertices={vertices},gpus={base.gpus}"
-                           + (f",{extra}" if extra else ""))
-    m = machine_from_spec(f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}")
+    graph = build_workload(workload_spec(workload, machine, vertices))
+    m = sized_machine(machine, graph, factor)
     row: dict = {}
     row["plan"], mg = best_of(max(1, min(5, 100_000 // vertices)),
                               lambda: plan(graph, m, "buildmemgraph"))

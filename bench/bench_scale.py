@@ -24,6 +24,7 @@ import json
 import os
 import resource
 import tempfile
+from typing import Any
 
 from timing import in_fresh_process, stopwatch
 
@@ -31,22 +32,37 @@ WORKLOADS = {"host": "host_fraction=1", "default": ""}
 STAGES = ("build", "plan", "verify", "write", "read", "verify2", "simulate")
 
 
+def workload_spec(workload: str, machine: str, vertices: int) -> str:
+    """The ``random`` workload ``workload`` (:data:`WORKLOADS`) of ``vertices`` vertices on
+    the GPUs of the preset ``machine``."""
+    from offloadlab.core.machine import machine_from_spec
+
+    extra = WORKLOADS[workload]
+    gpus = machine_from_spec(machine).gpus
+    return f"random:vertices={vertices},gpus={gpus}" + (f",{extra}" if extra else "")
+
+
+def sized_machine(machine: str, graph: Any, factor: float) -> Any:
+    """The preset ``machine`` with ``factor`` times the tightest feasible GPU memory for
+    ``graph`` (:func:`min_capacity`)."""
+    from offloadlab.core.machine import machine_from_spec
+    from offloadlab.planner.buildmemgraph import min_capacity
+
+    return machine_from_spec(f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}")
+
+
 def plan_process(workload: str, machine: str, factor: float, vertices: int, path: str) -> dict:
     """What ``offloadlab plan`` does, stage by stage, in this process; writes ``path``."""
-    from offloadlab.core.machine import machine_from_spec
     from offloadlab.core.verify import verify
     from offloadlab.core.workloads import build_workload
     from offloadlab.planner import plan
-    from offloadlab.planner.buildmemgraph import min_capacity
 
-    base = machine_from_spec(machine)
-    extra = WORKLOADS[workload]
-    spec = f"random:vertices={vertices},gpus={base.gpus}" + (f",{extra}" if extra else "")
+    spec = workload_spec(workload, machine, vertices)
     row: dict = {}
     lap = stopwatch(row)
     graph = build_workload(spec)
     lap("build")
-    m = machine_from_spec(f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}")
+    m = sized_machine(machine, graph, factor)
     lap(None)
     mg = plan(graph, m, "buildmemgraph")
     lap("plan")
