@@ -79,9 +79,9 @@ class LastWriter(Generic[W]):
                         if len(previous) > SCAN_PREVIOUS:
                             seen = set(previous)
                     if x.start < start:
-                        keep.append(Interval(x.start, start, x.writer))
+                        keep.append(Interval(x.start, start, w))
                     if x.end > end:
-                        tail = Interval(end, x.end, x.writer)
+                        tail = Interval(end, x.end, w)
                 j += 1
             if j < len(items) or c + 1 == len(blocks) or firsts[c + 1] >= end:
                 break
