@@ -1,82 +1,144 @@
 #!/usr/bin/env bash
-# Everything a GPU machine should check, in one go, ending with one table:
-#   1. the GPU tests: python -m pytest -m gpu -q tests/test_gpu.py (with the project's addopts,
-#      themselves -q, cleared, so that the log ends with the counts)
-#   2. copies: plain pinned cudaMemcpyAsync host->GPU, GPU->host and both at once (256 MiB),
-#      against the executor's own loads and offloads of the same bytes (goal: >= 90%)
-#   3. dispatch overhead: makespan / vertices of a chain of 20,000 one-element adds on one GPU
-#   4. offloadlab calibrate --backend cupy (from p100x4 with as many GPUs as the workloads use),
-#      then offloadlab validate (simulated against measured makespan) of matmul-chain and of a
-#      random DAG (sizes rounded to whole float32 elements: see tests/test_gpu.py) on it
-# Results, logs and the table go to ${OUT:-gpu-check-out}.  Run from anywhere:
-#   bash bench/gpu_check.sh
-set -euo pipefail
+# Everything a GPU machine should check, in one go, from a bare machine that holds only this
+# repository and the wheel folder bench/make_wheelhouse.sh fills (no network):
+#
+#   bash bench/gpu_check.sh                   # the cupy backend, on the visible GPUs
+#   bash bench/gpu_check.sh --backend numpy   # the same steps on the CPU (CI runs this)
+#
+# Steps, each under its own timeout (a step that fails or times out becomes a row of the
+# report, and the next step runs):
+#   0. set-up: the project's dependencies that this Python lacks, installed from the wheel
+#      folder ($WHEELHOUSE, default wheelhouse/) into a private folder, offline
+#   1. the device: CuPy's version, each GPU's name, memory and what a process can allocate
+#   2. the tests: pytest -m gpu tests/test_gpu.py (numpy: the kernels' and a few executor tests)
+#   3. calibrate --backend B
+#   4. validate, on the calibrated machine, a random DAG and a training chain with
+#      buildmemgraph and levelwise at a GPU memory where both planners offload (asserted)
+#   5. copies: the executor's loads and offloads against plain pinned copies (goal >= 90%)
+#   6. dispatch: makespan / vertices of a chain of one-element adds
+# Results: $OUT (default gpu-check-out) holds report.json (every row, with its numbers; rows.jsonl
+# as the rows come, should the check be cut short),
+# table.txt, machine.json, the two validation plots and log.txt (every step's output); the
+# table is printed last.  On the device tool's machines the whole check takes under 8 minutes.
+set -uo pipefail
 
+BACKEND=cupy
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --backend) BACKEND="${2:-}"; shift 2 ;;
+        --backend=*) BACKEND="${1#--backend=}"; shift ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        *) echo "gpu_check: unknown argument $1 (use --backend cupy|numpy)" >&2; exit 2 ;;
+    esac
+done
+case "$BACKEND" in cupy|numpy) ;; *)
+    echo "gpu_check: --backend must be cupy or numpy, got '$BACKEND'" >&2; exit 2 ;;
+esac
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+ROOT="$(pwd)"
+PY="${PYTHON:-python3}"
 OUT="${OUT:-gpu-check-out}"
-mkdir -p "$OUT"
+mkdir -p "$OUT" || exit 2
 OUT="$(cd "$OUT" && pwd)"
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-ROWS="$OUT/results.tsv"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+ROWS="$OUT/rows.jsonl"
+LOG="$OUT/log.txt"
 : > "$ROWS"
-export MPLBACKEND=Agg
+: > "$LOG"
+export MPLBACKEND=Agg PYTHONUNBUFFERED=1
+START=$SECONDS
 
-COUNT='import cupy; print(cupy.cuda.runtime.getDeviceCount())'
-if ! GPUS="$(python -c "$COUNT" 2>"$OUT/cupy.log")" || [ "${GPUS:-0}" -lt 1 ]; then
-    echo "gpu_check: no GPU visible to CuPy (pip install 'offloadlab[gpu]' on a machine with an" \
-         "NVIDIA GPU); see $OUT/cupy.log" >&2
-    exit 1
-fi
-# the workloads and the calibrated machine use 1 or 2 GPUs (matmul-chain: hidden % gpus == 0)
-G=$(( GPUS >= 2 ? 2 : 1 ))
-echo "gpu_check: $GPUS GPU(s) visible; results in $OUT"
+say() { echo "gpu_check [$((SECONDS - START)) s]: $*"; }
 
-row() { printf '%s\t%s\n' "$1" "$2" >> "$ROWS"; }
-
-# step NAME LOG COMMAND...: run COMMAND, its output to LOG; a failure becomes a row of the
-# table (with the log's last line) and the next step runs
+# step NAME SECONDS COMMAND...: run COMMAND under a timeout, its output appended to the log;
+# a failure becomes a row of the report
 step() {
-    local name="$1" log="$2" rc=0
+    local name="$1" limit="$2" rc=0
     shift 2
-    echo "gpu_check: $name ..."
-    "$@" > "$log" 2>&1 || rc=$?
+    say "$name ..."
+    { echo; echo "=== $name: $*"; } >> "$LOG"
+    timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1 || rc=$?
     if [ "$rc" -ne 0 ]; then
-        row "$name" "FAILED (exit $rc): $(tail -n 1 "$log"); see $log"
+        local why="exit $rc"
+        [ "$rc" -eq 124 ] && why="timed out after $limit s"
+        "$PY" bench/gpu_check.py row --rows "$ROWS" --check "$name" --failed \
+            --result "FAILED ($why): $(grep -v '^\s*$' "$LOG" | tail -n 1 | cut -c1-300)"
     fi
     return "$rc"
 }
 
-# validate LABEL SOURCE-OPTION SOURCE: simulated against measured, on the calibrated machine
-validate() {
-    local json="$OUT/validate-$1.json" log="$OUT/validate-$1.log" rc=0
-    echo "gpu_check: validate $1 ..."
-    python -m offloadlab validate "$2" "$3" --machine "$OUT/machine.json" \
-        --planner buildmemgraph --planner levelwise --backend cupy --json \
-        > "$json" 2> "$log" || rc=$?
-    if [ -s "$json" ]; then       # written even when the outputs are wrong (exit 1)
-        python bench/gpu_check.py validated --json "$json" --label "$1" --rows "$ROWS" \
-            || row "validate $1" "could not read the rows of $json"
-    fi
-    if [ "$rc" -ne 0 ]; then
-        row "validate $1" "FAILED (exit $rc): $(tail -n 1 "$log"); see $log"
-    fi
-}
-
-if step "pytest -m gpu tests/test_gpu.py" "$OUT/pytest.log" \
-        python -m pytest -o addopts= -m gpu -q tests/test_gpu.py; then
-    row "pytest -m gpu tests/test_gpu.py" "$(tail -n 1 "$OUT/pytest.log")"
-fi
-step "copies" "$OUT/copies.log" python bench/gpu_check.py copies --rows "$ROWS" || true
-step "dispatch" "$OUT/dispatch.log" python bench/gpu_check.py dispatch --rows "$ROWS" || true
-if step "calibrate --backend cupy" "$OUT/calibrate.log" \
-        python -m offloadlab calibrate --backend cupy --machine "p100x4:gpus=$G" \
-        --out "$OUT/machine.json"; then
-    row "calibrate --backend cupy" "wrote $OUT/machine.json"
-    validate matmul-chain --workload "matmul-chain:gpus=$G"
-    if step "random DAG TaskGraph" "$OUT/random-dag.log" python bench/gpu_check.py taskgraph \
-            --workload "random:vertices=200,gpus=$G,seed=1" --out "$OUT/random-dag.json"; then
-        validate random-dag --taskgraph "$OUT/random-dag.json"
+# 0. set-up: install what is missing, offline, into a private folder
+SITE="$WORK/site"
+MISSING="$("$PY" - <<'PYEOF'
+import importlib.metadata as md, re, tomllib
+for req in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]:
+    name = re.match(r"[A-Za-z0-9_.-]+", req).group(0)
+    try:
+        md.version(name)
+    except md.PackageNotFoundError:
+        print(name)
+PYEOF
+)" || { echo "gpu_check: $PY cannot run (set PYTHON to a Python 3.11+)" >&2; exit 2; }
+if [ -n "$MISSING" ]; then
+    WHEELHOUSE="${WHEELHOUSE:-$ROOT/wheelhouse}"
+    say "installing $(echo $MISSING) from $WHEELHOUSE (offline) ..."
+    # shellcheck disable=SC2086
+    if ! "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
+            --find-links "$WHEELHOUSE" --target "$SITE" $MISSING >> "$LOG" 2>&1; then
+        echo "gpu_check: cannot install $(echo $MISSING) from $WHEELHOUSE (make it here with" \
+             "bash bench/make_wheelhouse.sh and carry it); see $LOG" >&2
+        exit 2
     fi
 fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}${MISSING:+:$SITE}"
 
-echo
-python bench/gpu_check.py table --rows "$ROWS" | tee "$OUT/table.txt"
+# 1. the device
+if ! step "device" 120 "$PY" bench/gpu_check.py device --backend "$BACKEND" --rows "$ROWS"; then
+    [ "$BACKEND" = cupy ] && { echo "gpu_check: no GPU visible to CuPy; see $LOG" >&2; exit 1; }
+fi
+G=1
+
+# 2. the tests
+if [ "$BACKEND" = cupy ]; then
+    TESTS=(-m gpu tests/test_gpu.py)
+else
+    TESTS=(tests/test_kernel_cases.py tests/test_executor.py -k "reference and not arbitrary")
+fi
+if step "pytest ${TESTS[*]}" 180 "$PY" -m pytest -o addopts= -q -p no:cacheprovider "${TESTS[@]}"
+then
+    "$PY" bench/gpu_check.py row --rows "$ROWS" --check "pytest ${TESTS[*]}" \
+        --result "$(grep -E '(passed|failed|skipped|error)' "$LOG" | tail -n 1)"
+fi
+
+# 3-4. calibrate, then validate two workloads where both planners offload
+if [ "$BACKEND" = cupy ]; then
+    WORKLOADS=("random-dag random:vertices=200,gpus=$G,seed=1"
+               "training-chain training-chain:w=256MB;256MB;256MB;256MB,a=64MB;64MB;64MB;64MB")
+    QUICK=()
+else
+    WORKLOADS=("random-dag random:vertices=60,gpus=$G,seed=1,min_bytes=65536,max_bytes=524288"
+               "training-chain training-chain:w=2MB;2MB;2MB;2MB,a=512KB;512KB;512KB;512KB")
+    QUICK=(--quick)
+fi
+if step "calibrate --backend $BACKEND" 150 "$PY" -m offloadlab calibrate --backend "$BACKEND" \
+        "${QUICK[@]}" --machine "p100x4:gpus=$G" --out "$OUT/machine.json" \
+        --table "$WORK/calibration.csv"; then
+    "$PY" bench/gpu_check.py row --rows "$ROWS" --check "calibrate --backend $BACKEND" \
+        --result "$(grep -E '^  matmul' "$LOG" | tail -n 1 | sed 's/^ *//')" \
+        --data "$OUT/machine.json"
+    for entry in "${WORKLOADS[@]}"; do
+        label="${entry%% *}" spec="${entry#* }"
+        step "validate $label" 100 "$PY" bench/gpu_check.py validate --backend "$BACKEND" \
+            --workload "$spec" --machine "$OUT/machine.json" --label "$label" \
+            --plot "$OUT/validate-$label.png" --rows "$ROWS"
+    done
+fi
+
+# 5-6. copies and dispatch
+step "copies" 60 "$PY" bench/gpu_check.py copies --backend "$BACKEND" --rows "$ROWS"
+step "dispatch" 60 "$PY" bench/gpu_check.py dispatch --backend "$BACKEND" --rows "$ROWS"
+
+"$PY" bench/gpu_check.py report --rows "$ROWS" --backend "$BACKEND" \
+    --seconds "$((SECONDS - START))" --json "$OUT/report.json" | tee "$OUT/table.txt"

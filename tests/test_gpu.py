@@ -163,8 +163,8 @@ def test_an_allocation_during_the_run_fails_its_vertex(monkeypatch):
     monkeypatch.setitem(kernels.KERNELS, "matmul", kernels.Kernel(
         lambda xp, out, args, scratch: xp.copyto(out, xp.zeros(out.shape, out.dtype))))
     loop = _loop(plan(graph, m, "buildmemgraph"), m, CupyBackend(m, forbid_alloc=True))
-    with pytest.raises(ExecutionError, match="failed: RuntimeError: device allocation during "
-                                             "the run"):
+    with pytest.raises(ExecutionError, match="failed: DeviceAllocation: CuPy allocated [0-9]+ "
+                                             "bytes of GPU memory during the run"):
         loop.run()
 
 
@@ -210,8 +210,9 @@ def test_backend_memory_copies_and_streams():
     t0, t1 = backend.timed(up, lambda: backend.copy(up, dst, src))
     t2, t3 = backend.timed(down, lambda: backend.copy(down, back, dst))
     assert 0 <= t0 <= t1 <= t2 <= t3
-    copy = np.zeros_like(value)
-    backend.download(dst, copy)
+    copy = backend.host_array((256,), "float32")
+    assert runtime.pointerGetAttributes(copy.ctypes.data).type == runtime.memoryTypeHost
+    backend.download(down, dst, copy)
     assert np.array_equal(back, value) and np.array_equal(copy, value)
     with pytest.raises(ValueError, match="pinned"):
         backend.timed(up, lambda: backend.copy(up, dst, value))
@@ -236,3 +237,69 @@ def test_every_kernel_matches_numpy_and_allocates_nothing(op):
     finally:
         backend.close()
     np.testing.assert_allclose(out.get(), expected, rtol=1e-3, atol=1e-4)
+
+
+STRIDED = [("linear", (8, 6), [(8, 2), (8, 3), (6, 5)]),       # row slices of W^T
+           ("linear_dx:col0=2", (5, 4), [(5, 6), (6, 8)]),      # a partial column slice of W
+           ("linear_dx:col0=0", (5, 4), [(5, 6), (5, 6), (6, 8), (6, 8)])]
+
+
+@pytest.mark.parametrize("op,shape,shapes", STRIDED, ids=[c[0] for c in STRIDED])
+def test_strided_matmul_operands_are_copied_into_scratch(op, shape, shapes):
+    """CuPy's matmul copies an operand that is neither C- nor F-contiguous into a fresh
+    allocation; the kernels copy such a block into their scratch first."""
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    k = kernels.kernel(op, "v")
+    expected = np.empty(shape, np.float32)
+    k.fn(np, expected, args, np.empty(k.scratch(expected, args), np.uint8))
+    backend = CupyBackend(Machine(gpus=1))
+    slot = backend.stream("gpu0", 0)
+    device_args = [cupy.asarray(a) for a in args]
+    out = cupy.empty(shape, cupy.float32)
+    scratch = backend.arena("gpu0:scratch0", k.scratch(expected, args))
+    backend.begin()
+    try:
+        backend.timed(slot, lambda: k.fn(cupy, out, device_args, scratch))
+    finally:
+        backend.close()
+    np.testing.assert_allclose(out.get(), expected, rtol=1e-3, atol=1e-4)
+
+
+def test_times_are_seconds_from_each_slots_anchor(monkeypatch):
+    """A slot measures from a new anchor once ANCHOR_SECONDS have passed; with a new anchor
+    after every job, the times still agree with the GPU's origin (CUDA's float32 ms over a
+    short span), and run forward."""
+    from offloadlab.executor import cupy_backend
+    monkeypatch.setattr(cupy_backend, "ANCHOR_SECONDS", 0.0)
+    backend = CupyBackend(Machine(gpus=1))
+    slot = backend.stream("gpu0", 0)
+    a = backend.arena("gpu0", 1 << 24).view(cupy.float32)
+    backend.begin()
+    origin, offset = backend.origins[0]
+    times = []
+    try:
+        for _ in range(20):
+            start, end = backend.timed(slot, lambda: cupy.sin(a, out=a))
+            direct = offset + cupy.cuda.get_elapsed_time(origin, slot.ends[slot.turn ^ 1]) / 1e3
+            times.append((start, end, direct))
+    finally:
+        backend.close()
+    assert all(type(t) is float for row in times for t in row)
+    assert all(s <= e for s, e, _ in times)
+    assert all(e1 <= s2 for (_, e1, _), (s2, _, _) in zip(times, times[1:]))
+    assert all(abs(e - d) < 50e-6 for _, e, d in times)
+
+
+def test_a_plan_larger_than_the_free_gpu_memory_is_refused_naming_the_numbers():
+    graph, m = _setting(ONE_GPU[0])
+    free = cupy.cuda.runtime.memGetInfo()[0]
+    huge = Machine(gpus=1, gpu_memory=4 * free)
+    mg = plan(graph, huge, "buildmemgraph")
+    for v in mg:                       # move the last tensor past the free memory
+        if v.loc is not None:
+            last = v
+    last.loc = replace(last.loc, offset=free + (1 << 20))
+    with pytest.raises(ExecutionError, match=r"gpu0: the run needs [0-9]+ bytes of GPU memory "
+                                             r".* but [0-9]+ are free on the device"):
+        execute(mg, huge, backend="cupy")

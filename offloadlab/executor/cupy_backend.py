@@ -1,4 +1,4 @@
-"""The ``cupy`` backend: the executor on NVIDIA GPUs (TURNIP Sec. 5; docs/design.md, Executor).
+"""The ``cupy`` backend: the executor on NVIDIA GPUs (TURNIP Sec. 5; docs/gpu.md).
 
 Each GPU gets one arena, a single ``cudaMalloc`` made before the run whose tensors are
 ``cupy.ndarray`` views at their planned offsets; the host gets one pinned (page-locked,
@@ -7,10 +7,20 @@ stream: a GPU's compute slots, each link direction's copy engine (``h2d:gpuN``, 
 and each GPU pair's peer copies (``gpuI->gpuJ``, on the source GPU, with peer access enabled
 where the hardware allows it).  Copies are ``cudaMemcpyAsync`` between pinned host memory and
 the arenas, or between arenas (unified addressing infers the direction).  A job is bracketed by
-two CUDA events on its stream and its lane waits for the second, so a vertex holds its stream
-until its work is done, as in TURNIP; its times are the events' offsets from an origin event
-recorded on each GPU by :meth:`CupyBackend.begin`.  The ``cpu`` lane runs NumPy and is timed
-with ``time.perf_counter``, aligned with the GPUs' clocks at :meth:`CupyBackend.begin`.
+two blocking-sync CUDA events on its stream and its lane sleeps in ``cudaEventSynchronize``
+until the second has happened (no core spins), so a vertex holds its stream until its work is
+done, as in TURNIP.  Its times are float64 seconds: each slot measures from an anchor event of
+its own (at first the GPU's origin, recorded by :meth:`CupyBackend.begin`; then, once a second
+has passed, the end of its latest job), so that CUDA's float32 milliseconds never span more than
+about a second.  The ``cpu`` lane runs NumPy and is timed with ``time.perf_counter``, aligned
+with the GPUs' clocks at :meth:`CupyBackend.begin`.
+
+Nothing is allocated on a GPU once the clock starts: CuPy's CUB and cuTENSOR accelerators are
+switched off (a CUB reduction allocates its result and workspace before copying into ``out=``),
+kernels work in their lane's scratch, and :meth:`begin` installs an allocator that raises, so an
+allocation fails its vertex, naming it.  Before the clock, every lane runs each kernel it may
+run once (:attr:`warm_up`): CuPy compiles a kernel on first use, and each thread makes its own
+cuBLAS handle and workspace.
 
 CuPy is imported when a backend is made: ``import offloadlab.executor.cupy_backend`` needs no GPU.
 """
@@ -33,35 +43,52 @@ from .device import Array
 NEEDS = "the cupy backend needs CuPy and an NVIDIA GPU: pip install 'offloadlab[gpu]'"
 
 
+ANCHOR_SECONDS = 1.0     # a slot measures from a new anchor event once this much has passed
+LANE_RESERVE = 64 << 20  # bytes of GPU memory each compute lane takes beyond its scratch: its
+                         # cuBLAS handle's workspace and CuPy's per-thread state (docs/gpu.md)
+
+
 @dataclass(eq=False)
 class Slot:
-    """A stream slot: its GPU, its CUDA stream, and the two timing events each job reuses."""
+    """A stream slot: its GPU, its CUDA stream, the start event each job reuses, two end
+    events used in turn (the previous job's may be the anchor), and the anchor: an event and
+    its time in seconds since :meth:`CupyBackend.begin`."""
 
     device: int
-    stream: Any      # cupy.cuda.Stream
-    start: Any       # cupy.cuda.Event
-    end: Any
+    stream: Any                  # cupy.cuda.Stream
+    start: Any                   # cupy.cuda.Event
+    ends: tuple[Any, Any]
+    turn: int = 0
+    anchor: Any = None
+    anchor_time: float = 0.0
+
+
+class DeviceAllocation(RuntimeError):
+    """CuPy asked for device memory while the clock ran (the executor allows none)."""
 
 
 def _no_allocation(nbytes: int) -> NoReturn:
-    """The CuPy allocator installed by ``forbid_alloc``."""
-    raise RuntimeError("device allocation during the run")
+    """The CuPy allocator installed by :meth:`CupyBackend.begin`."""
+    raise DeviceAllocation(f"CuPy allocated {nbytes} bytes of GPU memory during the run (the "
+                           f"executor allows none: a kernel that does is a bug, docs/gpu.md)")
 
 
 class CupyBackend:
     """Arenas, a pinned host block, CUDA streams and events on the visible GPUs.
 
-    With ``forbid_alloc``, :meth:`begin` installs a CuPy allocator that raises, so any device
-    allocation through CuPy during the run (the design allows none) fails its vertex;
-    :meth:`close` restores the previous allocator.
+    ``forbid_alloc`` (the default) makes :meth:`begin` install a CuPy allocator that raises
+    :class:`DeviceAllocation`, so any device allocation through CuPy during the run fails its
+    vertex; :meth:`close` restores the previous allocator.
     """
 
     name = "cupy"
     aligned = True              # a kernel faults on a misaligned address
     arenas_in_ram = False
     serial_streams = False      # each stream its own lane: kernels on streams overlap
+    warm_up = True              # compile kernels and make cuBLAS handles before the clock
+    lane_reserve = LANE_RESERVE
 
-    def __init__(self, machine: Machine, forbid_alloc: bool = False):
+    def __init__(self, machine: Machine, forbid_alloc: bool = True):
         try:
             import cupy
         except ImportError as exc:
@@ -72,6 +99,8 @@ class CupyBackend:
             raise SpecError(f"{NEEDS} ({exc})") from None
         if not self.count:
             raise SpecError(f"{NEEDS} (no CUDA device is visible)")
+        cupy._core.set_reduction_accelerators([])
+        cupy._core.set_routine_accelerators([])
         self.xp = cupy
         self.cuda = cupy.cuda
         self.machine = machine
@@ -106,6 +135,22 @@ class CupyBackend:
                 raise MemoryError(str(exc)) from None
             return self.xp.ndarray((nbytes,), self.xp.uint8, cuda.MemoryPointer(memory, 0))
 
+    def free_memory(self, gpu: str) -> int:
+        """Bytes ``cudaMalloc`` may still take on ``gpu`` (its free memory, the CUDA context
+        already made)."""
+        with self.cuda.Device(self._device(gpu)):
+            return int(self.cuda.runtime.memGetInfo()[0])
+
+    def host_array(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """A pinned host array (an output's copy, which :meth:`download` fills asynchronously)."""
+        nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
+        try:
+            memory = self.cuda.PinnedMemory(nbytes, self.cuda.runtime.hostAllocPortable)
+        except self.cuda.runtime.CUDARuntimeError as exc:
+            raise MemoryError(str(exc)) from None
+        flat = np.frombuffer(self.cuda.PinnedMemoryPointer(memory, 0), np.uint8, nbytes)
+        return flat[:nbytes if np.prod(shape) else 0].view(dtype).reshape(shape)
+
     def host_block(self, nbytes: int) -> np.ndarray:
         """One pinned, portable (pinned for every GPU) block of ``nbytes``, as NumPy bytes."""
         if not nbytes:
@@ -120,17 +165,33 @@ class CupyBackend:
         return block
 
     def fill(self, buffer: Array, byte: int) -> None:
-        with self.cuda.Device(buffer.device.id):
-            buffer.fill(byte)
+        """Set every byte of ``buffer``, on its own device, and wait (outside the run, or
+        inside a job for a tensor on another GPU than the job's stream: a peer copy's
+        destination, which a kernel launched on the source device could not reach without
+        peer access)."""
+        cuda = self.cuda
+        with cuda.Device(buffer.device.id), cuda.Stream.null:
+            buffer.reshape(-1).view(self.xp.uint8).fill(byte)
+            cuda.Stream.null.synchronize()
 
     def upload(self, dst: Array, value: np.ndarray) -> None:
         with self.cuda.Device(dst.device.id):
             dst.set(value)
             self.cuda.get_current_stream().synchronize()
 
-    def download(self, src: Array, dst: np.ndarray) -> None:
-        with self.cuda.Device(src.device.id):
-            src.get(out=dst)          # blocking: on return ``dst`` holds the values
+    def download(self, stream: Slot | None, src: Array, dst: np.ndarray) -> None:
+        """Copy ``src`` into the host array ``dst`` on ``stream`` (after the job that wrote
+        it) and wait for it."""
+        if src.nbytes != dst.nbytes:
+            raise ValueError(f"download of {src.nbytes} bytes into {dst.nbytes}")
+        if stream is None:
+            with self.cuda.Device(src.device.id):
+                src.get(out=dst)
+            return
+        runtime = self.cuda.runtime
+        runtime.memcpyAsync(dst.ctypes.data, src.data.ptr, src.nbytes, runtime.memcpyDefault,
+                            stream.stream.ptr)
+        stream.stream.synchronize()
 
     # -- streams --------------------------------------------------------------------------
     def stream(self, resource: str, slot: int) -> Slot | None:
@@ -146,7 +207,8 @@ class CupyBackend:
             device = self._device(resource.rpartition(":")[2])
         cuda = self.cuda
         with cuda.Device(device):
-            return Slot(device, cuda.Stream(non_blocking=True), cuda.Event(), cuda.Event())
+            return Slot(device, cuda.Stream(non_blocking=True), cuda.Event(block=True),
+                        (cuda.Event(block=True), cuda.Event(block=True)))
 
     def _enable_peer_access(self, src: int, dst: int) -> None:
         """Let ``src`` reach ``dst``'s memory directly, where the hardware allows it (a peer
@@ -160,11 +222,22 @@ class CupyBackend:
             except runtime.CUDARuntimeError as exc:
                 if exc.status != runtime.errorPeerAccessAlreadyEnabled:
                     raise
+                runtime.getLastError()    # clear the error, or the next launch reports it
 
     # -- running --------------------------------------------------------------------------
+    def untimed(self, stream: Slot | None, work: Callable[[], None]) -> None:
+        """Run ``work`` with ``stream`` current and wait for it (the warm-up)."""
+        if stream is None:
+            work()
+            return
+        with self.cuda.Device(stream.device), stream.stream:
+            work()
+        stream.stream.synchronize()
+
     def begin(self) -> None:
-        """Wait for the uploads and fills, then record each GPU's origin event and note when
-        it completed on the ``perf_counter`` clock, time zero of the ``cpu`` lane."""
+        """Wait for the uploads and fills, forbid device allocations, then record each GPU's
+        origin event and note when it completed on the ``perf_counter`` clock, time zero of
+        the ``cpu`` lane."""
         cuda = self.cuda
         for device in sorted(self.devices):
             cuda.Device(device).synchronize()
@@ -174,26 +247,35 @@ class CupyBackend:
         self.origin = time.perf_counter()
         for device in sorted(self.devices):
             with cuda.Device(device):
-                event = cuda.Event()
+                event = cuda.Event(block=True)
                 event.record(cuda.Stream.null)
                 event.synchronize()
             self.origins[device] = (event, time.perf_counter() - self.origin)
 
     def timed(self, stream: Slot | None, work: Callable[[], None]) -> tuple[float, float]:
-        """Run ``work`` with ``stream`` current, between two events, and wait for it."""
+        """Run ``work`` with ``stream`` current, between two events, and sleep until it is
+        done; its start and end in seconds since :meth:`begin`, measured from the slot's
+        anchor (the module's docstring)."""
         if stream is None:
             start = time.perf_counter()
             work()
             return start - self.origin, time.perf_counter() - self.origin
         cuda = self.cuda
+        end_event = stream.ends[stream.turn]
         with cuda.Device(stream.device), stream.stream:
             stream.start.record(stream.stream)
             work()
-            stream.end.record(stream.stream)
-        stream.end.synchronize()
-        origin, offset = self.origins[stream.device]
-        return (offset + cuda.get_elapsed_time(origin, stream.start) / 1e3,
-                offset + cuda.get_elapsed_time(origin, stream.end) / 1e3)
+            end_event.record(stream.stream)
+        end_event.synchronize()
+        if stream.anchor is None:
+            stream.anchor, stream.anchor_time = self.origins[stream.device]
+        anchor, at = stream.anchor, stream.anchor_time
+        start = at + cuda.get_elapsed_time(anchor, stream.start) / 1e3
+        end = at + cuda.get_elapsed_time(anchor, end_event) / 1e3
+        if end - at > ANCHOR_SECONDS:
+            stream.anchor, stream.anchor_time = end_event, end
+            stream.turn ^= 1          # the next job records into the other end event
+        return start, end
 
     def copy(self, stream: Slot, dst: Array, src: Array) -> None:
         """``cudaMemcpyAsync`` on ``stream``: pinned host <-> arena, or arena -> arena."""

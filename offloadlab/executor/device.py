@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -34,6 +35,8 @@ class Backend(Protocol):
     arenas_in_ram: bool         # the arenas take host RAM (the numpy backend)
     serial_streams: bool        # an engine's streams run one job at a time, in launch order,
                                 # on one lane (the numpy backend: a GPU's engine is one core)
+    warm_up: bool               # run each kernel once on every lane before the clock starts
+    lane_reserve: int           # GPU bytes each compute lane takes beyond its scratch
     stop: threading.Event       # set when the run stops; long jobs check it and raise Cancelled
 
     def arena(self, gpu: str, nbytes: int) -> Array:
@@ -41,6 +44,12 @@ class Backend(Protocol):
 
     def host_block(self, nbytes: int) -> np.ndarray:
         """The host block (pinned where that matters): one 1-D byte array, allocated once."""
+
+    def host_array(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """A host array an output is downloaded into (pinned where that matters)."""
+
+    def free_memory(self, gpu: str) -> int | None:
+        """Bytes that may still be allocated on ``gpu``; None where a GPU's memory is RAM."""
 
     def stream(self, resource: str, slot: int) -> Any:
         """The stream slot ``slot`` of ``resource`` runs on (a compute stream, a link
@@ -52,15 +61,18 @@ class Backend(Protocol):
     def upload(self, dst: Array, value: np.ndarray) -> None:
         """Write a host array into a GPU tensor before the run (synchronous)."""
 
-    def download(self, src: Array, dst: np.ndarray) -> None:
-        """Copy a GPU tensor into a host array of its shape and dtype (synchronous; called on
-        the lane that wrote it, once its work is complete)."""
+    def download(self, stream: Any, src: Array, dst: np.ndarray) -> None:
+        """Copy a GPU tensor into a host array of its shape and dtype, on ``stream``, and wait
+        (called on the lane that wrote it, once its work is complete)."""
 
     def begin(self) -> None:
         """Time zero of the run."""
 
     def timed(self, stream: Any, work: Callable[[], None]) -> tuple[float, float]:
         """Run ``work`` on ``stream``; its start and end in seconds since :meth:`begin`."""
+
+    def untimed(self, stream: Any, work: Callable[[], None]) -> None:
+        """Run ``work`` on ``stream`` and wait for it, before :meth:`begin` (the warm-up)."""
 
     def copy(self, stream: Any, dst: Array, src: Array) -> None:
         """Copy ``src`` into ``dst`` (same byte size) on ``stream``; called inside ``work``."""
@@ -87,6 +99,28 @@ Done = tuple[int, float, float, BaseException | None]
 """(vertex, start, end, exception or None): what a lane reports of a job."""
 
 
+@dataclass(eq=False)
+class WarmUp:
+    """Work a lane runs on its own thread before the clock starts, untimed: ``works`` are
+    (vertex, work) pairs; ``failure`` is the first vertex whose work raised, and the error."""
+
+    stream: Any
+    works: list[tuple[int, Callable[[], None]]]
+    done: threading.Event = field(default_factory=threading.Event)
+    failure: tuple[int, BaseException] | None = None
+
+    def run(self, backend: Backend) -> None:
+        try:
+            for vertex, work in self.works:
+                try:
+                    backend.untimed(self.stream, work)
+                except BaseException as exc:
+                    self.failure = (vertex, exc)
+                    return
+        finally:
+            self.done.set()
+
+
 class Lane(threading.Thread):
     """One slot of a resource: runs jobs one at a time and hands each result to ``report``,
     on this thread (which may submit this lane's next job before it returns)."""
@@ -95,10 +129,10 @@ class Lane(threading.Thread):
         super().__init__(name=f"offloadlab-{name}", daemon=True)
         self.backend = backend
         self.report = report
-        self.jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Job | WarmUp | None] = queue.SimpleQueue()
         self.vertex: int | None = None     # the vertex running, for the watchdog
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job | WarmUp) -> None:
         self.jobs.put(job)
 
     def close(self) -> None:
@@ -110,6 +144,9 @@ class Lane(threading.Thread):
             job = self.jobs.get()
             if job is None:
                 return
+            if isinstance(job, WarmUp):
+                job.run(backend)
+                continue
             vertex, stream, work, after = job
             self.vertex = vertex
             try:

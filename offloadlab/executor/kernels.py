@@ -128,17 +128,53 @@ FOLD_ROWS = 16    # folds of more rows than this are one reduction (:func:`_accu
 def _matmul_shards(xp, out: Array, left: Sequence[Array], right: Array,
                    scratch: Array) -> None:
     """``out = hstack(left) @ right``: each column shard of the left operand meets its rows of
-    ``right``; the products after the first are summed through ``scratch``."""
+    ``right``; the products after the first are summed through ``scratch``, and a block of
+    ``right`` that is a strided slice is first copied into ``scratch`` (:func:`_dense`)."""
     row = 0
     partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape) if len(left) > 1 else None
+    spare = scratch[_aligned(out.nbytes) if len(left) > 1 else 0:]
     for k, x in enumerate(left):
-        block = right[row:row + x.shape[1]]
+        block = _dense(xp, right[row:row + x.shape[1]], spare)
         row += x.shape[1]
         if k == 0:
             xp.matmul(x, block, out=out)
         else:
             xp.matmul(x, block, out=partial)
             xp.add(out, partial, out=out)
+
+
+ALIGN = 256     # bytes: a scratch buffer after another starts at a multiple of this
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def _strided(x: Array) -> bool:
+    """A 2-D operand that is neither C- nor F-contiguous, which CuPy's matmul would copy into
+    a fresh allocation before calling cuBLAS."""
+    return not (x.flags.c_contiguous or x.flags.f_contiguous)
+
+
+def _dense(xp, x: Array, scratch: Array) -> Array:
+    """``x``, or a C-contiguous copy of it at the start of ``scratch`` if it is strided."""
+    if not _strided(x):
+        return x
+    copy = scratch[:x.nbytes].view(x.dtype).reshape(x.shape)
+    xp.copyto(copy, x)
+    return copy
+
+
+def _shard_bytes(left: Sequence[Array], right: Array) -> int:
+    """Scratch of :func:`_matmul_shards`: the partial product's, then room for the largest
+    strided block of ``right``."""
+    row, block = 0, 0
+    for x in left:
+        piece = right[row:row + x.shape[1]]
+        row += x.shape[1]
+        if _strided(piece):
+            block = max(block, piece.nbytes)
+    return block
 
 
 def _fold_bytes(out: Array, args: Sequence[Array]) -> int:
@@ -427,10 +463,22 @@ def _compute_dtype(out: Array) -> Any:
 
 
 def _counting(xp, v: Array) -> Array:
-    """``v`` filled with 1, 2, ..., len(v) (no allocation: a cumulative sum in place)."""
-    v.fill(1)
-    xp.cumsum(v, out=v)
+    """``v`` (1-D, contiguous) filled with 1, 2, ..., len(v), allocating nothing: NumPy's
+    cumulative sum in place; on CuPy, whose ``cumsum`` allocates, an elementwise kernel of the
+    element's index."""
+    if xp is np:
+        v.fill(1)
+        np.cumsum(v, out=v)
+    else:
+        _index_kernel(xp)(v)
     return v
+
+
+@functools.cache
+def _index_kernel(xp) -> Any:
+    """CuPy's ``v[i] = i + 1`` (compiled once per process, on first use: the executor runs
+    every kernel once before the clock starts)."""
+    return xp.ElementwiseKernel("", "T v", "v = (T)(i + 1)", "offloadlab_counting")
 
 
 def _rotary_scratch(out: Array, args: Sequence[Array]) -> int:
@@ -606,10 +654,19 @@ def attn_values(xp, out, args, scratch) -> None:
                 (p.shape[0], v.shape[1]) != out.shape:
             raise KernelError(f"attn_values: {p.shape} x {v.shape} do not give {out.shape}")
     partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape) if n > 1 else None
-    xp.matmul(args[0], args[n], out=out)
+    spare = scratch[_aligned(out.nbytes) if n > 1 else 0:]
+    xp.matmul(args[0], _dense(xp, args[n], spare), out=out)
     for p, v in zip(args[1:n], args[n + 1:]):
-        xp.matmul(p, v, out=partial)
+        xp.matmul(p, _dense(xp, v, spare), out=partial)
         xp.add(out, partial, out=out)
+
+
+def _values_bytes(out: Array, args: Sequence[Array]) -> int:
+    """Scratch of :func:`attn_values`: the partial product's where there are several pairs,
+    then room for the largest strided value block (:func:`linear_dx`'s column slices)."""
+    n = len(args) // 2
+    strided = max((v.nbytes for v in args[n:] if v.ndim == 2 and _strided(v)), default=0)
+    return (_aligned(out.nbytes) if n > 1 else 0) + strided
 
 
 # -- backward (LoRA training) -----------------------------------------------------------------
@@ -638,10 +695,13 @@ def lora_linear(xp, out, args, scratch) -> None:
 
 def linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
     """``sum_i dY_i W_i[:, col0:col0 + n]``: the input gradient of ``x W^T``."""
+    attn_values(xp, out, _dx_operands(args, out, col0), scratch)
+
+
+def _dx_operands(args: Sequence[Array], out: Array, col0: int = 0) -> list[Array]:
+    """:func:`linear_dx`'s blocks ``dY_i`` and the column slices ``W_i[:, col0:col0 + n]``."""
     n = _pairs("linear_dx", args)
-    cols = out.shape[1]
-    ws = [w[:, col0:col0 + cols] for w in args[n:]]
-    attn_values(xp, out, [*args[:n], *ws], scratch)
+    return [*args[:n], *(w[:, col0:col0 + out.shape[1]] for w in args[n:])]
 
 
 def linear_dw(xp, out, args, scratch) -> None:
@@ -924,7 +984,8 @@ def cross_entropy_backward(xp, out, args, scratch, tokens: int = 1) -> None:
 
 
 KERNELS: dict[str, Kernel] = {
-    "linear": Kernel(linear, lambda out, args: out.nbytes if len(args) > 2 else 0),
+    "linear": Kernel(linear, lambda out, args: (_aligned(out.nbytes) if len(args) > 2 else 0)
+                     + _shard_bytes(args[:-1], args[-1].T)),
     "swiglu": Kernel(swiglu),
     "embedding": Kernel(embedding),
     "embedding_backward": Kernel(embedding_backward, lambda out, args: args[0].size * 8),
@@ -932,7 +993,7 @@ KERNELS: dict[str, Kernel] = {
     "attn_scores": Kernel(attn_scores),
     "softmax_stats": Kernel(softmax_stats, _stats_scratch),
     "causal_softmax": Kernel(causal_softmax, _softmax_scratch),
-    "attn_values": Kernel(attn_values, lambda out, args: out.nbytes if len(args) > 2 else 0),
+    "attn_values": Kernel(attn_values, _values_bytes),
     "matmul": Kernel(matmul, lambda out, args: out.nbytes if len(args) > 2 else 0),
     "add": Kernel(add, _fold_bytes),
     "mul": Kernel(mul),
@@ -943,7 +1004,7 @@ KERNELS: dict[str, Kernel] = {
     "rmsnorm": Kernel(rmsnorm, _row_bytes),
     "layernorm": Kernel(layernorm, _row_bytes),
     "lora_linear": Kernel(lora_linear, lambda out, args: out.nbytes),
-    "linear_dx": Kernel(linear_dx, lambda out, args: out.nbytes if len(args) > 2 else 0),
+    "linear_dx": Kernel(linear_dx, lambda out, args: _values_bytes(out, _dx_operands(args, out))),
     "linear_dw": Kernel(linear_dw, lambda out, args: out.nbytes if len(args) > 2 else 0),
     "rmsnorm_backward": Kernel(rmsnorm_backward, _norm_backward_scratch),
     "swiglu_dgate": Kernel(swiglu_dgate, lambda out, args: out.nbytes),

@@ -43,9 +43,9 @@ from ..core.dispatch import Queues, ReadyQueue
 from ..core.errors import OffloadlabError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
-from .device import Array, Backend, Cancelled, Done, Lane, ram_available
+from .device import Array, Backend, Cancelled, Done, Lane, WarmUp, ram_available
 from .hostblock import HostAllocator, fill
-from .kernels import KernelError, initial_value, kernel, tensor_shape, view
+from .kernels import KernelError, _aligned, initial_value, kernel, tensor_shape, view
 
 T = TypeVar("T")
 POISON = 0xFF
@@ -171,14 +171,12 @@ class EventLoop:
         _check_ram(size + sum(v.bytes for v, c in zip(vertices, self.capture)
                               if v.kind == "input" or c)
                    + (sum(extent.values()) if backend.arenas_in_ram else 0), extent, size)
+        self._scratch_needs()
+        self._check_gpu_memory(machine, extent)
         self.arenas = {gpu: _alloc(f"the arena of {gpu}", end,
                                    lambda: backend.arena(gpu, end))
                        for gpu, end in sorted(extent.items())}
         self.host = _alloc("the host block", size, lambda: backend.host_block(size))
-        if self.poison:
-            for arena in self.arenas.values():
-                backend.fill(arena, POISON)
-            fill(self.host, POISON)
         self.host_alloc = HostAllocator(size)
         self.host_offset: dict[int, int] = {}
         self.tensor: list[Array] = [None] * len(vertices)   # None until placed
@@ -187,27 +185,44 @@ class EventLoop:
                 self.tensor[i] = view(self.arenas[v.loc.device], v.loc.offset, shape[i], v.dtype)
         for i in host_inputs:
             self.tensor[i] = self._host_tensor(i)
+        for i, v in enumerate(vertices):      # each output's host copy, made before the run
+            if v.kind == "input" and self.capture[i]:
+                self.outputs[v.task or v.id] = initial_value(v.task or v.id, shape[i], v.dtype)
+            elif self.capture[i]:
+                self.outputs[v.task or v.id] = _alloc(
+                    f"the host copy of output {v.id!r}", v.bytes,
+                    lambda: backend.host_array(shape[i], v.dtype))
+        self._scratch_buffers()
+
+    def _load(self) -> None:
+        """Poison every location (with ``poison``) and write the inputs' values: after the
+        warm-up, whose kernels write where the run will."""
+        backend = self.backend
+        vertices, capture, outputs = self.vertices, self.capture, self.outputs
+        if self.poison:
+            for arena in self.arenas.values():
+                backend.fill(arena, POISON)
+            fill(self.host, POISON)
+            for i, v in enumerate(vertices):
+                if capture[i] and v.kind != "input":
+                    fill(outputs[v.task or v.id], POISON)
         for i, v in enumerate(vertices):
             if v.kind == "input":
-                value = initial_value(v.task or v.id, shape[i], v.dtype)
+                value = outputs[v.task or v.id] if capture[i] else \
+                    initial_value(v.task or v.id, self.shape[i], v.dtype)
                 if v.loc is None:
                     np.copyto(self.tensor[i], value)
                 else:
                     backend.upload(self.tensor[i], value)
-                if self.capture[i]:
-                    self.outputs[v.task or v.id] = value
-            elif self.capture[i]:       # the output's host copy, mapped before the run starts
-                self.outputs[v.task or v.id] = copy = np.empty(shape[i], v.dtype)
-                fill(copy, POISON)
-        self._scratch(machine)
 
-    def _scratch(self, machine: Machine) -> None:
-        """Each compute lane's workspace: the most any kernel on its engine needs (plus its
-        output's size where the output overlaps an input, so it is computed aside); one per
-        lane, which runs one job at a time, so serial streams share theirs."""
-        need: dict[str, int] = {}
+    def _scratch_needs(self) -> None:
+        """Each compute vertex's kernel and the workspace it needs on its lane (plus room for
+        its output, aligned, where the output overlaps an input, so it is computed aside);
+        ``need`` holds the most per engine."""
+        self.need: dict[str, int] = {}
         self.kernel: list = [None] * len(self.vertices)
         self.aliased = [False] * len(self.vertices)
+        self.signature: list[tuple | None] = [None] * len(self.vertices)
         sized: dict[tuple, int] = {}     # (op, output and input shapes and dtypes) -> bytes
         for i, v in enumerate(self.vertices):
             if v.kind != "compute":
@@ -226,12 +241,38 @@ class EventLoop:
             self.aliased[i] = v.loc is not None and any(
                 _overlap(v, self.vertices[u]) for u in self.inputs[i])
             if self.aliased[i]:
-                nbytes += math.prod(self.shape[i]) * np.dtype(v.dtype).itemsize
+                nbytes += _aligned(math.prod(self.shape[i]) * np.dtype(v.dtype).itemsize)
             self.kernel[i] = k
+            self.signature[i] = (signature, self.aliased[i])
             name = self.engine[i].name  # type: ignore[union-attr]
-            need[name] = max(need.get(name, 0), nbytes)
+            self.need[name] = max(self.need.get(name, 0), nbytes)
+
+    def _check_gpu_memory(self, machine: Machine, extent: dict[str, int]) -> None:
+        """Refuse, naming the numbers, a run whose arena, lane workspaces and lanes' own
+        memory (cuBLAS handles) would not fit in what the device has free."""
+        backend = self.backend
+        for gpu, end in sorted(extent.items()):
+            free = backend.free_memory(gpu)
+            if free is None:
+                continue
+            lanes = len(dict.fromkeys(self.resources[gpu].lanes)) if gpu in self.resources \
+                else 0
+            scratch = lanes * self.need.get(gpu, 0)
+            reserve = lanes * backend.lane_reserve
+            if end + scratch + reserve > free:
+                raise ExecutionError(
+                    f"{gpu}: the run needs {end + scratch + reserve} bytes of GPU memory (the "
+                    f"plan's {end}, {lanes} lane workspace(s) of {self.need.get(gpu, 0)} and "
+                    f"{lanes} x {backend.lane_reserve} for the lanes' cuBLAS handles) but "
+                    f"{free} are free on the device; plan with gpu_memory at most "
+                    f"{max(free - scratch - reserve, 0)} (the machine says "
+                    f"{machine.gpu_memory})")
+
+    def _scratch_buffers(self) -> None:
+        """Each compute lane's workspace: the most any kernel on its engine needs; one per
+        lane, which runs one job at a time, so serial streams share theirs."""
         self.scratch: dict[Lane, Array] = {}
-        for name, nbytes in need.items():
+        for name, nbytes in self.need.items():
             for s, lane in enumerate(dict.fromkeys(self.resources[name].lanes)):
                 where = f"{name}:scratch{s}"     # the CPU's in RAM, a GPU's on the GPU
                 make = (lambda: np.empty(nbytes, np.uint8)) if name == "cpu" \
@@ -253,9 +294,41 @@ class EventLoop:
         for lane in self.lanes:
             lane.start()
         try:
+            self._warm_up()
+            self._load()
             self._loop()
         finally:
             self._shutdown()
+
+    def _warm_up(self) -> None:
+        """Where the backend asks for it, every lane of a GPU runs each kernel signature of
+        its engine once, untimed, on the planned locations (no values are loaded yet): CuPy
+        compiles a kernel on first use and makes a cuBLAS handle per thread, which would
+        otherwise happen inside the first timed jobs."""
+        if not self.backend.warm_up:
+            return
+        first: dict[tuple, int] = {}
+        for i, signature in enumerate(self.signature):
+            if signature is not None and not self.to_host[i]:
+                first.setdefault((self.engine[i].name, signature), i)  # type: ignore[union-attr]
+        jobs: list[WarmUp] = []
+        for name, resource in self.resources.items():
+            mine = [i for (engine, _), i in first.items() if engine == name]
+            if not mine:
+                continue
+            for slot, lane in enumerate(resource.lanes):
+                job = WarmUp(resource.streams[slot],
+                             [(i, self._work(i, slot, poison=False)) for i in mine])
+                jobs.append(job)
+                lane.submit(job)
+        for job in jobs:
+            while not job.done.wait(0.1):
+                pass                          # Ctrl-C gets through between waits
+            if job.failure is not None:
+                i, exc = job.failure
+                v = self.vertices[i]
+                raise ExecutionError(f"vertex {v.id!r} ({v.kind} {v.op} on {v.device}) failed "
+                                     f"in the warm-up: {type(exc).__name__}: {exc}") from exc
 
     def _loop(self) -> None:
         """Launch the sources, then wait: lanes take the loop's turns as they report."""
@@ -409,46 +482,60 @@ class EventLoop:
         assert engine is not None
         slot = self.slot[i]
         stream = engine.streams[slot]
-        backend, xp = self.backend, self.backend.xp
-        to_host = self.to_host[i]
-        if to_host:
+        if self.to_host[i]:
             self.tensor[i] = self._host_tensor(i)
-        tensor = self.tensor
-        out = tensor[i]
-        args = [tensor[u] for u in self.inputs[i]]
-        poison = self.poison and v.loc is not None and not self.aliased[i]
-        if v.kind == "compute":
-            k, scratch = self.kernel[i], self.scratch[engine.lanes[slot]]
-            on = np if to_host else xp
-            aliased = self.aliased[i]
-
-            def work() -> None:
-                if poison:
-                    _fill(on, out)
-                if aliased:
-                    target = view(scratch, scratch.size - out.nbytes, out.shape, str(out.dtype))
-                    k.fn(on, target, args, scratch[:scratch.size - out.nbytes])
-                    on.copyto(out, target)
-                else:
-                    k.fn(on, out, args, scratch)
-        else:
-            src = args[0]
-
-            def work() -> None:
-                if poison:
-                    _fill(xp, out)
-                backend.copy(stream, out, src)
+        work = self._work(i, slot, self.poison)
         after = None
         if self.capture[i]:
+            out, backend = self.tensor[i], self.backend
             copy = self.outputs[v.task or v.id]
 
             def after() -> None:
                 if v.loc is None:
                     np.copyto(copy, out)
                 else:
-                    backend.download(out, copy)
+                    backend.download(stream, out, copy)
         self.running += 1
         engine.lanes[slot].submit((i, stream, work, after))
+
+    def _work(self, i: int, slot: int, poison: bool) -> Callable[[], None]:
+        """What vertex ``i``'s job does on ``slot`` of its engine: its kernel, or its copy
+        (first filling its location with NaN bytes, with ``poison``)."""
+        v = self.vertices[i]
+        engine = self.engine[i]
+        assert engine is not None
+        stream = engine.streams[slot]
+        backend, xp = self.backend, self.backend.xp
+        out = self.tensor[i]
+        args = [self.tensor[u] for u in self.inputs[i]]
+        poison = poison and v.loc is not None and not self.aliased[i]
+        if v.kind == "compute":
+            k, scratch = self.kernel[i], self.scratch[engine.lanes[slot]]
+            on = np if self.to_host[i] else xp
+            if self.aliased[i]:      # computed aside at the start of scratch, then copied
+                rest = _aligned(out.nbytes)
+
+                def work() -> None:
+                    target = view(scratch, 0, out.shape, str(out.dtype))
+                    k.fn(on, target, args, scratch[rest:])
+                    on.copyto(out, target)
+            else:
+                def work() -> None:
+                    if poison:
+                        _fill(on, out)
+                    k.fn(on, out, args, scratch)
+            return work
+        src = args[0]
+        elsewhere = v.kind == "transfer"     # the destination is on another GPU than the stream
+
+        def copy() -> None:
+            if poison:
+                if elsewhere:
+                    backend.fill(out, POISON)
+                else:
+                    _fill(xp, out)
+            backend.copy(stream, out, src)
+        return copy
 
     # -- stopping ---------------------------------------------------------------------------
     def _shutdown(self) -> None:
@@ -513,8 +600,11 @@ def _fill(xp, tensor) -> None:
 
 
 def _stand_in(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """An array of ``shape`` and ``dtype`` that takes no memory (for sizing scratch)."""
-    return np.broadcast_to(np.zeros((), dtype), shape)
+    """A C-contiguous array of ``shape`` and ``dtype`` that takes no memory (for sizing
+    scratch: its flags and its slices' flags are those of the real tensor's, never read)."""
+    item = np.dtype(dtype).itemsize
+    strides = tuple(item * math.prod(shape[k + 1:]) for k in range(len(shape)))
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, strides, writeable=False)
 
 
 def _overlap(v: MemVertex, u: MemVertex) -> bool:

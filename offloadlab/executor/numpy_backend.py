@@ -69,6 +69,8 @@ class NumpyBackend:
     aligned = False             # NumPy handles unaligned views (more slowly)
     arenas_in_ram = True
     serial_streams = True       # a GPU's engine is one core: its streams share one thread
+    warm_up = False             # nothing to compile, no per-thread handles
+    lane_reserve = 0
 
     def __init__(self, machine: Machine, rate_limit: bool = True):
         self.machine = machine
@@ -91,8 +93,18 @@ class NumpyBackend:
     def upload(self, dst: Array, value: np.ndarray) -> None:
         np.copyto(dst, value)
 
-    def download(self, src: Array, dst: np.ndarray) -> None:
+    def free_memory(self, gpu: str) -> None:
+        """No GPU memory: the arenas are in RAM, which the event loop checks."""
+        return None
+
+    def host_array(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        return np.empty(shape, dtype)
+
+    def download(self, stream: Any, src: Array, dst: np.ndarray) -> None:
         np.copyto(dst, src)
+
+    def untimed(self, stream: Any, work: Callable[[], None]) -> None:
+        work()
 
     # -- streams --------------------------------------------------------------------------
     def stream(self, resource: str, slot: int) -> CopyEngine | None:
