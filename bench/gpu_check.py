@@ -43,18 +43,20 @@ def _row(rows: Path, check: str, result: str, ok: bool = True, data: Any = None)
 
 # -- the device -----------------------------------------------------------------------------
 def _largest_allocation(cuda, free: int) -> int:
-    """The largest single ``cudaMalloc`` that succeeds, to 64 MiB (binary search from ``free``)."""
-    low, high, step = 0, free, 64 << 20
-    while high - low > step:
-        mid = (low + high) // 2 // step * step or step
+    """The largest single ``cudaMalloc`` that succeeds, to 64 MiB (a binary search in steps
+    of 64 MiB: ``low`` steps succeed, ``high`` steps fail)."""
+    step = 64 << 20
+    low, high = 0, free // step + 1
+    while high - low > 1:
+        mid = (low + high) // 2
         try:
-            block = cuda.Memory(mid)
+            block = cuda.Memory(mid * step)
         except cuda.runtime.CUDARuntimeError:
             high = mid
         else:
             del block
             low = mid
-    return low
+    return low * step
 
 
 def cmd_device(args: argparse.Namespace) -> None:
