@@ -123,7 +123,7 @@ else
     QUICK=(--quick)
 fi
 if step "calibrate --backend $BACKEND" 150 "$PY" -m offloadlab calibrate --backend "$BACKEND" \
-        "${QUICK[@]}" --machine "p100x4:gpus=$G" --out "$OUT/machine.json" \
+        "${QUICK[@]}" --machine "h100-sxm:gpus=$G" --out "$OUT/machine.json" \
         --table "$WORK/calibration.csv"; then
     "$PY" bench/gpu_check.py row --rows "$ROWS" --check "calibrate --backend $BACKEND" \
         --result "$(grep -E '^  matmul' "$LOG" | tail -n 1 | sed 's/^ *//')" \

@@ -18,6 +18,7 @@ from offloadlab.core import Machine
 from offloadlab.core.errors import VerificationError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
+from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
 from offloadlab.executor import (
@@ -28,6 +29,7 @@ from offloadlab.executor import (
     execute,
     kernels,
     reference_outputs,
+    reference_spread,
     taskgraph_of,
 )
 from offloadlab.planner import plan
@@ -399,3 +401,24 @@ def test_training_plans_are_aligned_for_a_gpu(workload, machine, planners):
         mg = plan(graph, m, planner)
         assert not [v.id for v in mg if v.loc is not None
                     and v.loc.offset % np.dtype(v.dtype).itemsize], planner
+
+
+def test_the_spread_widens_the_tolerance_of_ill_conditioned_outputs_only():
+    """A 2-element output folding a million elements is the sine of two sums of half a
+    million terms each, added row by row: float32 rounding alone moves it far, so a backend
+    summing in another order is judged within twice that spread; a well-conditioned output
+    keeps the fixed tolerance, and NaN never passes."""
+    g = TaskGraph(name="fold")
+    g.add_input("x", 4 << 20, home="gpu0")
+    g.add_compute("sum", "mix", ["x"], "gpu0", 8, flops=1.0)
+    g.add_compute("copy", "mix", ["x"], "gpu0", 4 << 20, flops=1.0)
+    reference = reference_outputs(g)
+    spread = reference_spread(g, reference)
+    assert float(spread["sum"].max()) > 1e-3 > float(spread["copy"].max())
+    moved = {"sum": reference["sum"] + 1.5 * spread["sum"], "copy": reference["copy"] + 1e-3}
+    assert check_outputs(moved, reference, "cupy") is not None
+    assert "'copy'" in check_outputs(moved, reference, "cupy", spread)
+    moved["copy"] = reference["copy"]
+    assert check_outputs(moved, reference, "cupy", spread) is None
+    moved["sum"] = np.full(1, np.nan, np.float32)
+    assert "'sum'" in check_outputs(moved, reference, "cupy", spread)

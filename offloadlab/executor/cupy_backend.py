@@ -43,6 +43,8 @@ from .device import Array
 NEEDS = "the cupy backend needs CuPy and an NVIDIA GPU: pip install 'offloadlab[gpu]'"
 
 
+CUDA_ERROR_MEMORY_ALLOCATION = 2               # cudaError_t values (CuPy 14.2 names neither)
+CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 ANCHOR_SECONDS = 1.0     # a slot measures from a new anchor event once this much has passed
 LANE_RESERVE = 64 << 20  # bytes of GPU memory each compute lane takes beyond its scratch: its
                          # cuBLAS handle's workspace and CuPy's per-thread state (docs/gpu.md)
@@ -130,7 +132,7 @@ class CupyBackend:
             try:
                 memory = cuda.Memory(nbytes)
             except cuda.runtime.CUDARuntimeError as exc:
-                if exc.status != cuda.runtime.errorMemoryAllocation:
+                if exc.status != CUDA_ERROR_MEMORY_ALLOCATION:
                     raise
                 raise MemoryError(str(exc)) from None
             return self.xp.ndarray((nbytes,), self.xp.uint8, cuda.MemoryPointer(memory, 0))
@@ -220,7 +222,7 @@ class CupyBackend:
             try:
                 runtime.deviceEnablePeerAccess(dst)
             except runtime.CUDARuntimeError as exc:
-                if exc.status != runtime.errorPeerAccessAlreadyEnabled:
+                if exc.status != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
                     raise
                 runtime.getLastError()    # clear the error, or the next launch reports it
 
