@@ -463,14 +463,19 @@ def _compute_dtype(out: Array) -> Any:
 
 
 def _counting(xp, v: Array) -> Array:
-    """``v`` (1-D, contiguous) filled with 1, 2, ..., len(v), allocating nothing: NumPy's
-    cumulative sum in place; on CuPy, whose ``cumsum`` allocates, an elementwise kernel of the
-    element's index."""
-    if xp is np:
-        v.fill(1)
-        np.cumsum(v, out=v)
-    else:
+    """``v`` (1-D) filled with 1, 2, ..., len(v), allocating nothing: on NumPy by doubling
+    (``v[k:2k] = v[:k] + k``, disjoint halves: a cumulative sum in place copies its input
+    first); on CuPy, whose ``cumsum`` allocates, by an elementwise kernel of the index."""
+    if xp is not np:
         _index_kernel(xp)(v)
+        return v
+    if v.size:
+        v[0] = 1
+    k = 1
+    while k < v.size:
+        step = min(k, v.size - k)
+        np.add(v[:step], k, out=v[k:k + step])
+        k += step
     return v
 
 
