@@ -38,3 +38,41 @@ def test_a_fifo_gpu_runs_kernels_in_the_order_the_numpy_backend_runs_them(seed):
     # The sharing model lets short kernels overtake long ones launched before them.
     shared = simulate(mg, replace(machine, engine="sharing"), policy="dynamic").trace
     assert _kernel_order(shared) != _kernel_order(measured)
+
+
+def test_the_op_sources_cover_every_built_in_workload():
+    from offloadlab.core.spec import parse_spec
+    from offloadlab.core.workloads import WORKLOADS
+    from offloadlab.core.workloads.models import MODELS
+    from offloadlab.executor.calibrate import OP_SOURCES
+    named = [parse_spec(spec) for spec in OP_SOURCES]
+    assert {name for name, _ in named} == set(WORKLOADS)
+    assert {(o["name"], o["mode"]) for name, o in named if name == "model"} == \
+        {(m, mode) for m in MODELS for mode in ("infer", "train")}
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    from offloadlab.executor.calibrate import calibrate
+    return calibrate(machine_from_spec("p100x4:gpus=1"), "numpy", quick=True)
+
+
+def test_calibrate_prices_every_op_a_built_in_workload_emits_from_a_measurement(calibration):
+    from offloadlab.executor.calibrate import compute_bound, workload_ops
+    machine, table = calibration.machine, calibration.table
+    assert machine.engine == "fifo"
+    kernels = table[table["what"] == "kernel"]
+    tiny = float(table.loc[table["what"] == "tiny kernel", "seconds"].iloc[0])
+    rated = {op for op, _, _ in machine.op_rates}
+    ops = workload_ops()
+    assert {"layer_forward", "layer_backward", "weight_grad", "mix", "linear"} <= set(ops)
+    for op in ops:
+        rows = kernels[kernels["op"] == op]
+        assert len(rows), f"{op} was not measured"
+        priced = op in rated or op == "matmul" or (
+            not rows["size"].any() and compute_bound(rows, tiny, machine.gpu_flops))
+        assert priced, f"{op} is not priced from its measurement"
+    # the synthetic ops' one kernel, measured like mix, is priced near mix (not at add's rate)
+    mix = machine.duration("compute", "gpu0", 2**22, touched=2**24, op="mix")
+    for op in ("layer_forward", "layer_backward", "weight_grad"):
+        assert 0.25 < machine.duration("compute", "gpu0", 2**22, touched=2**24, op=op) / mix < 4
