@@ -201,13 +201,14 @@ def _chain(length: int) -> MemGraph:
     return b.mg
 
 
-def _half_matmul(n: int, reps: int) -> MemGraph:
-    """``reps`` independent float16 matmuls of n x n tensors on gpu0."""
+def matmuls(n: int, reps: int, dtype: str = "float32") -> MemGraph:
+    """``reps`` independent matmuls of n x n ``dtype`` tensors on gpu0 (with one stream and
+    ``fixed`` dispatch, one at a time)."""
     b = _Builder()
-    x, y = (b.add(name, "input", "gpu0", (n, n), at="gpu0", dtype="float16") for name in "xy")
+    x, y = (b.add(name, "input", "gpu0", (n, n), at="gpu0", dtype=dtype) for name in "xy")
     for r in range(reps):
         b.add(f"mm#{r}", "compute", "gpu0", (n, n), (x, y), "matmul", 2.0 * n ** 3, at="gpu0",
-              dtype="float16")
+              dtype=dtype)
     return b.mg
 
 
@@ -285,7 +286,7 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     rows.append(dict(what="dispatch gap", op="add", size=1, bytes=0, flops=0.0, seconds=gap))
     n = max([r["size"] for r in rows if r["what"] == "kernel" and r["op"] == "matmul"
              and r["seconds"] < HALF_PROBE_SECONDS], default=sizes[0])
-    half = run(_half_matmul(n, reps), "float16 matmul")
+    half = run(matmuls(n, reps, "float16"), "float16 matmul")
     for vertex in half.index:
         rows.append(dict(what="half kernel", op="matmul", size=n, bytes=3 * 2 * n * n,
                          flops=2.0 * n ** 3,
