@@ -215,6 +215,44 @@ def test_processor_sharing_of_streams():
     assert times(simulate(_kernels(1.0, 1.0), machine(streams=2)))["k1"] == (0.0, 2.0)
 
 
+def test_a_fifo_engine_runs_its_streams_kernels_one_at_a_time_in_launch_order():
+    fifo = machine(engine="fifo")
+    # Both launched at 0 on two streams: k0 runs alone, then k1 (sharing: both end at 2, 3).
+    result = simulate(_kernels(1.0, 2.0), fifo, streams=2)
+    assert times(result) == {"k0": (0.0, 1.0), "k1": (1.0, 3.0)}
+    assert sorted(result.trace.stream) == [0, 1] and result.busy["gpu0"] == 3.0
+    # Launch order is dispatch order: dynamic takes ready vertices in planner order, so the
+    # long k0 runs first even though k1 and k2 are short; k2 takes k0's freed stream at 4.
+    result = simulate(_kernels(4.0, 1.0, 1.0), fifo, streams=2)
+    assert times(result) == {"k0": (0.0, 4.0), "k1": (4.0, 5.0), "k2": (5.0, 6.0)}
+    assert result.trace.set_index("vertex").stream.to_dict() == {"k0": 0, "k1": 1, "k2": 0}
+    # A successor readied at 1 joins behind what was launched before it.
+    mg = _kernels(1.0, 3.0)
+    add(mg, "after", "compute", "gpu0", inputs=["k0"], flops=1.0, loc=("gpu0", 5, 1))
+    assert times(simulate(mg, fifo, streams=3))["after"] == (4.0, 5.0)
+    # One slot engines (CPU, links) are unchanged, and fifo on one stream is plain serial.
+    assert times(simulate(_kernels(1.0, 1.0), fifo, streams=1)) == \
+        times(simulate(_kernels(1.0, 1.0), machine(), streams=1))
+
+
+def test_the_engine_field_is_checked_and_read_from_specs_and_files(tmp_path):
+    from offloadlab.core.machine import machine_from_spec
+    assert machine_from_spec("v100").engine == "sharing"
+    m = machine_from_spec("v100:engine=fifo")
+    assert m.engine == "fifo" and Machine.from_dict(m.to_dict()).engine == "fifo"
+    path = tmp_path / "m.json"
+    path.write_text(m.to_json())
+    assert machine_from_spec(str(path)).engine == "fifo"
+    assert machine_from_spec(f"{path}:engine=sharing").engine == "sharing"
+    for bad in ("v100:engine=lifo", "v100:engine=FIFO"):
+        with pytest.raises(SpecError, match="engine must be one of sharing, fifo, got 'lifo'"
+                           if "lifo" in bad else "engine must be one of"):
+            machine_from_spec(bad)
+    with pytest.raises(SpecError, match=r"machine file .*: engine must be a string, got 3"):
+        path.write_text(m.to_json().replace('"engine": "fifo"', '"engine": 3'))
+        machine_from_spec(str(path))
+
+
 def _order_matters() -> MemGraph:
     # Planner order: x, L (3 s load), A (reads L), B (independent); both kernels 1 s on gpu0.
     mg = MemGraph()

@@ -28,6 +28,11 @@ JSON has no infinity, so they are written as ``null``."""
 HALF_DTYPES = frozenset({"float16"})
 """The dtypes whose kernels run at ``gpu_half_flops`` (the tensor cores' half-precision rate)."""
 
+ENGINES = ("sharing", "fifo")
+"""How a GPU's compute engine runs the kernels launched on its streams: ``sharing`` (they run
+at once, sharing its throughput equally: processor sharing) or ``fifo`` (one at a time, in
+launch order: the numpy backend, whose GPU is one core)."""
+
 MAY_BE_ZERO = frozenset({"host_bus_bandwidth", "gpus_per_bus", "gpu_half_flops"})
 """Fields where 0 is allowed and means "none" or "as the related field" (see :class:`Machine`)."""
 
@@ -40,7 +45,8 @@ class Machine:
     ``gpu_half_flops`` the rate of kernels writing a half-precision tensor (:data:`HALF_DTYPES`;
     the datasheet's dense tensor-core figure, fp32 accumulate where it gives one; 0 = the fp32
     rate).  ``duplex`` is the factor by which each direction of a GPU's host link slows while
-    the other direction is busy (1.0 = ideal full duplex).
+    the other direction is busy (1.0 = ideal full duplex).  ``engine`` is how a GPU runs the
+    kernels launched on its ``streams`` (:data:`ENGINES`): ``sharing`` or ``fifo``.
 
     Host buses: ``host_bus_bandwidth`` > 0 puts the GPUs' host links behind shared buses, one
     per direction per group of ``gpus_per_bus`` consecutive GPUs (the uplink of a PCIe switch
@@ -61,6 +67,7 @@ class Machine:
     gpu_mem_bandwidth: float = 900e9
     kernel_latency: float = 5e-6
     streams: int = 5
+    engine: str = "sharing"
     h2d_bandwidth: float = 12e9
     d2h_bandwidth: float = 12e9
     duplex: float = 1.0
@@ -210,7 +217,7 @@ _FIELD_TYPES = {f.name: f.type for f in fields(Machine)}
 def _check_fields(values: dict, where: str) -> None:
     """Check Machine field ``values`` (all or some), naming ``where`` and the field: strings,
     positive integers, numbers >= 0 (> 0 for rates; 0 allowed for :data:`MAY_BE_ZERO`;
-    infinite only for :data:`UNLIMITED`),
+    infinite only for :data:`UNLIMITED`), ``engine`` one of :data:`ENGINES`,
     ``duplex`` in (0, 1], ``op_rates`` as ``(op, written, read)`` with finite positive rates."""
     for key, value in values.items():
         kind = _FIELD_TYPES[key]
@@ -224,6 +231,9 @@ def _check_fields(values: dict, where: str) -> None:
             zero_ok = key.endswith("latency") or key in MAY_BE_ZERO
             number(value, where, key, positive=not zero_ok, unlimited=key in UNLIMITED,
                    error=SpecError)
+    if "engine" in values and values["engine"] not in ENGINES:
+        raise SpecError(f"{where}: engine must be one of {', '.join(ENGINES)}, got "
+                        f"{short(values['engine'])}")
     if "duplex" in values and not 0 < values["duplex"] <= 1:
         raise SpecError(f"{where}: duplex must be in (0, 1], got {values['duplex']}")
     rates = values.get("op_rates", ())

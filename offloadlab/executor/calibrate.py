@@ -4,9 +4,17 @@ Machine, so that the simulator predicts what the executor measures (docs/design.
 Every measurement runs a small MemGraph built here, with one location per tensor (nothing is
 overwritten, so there are no memory edges), and reads the durations off the measured trace:
 
-- kernels by op and size on one GPU with one stream: ``matmul`` gives ``gpu_flops``, every other
-  op the bytes per second it writes and reads (``op_rates``, from the two largest sizes), a
-  one-element ``add`` the kernel time that with the dispatch gap of a chain of them gives
+- kernels by op and size on one GPU with one stream, for every op a built-in workload emits
+  (:func:`workload_ops`, from small instances of each workload in :data:`OP_SOURCES`):
+  ``matmul`` gives ``gpu_flops``, every other op the bytes per second it writes and reads
+  (``op_rates``).  An op whose kernel folds inputs of any length (``add`` and the synthetic
+  ``mix``, ``layer_forward``, ...) is measured on n-element outputs from inputs of other
+  lengths, so that the bytes written and read can be told apart; an op whose inputs are
+  tensors of its output's shape or rows of its width, on n x n tensors; the rates come from
+  the two largest sizes.  Any other op runs at the shapes of its vertices in the workloads;
+  where those show it compute-bound (its flops at ``gpu_flops`` take at least half its time,
+  as a matmul's do) the roofline prices it with the measured ``gpu_flops`` instead.  A
+  one-element ``add`` gives the kernel time that with the dispatch gap of a chain of them gives
   ``kernel_latency``;
 - a float16 ``matmul`` gives ``gpu_half_flops``, at the largest size whose float32 matmul took
   under :data:`HALF_PROBE_SECONDS` (NumPy multiplies float16 without BLAS, some hundred times
@@ -16,6 +24,9 @@ overwritten, so there are no memory edges), and reads the durations off the meas
   bandwidth and latency by a least-squares line through ``seconds = latency + bytes / rate``;
   both directions at once give the ``duplex`` factor; GPU->GPU transfers (two GPUs or more)
   give ``gpu_gpu_bandwidth`` and its latency.
+
+The numpy backend's GPU is one core that runs the kernels launched on its streams one at a
+time, in launch order: its calibrated machine has ``engine="fifo"``.
 """
 
 from __future__ import annotations
@@ -30,8 +41,30 @@ import pandas as pd
 
 from ..core.machine import Machine, MiB
 from ..core.memgraph import Loc, MemGraph, MemVertex
-from ..core.ops import DTYPES
-from . import execute
+from ..core.ops import DTYPES, op_name
+from ..core.taskgraph import TaskGraph
+from ..core.workloads import build_workload
+from ..core.workloads.models import MODELS
+from . import execute, kernels
+
+OP_SOURCES: tuple[str, ...] = (
+    "matmul-chain:layers=2,gpus=1,batch=64,hidden=64",
+    "tp-matmul:n=64",
+    "random:vertices=40,gpus=1",
+    "training-chain:w=64KB;64KB,a=16KB;16KB,uF=0.1;0.1,uB=0.2;0.2,iterations=1",
+    "gpt2-train:depth=1,batch=1,seq=8,iterations=1",
+    "bert-train:depth=1,batch=1,seq=8,iterations=1",
+    *(f"model:name={name},mode={mode}" for name in MODELS for mode in ("infer", "train")),
+    *(f"llama-prefill:model=tiny,seq={seq},block={seq // 2}" for seq in (128, 512)),
+    *(f"llama-lora-train:model=tiny,seq={seq},block={seq // 2},optimizer={optimizer}"
+      for seq in (128, 512) for optimizer in ("adam", "sgd")),
+)
+"""Small instances of every built-in workload (and of the options that change which ops it
+emits), the llama ones at two sizes: :func:`workload_ops` reads the ops calibrate measures
+off them, so that an op a workload starts to emit is measured without being named here."""
+
+FOLDING = (kernels.combine, kernels.add)
+"""Kernels that fold or tile inputs of any length onto their output."""
 
 DUPLEX_REPEATS = 4
 HALF_PROBE_SECONDS = 2e-3
@@ -73,33 +106,90 @@ class _Builder:
         return max(self.top.values(), default=0)
 
 
-def _kernels(sizes: Iterable[int], reps: int) -> tuple[MemGraph, dict[str, tuple[str, int]]]:
-    """``reps`` independent kernels of each op and size on gpu0: n x n tensors, and for the
-    ops that take inputs of any length, inputs of other lengths than the output's (one, four
-    times as long, three of a quarter), so that the bytes written and read can be told apart.
-    A kernel's inputs are distinct tensors (one read twice would come from the cache)."""
-    b = _Builder()
-    label: dict[str, tuple[str, int]] = {}
-    for n in sizes:
-        e = n * n
-        x, y = (b.add(f"{name}{n}", "input", "gpu0", (n, n), at="gpu0") for name in "xy")
+@dataclass(frozen=True)
+class Template:
+    """A compute vertex of a workload, as calibrate measures it: its op (with parameters),
+    output shape and dtype, inputs' shapes and dtypes, and flops."""
 
-        def flat(k: float, count: int = 1) -> tuple[str, ...]:
-            return tuple(b.add(f"f{k}x{n}#{i}", "input", "gpu0", (int(k * e),), at="gpu0")
-                         for i in range(count))
-        two, four, quarters = flat(1, 2), flat(4), flat(0.25, 3)
-        variants: dict[str, list[tuple[str, ...]]] = {
-            "matmul": [(x, y)], "adam_update": [(x, y)],
-            **{op: [(x,)] for op in ("softmax", "relu", "layernorm")},
-            **{op: [two, two[:1], four, quarters] for op in ("add", "mix")}}
-        for op, inputs in variants.items():
-            shape = (n, n) if op not in ("add", "mix") else (e,)
-            flops = 2.0 * n ** 3 if op == "matmul" else float(e)
-            for j, args in enumerate(inputs):
-                for r in range(reps):
-                    label[b.add(f"{op}{n}.{j}#{r}", "compute", "gpu0", shape, args, op, flops,
-                                at="gpu0")] = (op, n)
-    return b.mg, label
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    inputs: tuple[tuple[tuple[int, ...], str], ...]
+    flops: float
+
+    @property
+    def touched(self) -> int:
+        return sum(DTYPES[d] * math.prod(s) for s, d in ((self.shape, self.dtype), *self.inputs))
+
+
+def _template(graph: TaskGraph, task) -> Template:
+    def shape(t) -> tuple[int, ...]:
+        return tuple(t.shape) if t.shape else (max(t.bytes // DTYPES[t.dtype], 1),)
+    return Template(task.op, shape(task), task.dtype,
+                    tuple((shape(graph[u]), graph[u].dtype) for u in task.inputs), task.flops)
+
+
+def workload_ops(sources: Iterable[str] = OP_SOURCES) -> dict[str, list[Template]]:
+    """Op name -> its largest vertex (most bytes touched) in each workload of ``sources``
+    that emits it, largest first."""
+    found: dict[str, dict[str, Template]] = {}
+    for spec in sources:
+        graph = build_workload(spec)
+        for task in graph:
+            if task.kind == "compute" and task.op is not None:
+                t = _template(graph, task)
+                best = found.setdefault(op_name(task.op), {}).get(spec)
+                if best is None or t.touched > best.touched:
+                    found[op_name(task.op)][spec] = t
+    return {op: sorted(by_spec.values(), key=lambda t: -t.touched)
+            for op, by_spec in sorted(found.items())}
+
+
+def _square(t: Template) -> bool:
+    """Whether ``t``'s op can run on n x n tensors: every input of the output's shape and
+    dtype, or a row of its width (a gain)."""
+    return all(d == t.dtype and s in (t.shape, t.shape[-1:]) for s, d in t.inputs)
+
+
+def _kernels(op: str, templates: list[Template], sizes: Iterable[int],
+             reps: int) -> tuple[MemGraph, dict[str, int]]:
+    """``reps`` independent kernels of ``op`` on gpu0.  An op whose kernel folds inputs of any
+    length writes n*n elements from inputs of other lengths than the output's (two, one, four
+    times as long, three of a quarter), so that the bytes written and read can be told apart;
+    ``matmul`` and the ops of :func:`_square` take n x n tensors (a gain, n), each size; any
+    other op runs at each template's shapes (size 0).  A kernel's inputs are distinct tensors
+    (one read twice would come from the cache).  Returns the graph and each kernel's size."""
+    b = _Builder()
+    first = templates[0]
+    size: dict[str, int] = {}
+
+    def inputs(shapes: Iterable[tuple[tuple[int, ...], str]], tag: str) -> tuple[str, ...]:
+        return tuple(b.add(f"{tag}#{i}", "input", "gpu0", s, at="gpu0", dtype=d)
+                     for i, (s, d) in enumerate(shapes))
+
+    def kernels_of(t: Template, shape: tuple[int, ...], flops: float,
+                   variants: list[tuple[str, ...]], tag: str, n: int = 0) -> None:
+        for j, args in enumerate(variants):
+            for r in range(reps):
+                size[b.add(f"{op}{tag}.{j}#{r}", "compute", "gpu0", shape, args, t.op, flops,
+                           at="gpu0", dtype=t.dtype)] = n
+
+    if kernels.KERNELS[op].fn in FOLDING:
+        for n in sizes:
+            e = n * n
+            variants = [inputs([((k,), "float32") for k in ks], f"f{n}.{j}")
+                        for j, ks in enumerate(([e, e], [e], [4 * e], [e // 4] * 3))]
+            kernels_of(first, (e,), float(e), variants, str(n), n)
+    elif op == "matmul" or _square(first):
+        for n in sizes:
+            args = inputs([((n, n) if s == first.shape or op == "matmul" else (n,), d)
+                           for s, d in first.inputs], f"x{n}")
+            kernels_of(first, (n, n), 2.0 * n ** 3 if op == "matmul" else float(n * n),
+                       [args], str(n), n)
+    else:
+        for k, t in enumerate(templates):
+            kernels_of(t, t.shape, t.flops, [inputs(t.inputs, f"t{k}")], f"t{k}")
+    return b.mg, size
 
 
 def _chain(length: int) -> MemGraph:
@@ -111,13 +201,14 @@ def _chain(length: int) -> MemGraph:
     return b.mg
 
 
-def _half_matmul(n: int, reps: int) -> MemGraph:
-    """``reps`` independent float16 matmuls of n x n tensors on gpu0."""
+def matmuls(n: int, reps: int, dtype: str = "float32") -> MemGraph:
+    """``reps`` independent matmuls of n x n ``dtype`` tensors on gpu0 (with one stream and
+    ``fixed`` dispatch, one at a time)."""
     b = _Builder()
-    x, y = (b.add(name, "input", "gpu0", (n, n), at="gpu0", dtype="float16") for name in "xy")
+    x, y = (b.add(name, "input", "gpu0", (n, n), at="gpu0", dtype=dtype) for name in "xy")
     for r in range(reps):
         b.add(f"mm#{r}", "compute", "gpu0", (n, n), (x, y), "matmul", 2.0 * n ** 3, at="gpu0",
-              dtype="float16")
+              dtype=dtype)
     return b.mg
 
 
@@ -164,7 +255,9 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     With the numpy backend copies are paced to ``base``'s link bandwidths (the emulated
     PCIe); kernels run at the CPU's speed.  ``quick`` measures fewer sizes and repeats.  The
     host buses (``host_bus_bandwidth``, ``gpus_per_bus``) are ``base``'s, not measured: the
-    copies measured run one at a time per direction, each on gpu0's link and bus.
+    copies measured run one at a time per direction, each on gpu0's link and bus; a bus
+    slower than a link measured through it is raised to that link's rate (on an H100, 55 GB/s
+    copies were capped by the 12 GB/s bus of the p100x4 preset they were calibrated from).
     """
     say = progress or (lambda _: None)
     reps = 3 if quick else 5
@@ -177,14 +270,15 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
         say(what)
         return execute(mg, machine, backend=backend, policy="fixed").trace.set_index("vertex")
 
-    mg, label = _kernels(sizes, reps)
-    trace = run(mg, "kernels by op and size")
-    for vertex, (op, n) in label.items():
-        v = mg[vertex]
-        read = sum(mg[u].bytes for u in v.inputs)
-        rows.append(dict(what="kernel", op=op, size=n, bytes=v.bytes + read, read=read,
-                         flops=v.flops,
-                         seconds=trace.at[vertex, "end"] - trace.at[vertex, "start"]))
+    for op, templates in workload_ops().items():
+        mg, size = _kernels(op, templates, sizes, reps)
+        trace = run(mg, f"{op} kernels")
+        for vertex, n in size.items():
+            v = mg[vertex]
+            read = sum(mg[u].bytes for u in v.inputs)
+            rows.append(dict(what="kernel", op=op, size=n, bytes=v.bytes + read, read=read,
+                             flops=v.flops,
+                             seconds=trace.at[vertex, "end"] - trace.at[vertex, "start"]))
     chain = run(_chain(200 if quick else 1000), "dispatch gap of a chain of tiny kernels")
     chain = chain.sort_values("start")
     kernel_time = float((chain["end"] - chain["start"]).median())
@@ -194,7 +288,7 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     rows.append(dict(what="dispatch gap", op="add", size=1, bytes=0, flops=0.0, seconds=gap))
     n = max([r["size"] for r in rows if r["what"] == "kernel" and r["op"] == "matmul"
              and r["seconds"] < HALF_PROBE_SECONDS], default=sizes[0])
-    half = run(_half_matmul(n, reps), "float16 matmul")
+    half = run(matmuls(n, reps, "float16"), "float16 matmul")
     for vertex in half.index:
         rows.append(dict(what="half kernel", op="matmul", size=n, bytes=3 * 2 * n * n,
                          flops=2.0 * n ** 3,
@@ -238,15 +332,44 @@ def _rates(rows: pd.DataFrame, tiny: float) -> tuple[float, float]:
     return rate, rate
 
 
+def _largest(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows at the two largest sizes (all of them if the op ran at its workloads'
+    shapes, size 0)."""
+    return rows[rows["size"] >= sorted(rows["size"].unique())[-2:][0]]
+
+
+def compute_bound(rows: pd.DataFrame, tiny: float, gpu_flops: float) -> bool:
+    """Whether an op's kernels (table rows at its workloads' shapes) are compute-bound: their
+    flops at ``gpu_flops`` take at least half their time beyond a tiny kernel's."""
+    return bool((rows["flops"] / gpu_flops).sum() >= 0.5 * (rows["seconds"] - tiny).sum())
+
+
+def _op_rates(kernels: pd.DataFrame, tiny: float,
+              gpu_flops: float) -> tuple[tuple[str, float, float], ...]:
+    """``(op, written, read)`` for every op measured but ``matmul`` and the compute-bound ones
+    (which the roofline prices at the measured ``gpu_flops``).  An op measured at its
+    workloads' shapes gets one rate for the bytes it touches: a few shapes fixed by the
+    workloads cannot tell written bytes from read ones apart."""
+    rates = []
+    for op, rows in kernels.groupby("op"):
+        if op == "matmul":
+            continue
+        if rows["size"].any():
+            rates.append((str(op), *_rates(_largest(rows), tiny)))
+        elif not compute_bound(rows, tiny, gpu_flops):
+            rate = float(rows["bytes"].sum() / np.maximum(rows["seconds"] - tiny, 1e-9).sum())
+            rates.append((str(op), rate, rate))
+    return tuple(sorted(rates))
+
+
 def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
     """The machine the measurements describe."""
     kernels = table[table["what"] == "kernel"]
-    large = kernels[kernels["size"] >= sorted(kernels["size"].unique())[-2:][0]]
-    matmul = large[large["size"] == large["size"].max()]
-    matmul = matmul[matmul["op"] == "matmul"]
+    matmul = kernels[kernels["op"] == "matmul"]
+    matmul = matmul[matmul["size"] == matmul["size"].max()]
+    add = _largest(kernels[kernels["op"] == "add"])
     tiny = float(table.loc[table["what"] == "tiny kernel", "seconds"].iloc[0])
-    op_rates = tuple(sorted((op, *_rates(rows, tiny)) for op, rows in large.groupby("op")
-                            if op != "matmul"))
+    gpu_flops = float(matmul["flops"].sum() / matmul["seconds"].sum())
     gap = float(table.loc[table["what"] == "dispatch gap", "seconds"].iloc[0])
     cpu = table[table["what"] == "cpu kernel"]
     half = table[table["what"] == "half kernel"]
@@ -261,14 +384,17 @@ def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
         source=f"offloadlab calibrate, {backend} backend on {socket.gethostname()}, "
                f"copies paced to {base.name}'s links" if backend == "numpy" else
                f"offloadlab calibrate, {backend} backend on {socket.gethostname()}",
-        gpu_flops=float(matmul["flops"].sum() / matmul["seconds"].sum()),
+        gpu_flops=gpu_flops,
         gpu_half_flops=float(half["flops"].sum() / half["seconds"].sum()),
-        gpu_mem_bandwidth=float(large.loc[large["op"] == "add", "bytes"].sum()
-                                / large.loc[large["op"] == "add", "seconds"].sum()),
-        kernel_latency=max(tiny + gap, 0.0), op_rates=op_rates,
+        gpu_mem_bandwidth=float(add["bytes"].sum() / add["seconds"].sum()),
+        kernel_latency=max(tiny + gap, 0.0), op_rates=_op_rates(kernels, tiny, gpu_flops),
+        engine="fifo" if backend == "numpy" else base.engine,
         cpu_flops=float(cpu["flops"].sum() / cpu["seconds"].sum()),
         h2d_bandwidth=h2d, d2h_bandwidth=d2h, link_latency=(h2d_latency + d2h_latency) / 2,
         duplex=float(min(max(min(shares), 0.05), 1.0)))
+    if base.host_bus_bandwidth and base.host_bus_bandwidth < max(h2d, d2h):
+        # a bus no faster than one link it carries was measured: base's is not this machine's
+        fields["host_bus_bandwidth"] = max(h2d, d2h)
     transfers = table[table["what"] == "gpu->gpu"]
     if len(transfers):
         fields["gpu_gpu_bandwidth"], fields["gpu_gpu_latency"] = _line(transfers)

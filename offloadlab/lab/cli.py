@@ -910,6 +910,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                            "backend": args.backend, "policy": args.policy, "runs": args.runs,
                            **r.row()} for r in results]))
     else:
+        if results and results[0].noise is not None:
+            print(results[0].noise)
         for r in results:
             shown = r.table.drop(columns="planner").copy()
             shown["error"] = shown["error"].map(lambda e: f"{100 * e:+.1f}%")
@@ -917,6 +919,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                   f"{r.table['measured'].iloc[0]:.4g} s (median of "
                   f"{', '.join(f'{s:.4g}' for s in r.makespans)}), error {100 * r.error:+.1f}%; "
                   f"outputs {'correct' if r.correct else 'WRONG'}")
+            if r.warning:
+                print(f"WARNING: {r.warning}")
             print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
             print()
         for path in written:

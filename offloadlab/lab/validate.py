@@ -4,14 +4,21 @@ compare the makespan and each component, because end-to-end errors can cancel.
 Components: the makespan; per resource its busy time (the union of its vertices' intervals)
 and idle time (makespan minus busy); per vertex kind the mean duration of its vertices.  The
 error of a component is ``(simulated - measured) / measured``.  The measured figure is taken
-from the run with the median makespan among ``runs`` runs.
+from the run with the median makespan among ``runs`` runs, after one unmeasured run (a
+warm-up: caches, page mappings, BLAS and lane threads).
+
+An error is only as good as the machine is quiet: :func:`validate` first runs a noise probe,
+a short fixed kernel (an n x n float32 matmul) repeated on the backend, and reports its
+coefficient of variation beside each error.  Where that spread, or the spread of the measured
+makespans, is at least half the makespan's error (:data:`NOISY`), the error cannot be told
+from the noise, and :attr:`Validation.warning` says so.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -27,10 +34,52 @@ from ..executor import (
     reference_outputs,
     reference_spread,
 )
+from ..executor.calibrate import matmuls
 from ..planner import plan
 from ..simulator import makespan, simulate
 
 COLUMNS = ["planner", "component", "simulated", "measured", "error"]
+PROBE_SIZE = 256        # the probe's matmul: n x n float32, about a millisecond on one core
+PROBE_REPEATS = 50
+NOISY = 0.5             # an error is within the noise where the spread is at least this share
+
+
+@dataclass
+class NoiseProbe:
+    """The spread of one short fixed kernel repeated ``repeats`` times, one at a time, on a
+    backend's gpu0 (after one unmeasured round): its durations' mean and standard deviation
+    (seconds)."""
+
+    kernel: str
+    repeats: int
+    mean: float
+    std: float
+
+    @property
+    def cv(self) -> float:
+        """The coefficient of variation, ``std / mean``."""
+        return self.std / self.mean if self.mean > 0 else 0.0
+
+    def row(self) -> dict:
+        return {"kernel": self.kernel, "repeats": self.repeats, "mean": self.mean,
+                "std": self.std, "cv": self.cv}
+
+    def __str__(self) -> str:
+        return (f"noise probe: {self.kernel} x {self.repeats}, mean {self.mean * 1e3:.3g} ms, "
+                f"coefficient of variation {100 * self.cv:.1f}%")
+
+
+def noise_probe(machine: Machine, backend: str = "numpy", n: int = PROBE_SIZE,
+                repeats: int = PROBE_REPEATS) -> NoiseProbe:
+    """Time ``repeats`` n x n float32 matmuls on ``backend``'s gpu0, one at a time."""
+    probe = replace(machine, gpus=max(machine.gpus, 1), gpu_memory=2**62, streams=1)
+    mg = matmuls(n, repeats)
+    execute(mg, probe, backend=backend, policy="fixed")            # warm-up
+    trace = execute(mg, probe, backend=backend, policy="fixed").trace
+    seconds = trace.loc[trace["kind"] == "compute", "end"] \
+        - trace.loc[trace["kind"] == "compute", "start"]
+    return NoiseProbe(f"{n}x{n} float32 matmul", repeats, float(seconds.mean()),
+                      float(seconds.std(ddof=1)))
 
 
 @dataclass
@@ -44,11 +93,32 @@ class Validation:
     measured: pd.DataFrame
     makespans: list[float]
     correct: bool
+    noise: NoiseProbe | None = None
 
     @property
     def error(self) -> float:
         """The makespan's relative error."""
         return float(self.table.loc[self.table["component"] == "makespan", "error"].iloc[0])
+
+    @property
+    def spread(self) -> float:
+        """The coefficient of variation of the measured makespans (0 for one run)."""
+        return statistics.stdev(self.makespans) / statistics.mean(self.makespans) \
+            if len(self.makespans) > 1 and statistics.mean(self.makespans) > 0 else 0.0
+
+    @property
+    def warning(self) -> str | None:
+        """A plain sentence when the machine is too noisy for the error reported, else None."""
+        probe = self.noise.cv if self.noise is not None else 0.0
+        if max(probe, self.spread) < NOISY * abs(self.error):
+            return None
+        what = [f"the measured makespans vary by {100 * self.spread:.1f}%"]
+        if self.noise is not None:
+            what.insert(0, f"the noise probe ({self.noise.kernel}) varies by "
+                           f"{100 * probe:.1f}%")
+        return (f"too noisy to trust this error: {' and '.join(what)} (coefficient of "
+                f"variation), not small against the makespan's error of "
+                f"{100 * self.error:+.1f}%")
 
     def row(self) -> dict:
         """A JSON-ready summary of this planner's validation."""
@@ -56,6 +126,9 @@ class Validation:
         return {"planner": self.planner, "sim_makespan": float(span.at["makespan", "simulated"]),
                 "measured_makespan": float(span.at["makespan", "measured"]),
                 "error": self.error, "measured_makespans": self.makespans,
+                "makespan_spread": self.spread,
+                "noise_probe": self.noise.row() if self.noise is not None else None,
+                "too_noisy": self.warning is not None,
                 "correct": self.correct,
                 "components": self.table.drop(columns="planner").to_dict(orient="records")}
 
@@ -84,12 +157,14 @@ def compare_traces(planner: str, simulated: pd.DataFrame, measured: pd.DataFrame
 
 def validate_memgraph(mg: MemGraph, machine: Machine, graph: TaskGraph | None, planner: str,
                       runs: int = 3, backend: str = "numpy", policy: str = "dynamic",
-                      rate_limit: bool = True) -> Validation:
-    """Simulate ``mg`` on ``machine`` and execute it ``runs`` times.  Profiled vertex times
-    are dropped first: the (calibrated) machine prices every vertex."""
+                      rate_limit: bool = True, noise: NoiseProbe | None = None) -> Validation:
+    """Simulate ``mg`` on ``machine`` and execute it ``runs`` times after one unmeasured
+    run.  Profiled vertex times are dropped first: the (calibrated) machine prices every
+    vertex.  ``noise`` is the machine's :func:`noise_probe`, carried into the result."""
     for v in mg:
         v.time = None
     sim = simulate(mg, machine, policy=policy)
+    execute(mg, machine, backend=backend, policy=policy, rate_limit=rate_limit)  # warm-up
     results: list[ExecResult] = [execute(mg, machine, backend=backend, policy=policy, seed=r,
                                          rate_limit=rate_limit, run=r) for r in range(runs)]
     spans = [r.makespan for r in results]
@@ -100,20 +175,24 @@ def validate_memgraph(mg: MemGraph, machine: Machine, graph: TaskGraph | None, p
         spread = reference_spread(graph, reference) if backend != "numpy" else None
         correct = check_outputs(median.outputs, reference, backend, spread) is None
     return Validation(planner, compare_traces(planner, sim.trace, median.trace), sim.trace,
-                      median.trace, spans, correct)
+                      median.trace, spans, correct, noise)
 
 
 def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: int = 3,
              backend: str = "numpy", policy: str = "dynamic", rate_limit: bool = True,
-             progress: Callable[[str], None] | None = None) -> list[Validation]:
+             progress: Callable[[str], None] | None = None,
+             noise: NoiseProbe | None = None) -> list[Validation]:
     """:func:`validate_memgraph` for each planner's MemGraph of ``graph`` (a graph the
-    executor cannot run is refused before planning)."""
+    executor cannot run is refused before planning), after a :func:`noise_probe` of the
+    backend (unless ``noise`` gives one already taken)."""
     check_runnable(graph)
+    if noise is None:
+        noise = noise_probe(machine, backend)
     out = []
     for spec in planners:
         if progress:
             progress(spec)
         memgraph = plan(graph, machine, spec, evaluate=makespan)
         out.append(validate_memgraph(memgraph, machine, graph, spec, runs, backend, policy,
-                                     rate_limit))
+                                     rate_limit, noise))
     return out

@@ -2,7 +2,8 @@
 
 Follows docs/design.md, Execution semantics.  A vertex starts once all its MemGraph predecessors
 (data and memory edges) have finished and its resources are free: a GPU's compute engine
-(one of ``streams`` slots; running kernels share its throughput equally), the CPU, a link
+(one of ``streams`` slots; with the machine's ``engine=sharing`` running kernels share its
+throughput equally, with ``engine=fifo`` they run one at a time in launch order), the CPU, a link
 direction (``h2d:gpuX``, ``d2h:gpuX``, ``gpuX->gpuY``; one at a time, first come first served)
 and, with host buses, the GPU's bus after the link (``bus:h2d``/``bus:d2h`` for all GPUs, or
 ``bus0:h2d``, ``bus1:h2d``, ... per group of ``gpus_per_bus``).  While both directions of a

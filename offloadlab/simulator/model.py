@@ -89,8 +89,9 @@ class Model:
             else:
                 slots = streams if name.startswith("gpu") and "->" not in name else 1
                 engines[name] = Engine(self.env, name, slots, queue(name), taken=self._taken,
-                                       released=self._released, finished=self.finish,
-                                       changed=self.mark)
+                                       began=self._began, released=self._released,
+                                       finished=self.finish, changed=self.mark,
+                                       fifo=slots > 1 and machine.engine == "fifo")
         self.resources: dict[str, Resource] = {**engines, **buses}
         self.engine = [engines[held[0]] if held else None for held in names]
         self.bus = [buses[held[1]] if len(held) > 1 else None for held in names]
@@ -151,8 +152,10 @@ class Model:
             bus.request(vertex)
 
     def _begin(self, vertex: int) -> None:
-        self.start[vertex] = self.env.now
         self.engine[vertex].start(vertex, self.duration[vertex])  # type: ignore[union-attr]
+
+    def _began(self, vertex: int, now: float) -> None:
+        self.start[vertex] = now
 
     def _released(self, vertex: int, now: float) -> None:
         bus = self.bus[vertex]

@@ -3,8 +3,10 @@ Execution semantics).
 
 An :class:`Engine` is a GPU's compute engine (``streams`` slots), the CPU, a link direction or a
 GPU->GPU link (one slot).  The jobs running on it share its speed equally (processor sharing:
-``k`` running jobs each progress at ``speed / k``), and a host link direction runs at the
-machine's duplex factor while its partner direction is busy.  Instead of interrupting
+``k`` running jobs each progress at ``speed / k``), or, on a ``fifo`` engine (the machine's
+``engine=fifo``), run one at a time in the order they took their slots (launch order, as the
+numpy backend's GPU runs the kernels launched on its streams); a host link direction runs at
+the machine's duplex factor while its partner direction is busy.  Instead of interrupting
 processes, an engine schedules one SimPy timeout for its next completion and, whenever its
 jobs or speed change, a new one; a superseded timeout fires to no effect.
 
@@ -16,12 +18,15 @@ queue of :mod:`offloadlab.core.dispatch` (the policies the executor uses too) th
 fills, :meth:`dispatch` to take from it when the user says so, the seconds they were ``busy``,
 and callbacks through which they report: ``taken(vertex, slot)`` when a vertex leaves the queue
 and holds a slot (its user then starts it, or first asks a bus), ``granted(vertex)`` when a bus
-is given, ``released(vertex, now)`` and ``finished(vertex, now)`` when a job ends (before and
-after the engine has updated itself), and ``changed(resource)`` when a resource may take more.
+is given, ``began(vertex, now)`` when a job starts to run (on a ``fifo`` engine, maybe
+later than it was started), ``released(vertex, now)`` and ``finished(vertex, now)`` when a job
+ends (before and after the engine has updated itself), and ``changed(resource)`` when a
+resource may take more.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Protocol
@@ -44,16 +49,21 @@ class Resource(Protocol):
 
 
 class Engine:
-    """A resource running up to ``slots`` vertices at once, sharing its speed among them."""
+    """A resource holding up to ``slots`` vertices at once, running them all and sharing its
+    speed among them, or (``fifo``) running them one at a time in the order they started."""
 
     def __init__(self, env: simpy.Environment, name: str, slots: int, queue: ReadyQueue, *,
-                 taken: Callable[[int, int], None], released: Callable[[int, float], None],
+                 taken: Callable[[int, int], None], began: Callable[[int, float], None],
+                 released: Callable[[int, float], None],
                  finished: Callable[[int, float], None],
-                 changed: Callable[[Engine], None]):
+                 changed: Callable[[Engine], None], fifo: bool = False):
         self.env = env
         self.name = name
         self.queue = queue
-        self.taken, self.released, self.finished, self.changed = taken, released, finished, changed
+        self.taken, self.began, self.released = taken, began, released
+        self.finished, self.changed = finished, changed
+        self.fifo = fifo
+        self.launched: deque[tuple[int, float]] = deque()   # fifo: started, waiting to run
         self.free = list(range(slots))  # a heap of free slot (stream) numbers
         self.held: dict[int, int] = {}  # vertex taken -> its slot
         self.jobs: dict[int, float] = {}  # running vertex -> remaining seconds at full speed
@@ -77,8 +87,13 @@ class Engine:
             self.taken(vertex, slot)
 
     def start(self, vertex: int, seconds: float) -> None:
-        """Run ``vertex``, which holds a slot, for ``seconds`` at full speed."""
+        """Run ``vertex``, which holds a slot, for ``seconds`` at full speed (on a ``fifo``
+        engine once the jobs started before it are done)."""
+        if self.fifo and (self.jobs or self.launched):
+            self.launched.append((vertex, seconds))
+            return
         now = self.env.now
+        self.began(vertex, now)
         if self.jobs:
             self._progress(now)
         else:
@@ -126,6 +141,10 @@ class Engine:
             del self.jobs[vertex]
             heappush(self.free, self.held.pop(vertex))
             self.released(vertex, now)
+        if self.launched and not self.jobs:         # fifo: the next job in launch order
+            vertex, seconds = self.launched.popleft()
+            self.began(vertex, now)
+            self.jobs[vertex] = seconds
         if self.jobs:
             self._schedule()
         else:
