@@ -75,7 +75,7 @@ class Model:
         for i, held in enumerate(names):
             for name in held:
                 sequences.setdefault(name, []).append(i)
-        queues = Queues(policy, len(self.vertices), seed)
+        queues = Queues(policy, self.vertices, seed)
 
         def queue(name):
             return queues.new(sequences[name])
