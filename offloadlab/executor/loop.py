@@ -129,7 +129,7 @@ class EventLoop:
             held.append(cache[key])
             for name in cache[key]:
                 sequences.setdefault(name, []).append(i)
-        queues = Queues(policy, self.vertices, seed)
+        queues = Queues(policy, self.vertices, self.succ, seed)
         self.resources: dict[str, Resource] = {}
         self.lanes: list[Lane] = []
         for name, sequence in sequences.items():
@@ -141,7 +141,8 @@ class EventLoop:
             else:
                 lanes = [Lane(f"{name}#{s}", self.backend, self._report) for s in range(slots)]
             self.lanes += dict.fromkeys(lanes)
-            self.resources[name] = Resource(name, queues.new(sequence), lanes,
+            wake = lambda name=name: self._mark(self.resources[name])   # noqa: E731
+            self.resources[name] = Resource(name, queues.new(sequence, wake), lanes,
                                            list(range(slots))[::-1])
         self.engine = [self.resources[h[0]] if h else None for h in held]
         self.bus = [self.resources[h[1]] if len(h) > 1 else None for h in held]

@@ -32,8 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.errors import VerificationError
 from ..core.intervals import LastWriter
-from ..core.memgraph import MOVE_KINDS
+from ..core.machine import Machine
+from ..core.memgraph import MOVE_KINDS, MemGraph
+from ..core.verify import verify
 from .device import Array
 from .loop import ExecutionError
 
@@ -226,8 +229,10 @@ class RaceDetector:
         one while it ran."""
         reads, after = self.reads[i], self.after[i]
         measured = self.measured[i]
-        values = self._read(i, measured + len(reads) + len(after)) if self.base[i] >= 0 \
-            else self.host_slots[HOST][:0]
+        if self.base[i] < 0:            # a copy from the host: it carries its source's value
+            self.expected[i] = self.expected[self.source[i]]
+            return
+        values = self._read(i, measured + len(reads) + len(after))
         self.expected[i] = values[0] if measured else self.expected[self.source[i]]
         expected = self.expected
         for k, u in enumerate(reads):
@@ -272,3 +277,22 @@ class RaceDetector:
 
 def _overlap(a: tuple[str, int, int] | None, b: tuple[str, int, int] | None) -> bool:
     return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+def racy_edges(mg: MemGraph, machine: Machine | None = None) -> list[tuple[str, str]]:
+    """The memory edges ``(u, v)`` of ``mg`` whose removal alone breaks rule 3 (v may then
+    overwrite bytes that u, or a vertex only u orders before v, still reads or writes): each
+    is a plan with a race a runtime must catch.  ``mg`` is left as it was."""
+    found = []
+    for u, v, kind in list(mg.edges()):
+        if kind != "memory":
+            continue
+        del mg.succ[u][v], mg.pred[v][u]
+        try:
+            verify(mg, None, machine)
+        except VerificationError as exc:
+            if str(exc).startswith("rule 3"):
+                found.append((u, v))
+        finally:
+            mg.succ[u][v] = mg.pred[v][u] = kind
+    return found
