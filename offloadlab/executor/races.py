@@ -157,6 +157,7 @@ class RaceDetector:
             self.slots[where] = slots
             self.host_slots[where] = slots if where == HOST else np.zeros(size, np.uint64)
         self.last: dict[str, LastWriter[int]] = {}
+        self.finished = bytearray(n)
         self._inputs(vertices)
 
     def _inputs(self, vertices) -> None:
@@ -165,6 +166,7 @@ class RaceDetector:
         for i, v in enumerate(vertices):
             if v.kind != "input":
                 continue
+            self.finished[i] = 1
             if self.bytes[i] is None:
                 self.expected[i] = self._host_checksum(self.loop.tensor[i])
                 continue
@@ -196,13 +198,17 @@ class RaceDetector:
     # -- the loop's hooks --------------------------------------------------------------------
     def launched(self, i: int, work: Callable[[], None]) -> Callable[[], None]:
         """Vertex ``i`` is being launched: raise :class:`RaceError` if a vertex was launched
-        over one of its inputs after the input's writer; record ``i`` as the last writer of
-        its bytes; ``work`` with the checksums of the run around it."""
+        over one of its inputs after the input's writer, or if ``i`` overwrites bytes that a
+        vertex still running writes; record ``i`` as the last writer of its bytes; ``work``
+        with the checksums of the run around it."""
         for u in self.reads[i]:
             self._check_writers(i, u, "before it started")
         mine = self.bytes[i]
         if mine is not None:
-            self.last.setdefault(mine[0], LastWriter()).overwrite(mine[1], mine[2], i)
+            for p in self.last.setdefault(mine[0], LastWriter()).overwrite(mine[1], mine[2], i):
+                if not self.finished[p]:
+                    self._raise(self._reader_of(p), p, f"overwritten ({self._name(i)} was "
+                                f"launched over them while {self._name(p)} wrote them)", i)
         reads, after = self.reads[i], self.after[i]
         output = self.measured[i] and self.loop.vertices[i].kind != "input"
         if not (reads or output):
@@ -229,6 +235,7 @@ class RaceDetector:
         one while it ran."""
         reads, after = self.reads[i], self.after[i]
         measured = self.measured[i]
+        self.finished[i] = 1
         if self.base[i] < 0:            # a copy from the host: it carries its source's value
             self.expected[i] = self.expected[self.source[i]]
             return
@@ -255,21 +262,22 @@ class RaceDetector:
                               f"them {when})", others[-1])
 
     def _raise(self, i: int, u: int, what: str, overwriter: int | None = None) -> None:
-        vertices = self.loop.vertices
         gpu, start, end = self.bytes[u]  # type: ignore[misc]
         if overwriter is None:
             others = [w for w in self.last[gpu].writers(start, end) if w not in (u, i)]
             overwriter = others[-1] if others else None
             what += (f" by {self._name(overwriter)}, the last vertex launched over them"
                      if overwriter is not None else ", by no vertex the plan launched there")
-        v = vertices[i]
+        v = self.loop.vertices[i]
         role = "offloads" if v.kind == "offload" else "copies" if v.kind == "transfer" \
             else "reads"
         raise RaceError(f"race on {gpu} [{start}, {end}): {v.id!r} {role} the tensor "
-                        f"{self._name(u)} wrote, whose bytes were {what}; the plan lacks a "
-                        f"memory edge from {v.id!r}"
-                        + (f" to {vertices[overwriter].id!r}" if overwriter is not None
-                           else ""))
+                        f"{self._name(u)} wrote, whose bytes were {what}")
+
+    def _reader_of(self, p: int) -> int:
+        """The first reader of ``p`` in the planner's order, or ``p`` if it has none."""
+        inputs = self.loop.distinct_inputs
+        return next((k for k in range(len(inputs)) if p in inputs[k]), p)
 
     def _name(self, i: int) -> str:
         return repr(self.loop.vertices[i].id)
