@@ -129,7 +129,8 @@ def test_a_removed_memory_edge_gives_a_wrong_answer():
         verify(mg, graph, m)
     reference = reference_outputs(graph)
     wrong = [seed for seed in SEEDS if check_outputs(
-        execute(mg, m, policy="random", seed=seed, poison=True, rate_limit=False).outputs,
+        execute(mg, m, policy="random", seed=seed, poison=True, rate_limit=False,
+                verify=False).outputs,
         reference)]
     assert wrong, "no seed exposed the race"
 
@@ -234,7 +235,7 @@ def test_memory_too_small_names_the_vertex():
     graph, m, mg = _small()
     smaller = Machine(gpus=2, gpu_memory=min_capacity(graph) // 2)
     with pytest.raises(ExecutionError, match="vertex '.*': location .* lies outside"):
-        execute(mg, smaller)
+        execute(mg, smaller, verify=False)      # the executor's own check, past rule 4
     offloads = [v for v in mg if v.kind == "offload"]
     if offloads:
         with pytest.raises(ExecutionError, match="the host block"):
@@ -249,7 +250,7 @@ def test_a_fixed_order_against_the_edges_stalls():
     first, last = computes[0], computes[-1]
     first.order, last.order = last.order, first.order   # gpu0 must now run `last` first
     with pytest.raises(StallError, match="execution stalled"):
-        execute(mg, m, policy="fixed", streams=1, rate_limit=False)
+        execute(mg, m, policy="fixed", streams=1, rate_limit=False, verify=False)
     assert not _lanes_alive()
 
 

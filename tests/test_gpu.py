@@ -302,4 +302,31 @@ def test_a_plan_larger_than_the_free_gpu_memory_is_refused_naming_the_numbers():
     last.loc = replace(last.loc, offset=free + (1 << 20))
     with pytest.raises(ExecutionError, match=r"gpu0: the run needs [0-9]+ bytes of GPU memory "
                                              r".* but [0-9]+ are free on the device"):
-        execute(mg, huge, backend="cupy")
+        execute(mg, huge, backend="cupy", verify=False)
+
+
+def test_the_race_detector_runs_on_the_gpu():
+    """Issue 41's detector with CuPy: every aligned broken plan of bench/bench_races.py is
+    reported under adversarial dispatch, and the correct plans run clean, checksums and all,
+    with allocations forbidden."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_races import broken_plans, plans
+
+    from offloadlab.executor import RaceError
+    reported = 0
+    for _name, _graph, m, mg, _edge in broken_plans(2):
+        if _unaligned(mg) or m.gpus > GPUS:
+            continue
+        with pytest.raises(RaceError):
+            execute(mg, m, backend="cupy", policy="adversarial", seed=0, verify=False,
+                    check_races=True)
+        reported += 1
+    assert reported, "no broken plan of the corpus runs on this GPU"
+    for name, graph, m, mg in plans():
+        if _unaligned(mg) or m.gpus > GPUS:
+            continue
+        result = execute(mg, m, backend="cupy", policy="adversarial", seed=0,
+                         check_races=True, poison=True)
+        assert check_outputs(result.outputs, reference_outputs(graph), "cupy") is None, name

@@ -21,6 +21,7 @@ def test_last_writer_agrees_with_a_map_of_every_byte(block, writes):
         end = min(start + length, SPACE)
         writer = f"w{k}"
         expected = list(dict.fromkeys(w for w in owner[start:end] if w is not None))
+        assert lw.writers(start, end) == expected
         assert lw.overwrite(start, end, writer) == expected
         owner[start:end] = [writer] * (end - start)
         flat = [item for items in lw.blocks for item in items]

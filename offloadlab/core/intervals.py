@@ -104,6 +104,25 @@ class LastWriter(Generic[W]):
         return previous
 
 
+    def writers(self, start: int, end: int) -> list[W]:
+        """The writers of the bytes ``[start, end)`` now, each once, in address order (bytes
+        never written have none); nothing changes."""
+        blocks, firsts = self.blocks, self.firsts
+        found: list[W] = []
+        if end <= start or not blocks:
+            return found
+        b = max(bisect.bisect_right(firsts, start) - 1, 0)
+        j = max(_starts_after(blocks[b], start) - 1, 0)
+        for items in blocks[b:]:
+            for x in items[j:]:
+                if x.start >= end:
+                    return found
+                if x.end > start and x.writer not in found:
+                    found.append(x.writer)
+            j = 0
+        return found
+
+
 def _starts_after(items: list[Interval[W]], start: int) -> int:
     """The place of the first of ``items`` (sorted) to start after ``start``: a binary
     search written out, which compiled reads each step's bound in place (``bisect`` with a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -33,6 +34,11 @@ BLOCK = 8 * 2**20
 
 PARQUET_MAGIC = b"PAR1"
 """How every Parquet file begins (a MemGraph may be one: :mod:`offloadlab.core.columnar`)."""
+
+HASH_FIELD = "taskgraph_hash"
+"""The field of a MemGraph's ``graph`` that holds the content hash of the TaskGraph it was
+planned from (:meth:`TaskGraph.content_hash`), written and read with the other fields."""
+HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 #: Where an item of each array starts and where the array ends, as :func:`write` writes them.
 #: Neither can occur inside a JSON string, where every quote is escaped.
@@ -279,6 +285,11 @@ def graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
     # as Infinity
     finite_tree(meta if kind == "TaskGraph" else {k: v for k, v in meta.items() if k != "machine"},
                 f"{where}: graph")
+    digest = meta.get(HASH_FIELD)
+    if kind == "MemGraph" and digest is not None and not (
+            type(digest) is str and HASH.fullmatch(digest)):
+        raise GraphError(f"{where}: graph.{HASH_FIELD} must be 'sha256:' and 64 lowercase hex "
+                         f"digits (TaskGraph.content_hash), got {short(digest)}")
     if kind == "TaskGraph" and "chain" in meta:
         from .cycle import TrainingChain
         try:

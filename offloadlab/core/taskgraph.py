@@ -7,11 +7,12 @@ home, ``"host"`` or a GPU); ``compute`` vertices run an op on one GPU or on the 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, BinaryIO, cast, overload
 
 from . import nodelink
 from .checks import (
@@ -22,6 +23,7 @@ from .checks import (
     number,
     short,
     vertex_id,
+    write_node_link,
 )
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
@@ -247,6 +249,22 @@ class TaskGraph:
         """Node-link JSON text, or, given ``path``, the same written there."""
         return nodelink.write(*self._node_link(), path, "TaskGraph")
 
+    def content_hash(self) -> str:
+        """``"sha256:"`` and the hex digest of the node-link JSON :meth:`to_json` writes, less
+        the name: the vertices with their fields, in order, the edges and the attributes (with
+        ``flops`` and ``time`` as floats, as a file gives them back).  A planner records it in
+        the MemGraph (``graph.taskgraph_hash``); the same TaskGraph read back from its file
+        hashes the same."""
+        digest = hashlib.sha256()
+        graph, nodes, edges = self._node_link()
+        del graph["name"]
+        floats = (t if type(t.flops) is float and (t.time is None or type(t.time) is float)
+                  else replace(t, flops=float(t.flops),
+                               time=None if t.time is None else float(t.time))
+                  for t in nodes)
+        write_node_link(cast(BinaryIO, _Digest(digest)), graph, floats, edges, "TaskGraph")
+        return "sha256:" + digest.hexdigest()
+
     @classmethod
     def from_dict(cls, data: dict, where: str = "TaskGraph JSON") -> TaskGraph:
         """Read node-link data (:meth:`to_dict`'s, or networkx's with ``edges`` or ``links``),
@@ -332,6 +350,13 @@ class TaskGraph:
                 n.dtype or "float32", n.time)
         g._link(edge_inputs, "")
         return g
+
+
+class _Digest:
+    """A file that hashes what is written to it."""
+
+    def __init__(self, digest: Any):
+        self.write = digest.update
 
 
 def device_problem(kind: str, device: str) -> str | None:

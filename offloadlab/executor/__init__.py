@@ -6,6 +6,9 @@ one pinned host block, CUDA streams and events) under a dispatch policy of
 :mod:`offloadlab.core.dispatch`, and returns a measured Trace (``source="measured"``), memory
 in use over time and the graph's outputs.  :func:`check_outputs` compares them with
 :func:`reference_outputs`, a plain NumPy evaluation of the TaskGraph with unlimited memory.
+It verifies the MemGraph first (:func:`offloadlab.core.verify.verify`) unless told not to, and
+with ``check_races`` reports any overwrite of bytes a vertex still needed
+(:mod:`.races`, docs/races.md).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.memory import memory_and_peaks
 from ..core.trace import busy_time, run_trace
+from ..core.verify import verify as verify_plan
 from .device import Backend
 from .kernels import KERNELS, KernelError, check_runnable
 from .loop import EventLoop, ExecutionError, StallError
+from .races import RaceError
 from .reference import reference_outputs, reference_spread, taskgraph_of
 
 BACKENDS = ("numpy", "cupy")
@@ -33,7 +38,7 @@ TOLERANCE = {"numpy": (1e-5, 1e-6), "cupy": (1e-3, 1e-4)}   # (rtol, atol) again
 __all__ = ["execute", "ExecResult", "check_outputs", "reference_outputs", "reference_spread",
            "taskgraph_of",
            "make_backend", "BACKENDS", "KERNELS", "ExecutionError", "StallError", "KernelError",
-           "check_runnable"]
+           "RaceError", "check_runnable"]
 
 
 @dataclass
@@ -68,10 +73,18 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
             policy: str = "dynamic", seed: int = 0, streams: int | None = None,
             poison: bool = False, rate_limit: bool = True, host_memory: int | None = None,
             watchdog: float = 60.0, run: int = 0,
-            progress: Callable[[int], None] | None = None) -> ExecResult:
+            progress: Callable[[int], None] | None = None, verify: bool = True,
+            check_races: bool = False) -> ExecResult:
     """Run ``memgraph`` on ``machine`` with real data.
 
-    ``policy`` is ``dynamic``, ``fixed`` or ``random`` (seeded by ``seed``); ``streams``
+    ``verify`` first checks the MemGraph against ``machine`` (docs/design.md rules 1, 3 and 4
+    and the order; :class:`VerificationError` names the rule and the vertex); pass False only
+    to run a plan known to be broken.  ``check_races`` runs the race detector
+    (:mod:`.races`): a vertex that reads bytes another vertex overwrote stops the run with a
+    :class:`RaceError` naming the three (slower: every tensor is checksummed as it is
+    written, read and offloaded).
+    ``policy`` is one of :data:`offloadlab.core.dispatch.POLICIES` (``dynamic``, ``fixed``,
+    ``random``, ``adversarial``; the last two seeded by ``seed``); ``streams``
     overrides ``machine.streams``; ``poison`` fills every location with NaN bytes before it is
     written and host ranges when freed; ``rate_limit`` paces the numpy backend's copies to the
     machine's bandwidths; ``host_memory`` caps the host block (default: the host inputs plus
@@ -90,11 +103,13 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
         raise SpecError(f"streams must be >= 1, got {streams}")
     if not watchdog > 0:
         raise SpecError(f"watchdog must be > 0 seconds, got {watchdog}")
+    if verify:
+        verify_plan(memgraph, None, machine)
     outputs = set(taskgraph_of(memgraph).outputs())
     device = make_backend(backend, machine, rate_limit)
     try:
         loop = EventLoop(memgraph, machine, device, policy, seed, streams, poison, outputs,
-                         host_memory, watchdog, progress)
+                         host_memory, watchdog, progress, check_races)
     except BaseException:         # set-up failed: no lane has started; release what is held
         device.close()
         raise

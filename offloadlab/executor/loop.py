@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from ..core.memgraph import MemGraph, MemVertex
 from .device import Array, Backend, Cancelled, Done, Lane, WarmUp, ram_available
 from .hostblock import HostAllocator, fill
 from .kernels import KernelError, _aligned, initial_value, kernel, tensor_shape, view
+
+if TYPE_CHECKING:
+    from .races import RaceDetector
 
 T = TypeVar("T")
 POISON = 0xFF
@@ -79,7 +82,7 @@ class EventLoop:
     def __init__(self, memgraph: MemGraph, machine: Machine, backend: Backend, policy: str,
                  seed: int, streams: int, poison: bool, outputs: set[str],
                  host_memory: int | None, watchdog: float,
-                 progress: Callable[[int], None] | None = None):
+                 progress: Callable[[int], None] | None = None, check_races: bool = False):
         machine.check_devices({d for v in memgraph for d in v.device.split("->")})
         self.backend, self.poison, self.watchdog = backend, poison, watchdog
         self.progress = progress
@@ -109,6 +112,10 @@ class EventLoop:
         self.error: BaseException | None = None
         self._build_resources(machine, policy, seed, streams)
         self._allocate(machine, host_memory)
+        self.races: RaceDetector | None = None     # the race detector, if asked for
+        if check_races:
+            from .races import RaceDetector
+            self.races = RaceDetector(self)
 
     # -- set-up -----------------------------------------------------------------------------
     def _build_resources(self, machine: Machine, policy: str, seed: int, streams: int) -> None:
@@ -122,7 +129,7 @@ class EventLoop:
             held.append(cache[key])
             for name in cache[key]:
                 sequences.setdefault(name, []).append(i)
-        queues = Queues(policy, len(self.vertices), seed)
+        queues = Queues(policy, self.vertices, self.succ, seed)
         self.resources: dict[str, Resource] = {}
         self.lanes: list[Lane] = []
         for name, sequence in sequences.items():
@@ -134,7 +141,8 @@ class EventLoop:
             else:
                 lanes = [Lane(f"{name}#{s}", self.backend, self._report) for s in range(slots)]
             self.lanes += dict.fromkeys(lanes)
-            self.resources[name] = Resource(name, queues.new(sequence), lanes,
+            wake = lambda name=name: self._mark(self.resources[name])   # noqa: E731
+            self.resources[name] = Resource(name, queues.new(sequence, wake), lanes,
                                            list(range(slots))[::-1])
         self.engine = [self.resources[h[0]] if h else None for h in held]
         self.bus = [self.resources[h[1]] if len(h) > 1 else None for h in held]
@@ -296,6 +304,8 @@ class EventLoop:
         try:
             self._warm_up()
             self._load()
+            if self.races is not None:
+                self.races.loaded()
             self._loop()
         finally:
             self._shutdown()
@@ -423,6 +433,8 @@ class EventLoop:
                     self._free_host(u)
         if to_host[i] and not self.readers[i]:
             self._free_host(i)
+        if self.races is not None:
+            self.races.completed(i)
         self._finish(i, end)
 
     def _free_host(self, i: int) -> None:
@@ -495,6 +507,8 @@ class EventLoop:
                     np.copyto(copy, out)
                 else:
                     backend.download(stream, out, copy)
+        if self.races is not None:
+            work = self.races.launched(i, work)
         self.running += 1
         engine.lanes[slot].submit((i, stream, work, after))
 
@@ -552,6 +566,7 @@ class EventLoop:
         self.arenas.clear()
         self.scratch.clear()
         self.tensor.clear()
+        self.races = None
         self.backend.close()
         if alive:
             raise ExecutionError(f"lanes still running a job after {JOIN_SECONDS:g} s: "

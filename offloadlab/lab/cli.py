@@ -495,23 +495,57 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _source(args: argparse.Namespace):
-    """The MemGraph, TaskGraph (None for a MemGraph file) and Machine ``run`` executes; a
-    TaskGraph the executor cannot run is refused before planning."""
+    """The MemGraph, TaskGraph and Machine ``run`` executes: a MEMGRAPH file with the TaskGraph
+    of ``--workload``/``--taskgraph`` it was planned from (whose content hash it must record,
+    if it records one), or None; else that TaskGraph planned.  A TaskGraph the executor cannot
+    run is refused before planning; with ``--no-verify`` nothing is verified."""
     from ..executor import check_runnable
+    if not (args.memgraph or args.workload or args.taskgraph):
+        raise SpecError("run needs a MEMGRAPH file, --workload SPEC or --taskgraph FILE")
     if args.memgraph:
-        mg, machine = _memgraph_file(args)
-        return mg, None, machine
+        mg, machine = _read_memgraph(args)
+        graph = None
+        if args.workload or args.taskgraph:
+            graph = _taskgraph(args)
+            _check_planned_from(mg, graph, args)
+        elif args.check:
+            print(f"offloadlab: warning: --check compares the outputs with the TaskGraph that "
+                  f"{args.memgraph} computes, not with an independent reference; pass "
+                  f"--workload or --taskgraph (the one it was planned from) for that",
+                  file=sys.stderr)
+        if not args.no_verify:
+            with _verifying(args, mg, graph, machine, args.memgraph, beside=False):
+                pass
+        return mg, graph, machine
     if not args.machine:
         raise SpecError("--machine is required with --workload or --taskgraph")
     graph = _taskgraph(args)
     check_runnable(graph)
+    if args.no_verify:
+        mg, machine = _plan(args, graph)
+        return mg, graph, machine
     return _planned(args, graph)
+
+
+def _check_planned_from(mg, graph, args: argparse.Namespace) -> None:
+    """Refuse a MEMGRAPH that records the content hash of a TaskGraph other than ``graph``."""
+    from ..core.nodelink import HASH_FIELD
+    recorded = mg.graph.get(HASH_FIELD)
+    if recorded is None:
+        print(f"offloadlab: warning: {args.memgraph} records no TaskGraph hash (planned before "
+              f"plans recorded one); checked against {args.workload or args.taskgraph} by "
+              f"verifying and comparing outputs only", file=sys.stderr)
+        return
+    found = graph.content_hash()
+    if recorded != found:
+        raise SpecError(f"{args.memgraph} was planned from TaskGraph {recorded[:19]}..., not "
+                        f"from {args.workload or args.taskgraph} ({found[:19]}...)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Execute a MemGraph for real (planning a workload first), print a summary or one JSON
     object, optionally check the outputs against a NumPy reference and write plots/traces."""
-    from ..executor import check_outputs, execute, reference_outputs, taskgraph_of
+    from ..executor import RaceError, check_outputs, execute, reference_outputs, taskgraph_of
 
     if args.memgraph and args.planner:
         raise SpecError("--planner applies to --workload or --taskgraph, not to a MemGraph file")
@@ -528,7 +562,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                          streams=args.streams, poison=args.poison,
                          rate_limit=not args.no_rate_limit, watchdog=args.watchdog,
                          progress=None if bar is None else
-                         (lambda done: bar.update(done - bar.n)))
+                         (lambda done: bar.update(done - bar.n)),
+                         verify=False, check_races=args.check)   # verified above
+    except RaceError as exc:
+        print(f"offloadlab: check failed: {exc}", file=sys.stderr)
+        return 1
     finally:
         if bar is not None:
             bar.close()
@@ -775,6 +813,23 @@ def _write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: s
         written.append(args.plot)
     args.outputs.commit()
     return written
+
+
+def cmd_taskgraph(args: argparse.Namespace) -> int:
+    """Write a workload's TaskGraph as node-link JSON (the file ``plan --taskgraph`` reads and
+    ``run MEMGRAPH --check --taskgraph`` takes as the reference)."""
+    from ..core.nodelink import parquet_name
+    if parquet_name(args.out):
+        raise SpecError(f"{args.out}: a TaskGraph is written as node-link JSON only; name the "
+                        f"file .json")
+    _check_writable(args, "out")
+    graph = _taskgraph(args)
+    with args.outputs.file(args.out) as tmp, _phases(args).phase(f"writing {args.out}"):
+        graph.to_json(tmp)
+    args.outputs.commit()
+    if not args.quiet:
+        print(f"wrote {args.out}: {len(graph)} vertices, {graph.content_hash()}")
+    return 0
 
 
 def cmd_import_torch(args: argparse.Namespace) -> int:
@@ -1177,6 +1232,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="offloadlab-out", metavar="DIR",
                    help="output directory (./offloadlab-out)")
 
+    p = add("taskgraph", cmd_taskgraph, "write a workload's TaskGraph as node-link JSON")
+    p.add_argument("--workload", required=True, metavar="SPEC",
+                   help="e.g. matmul-chain:layers=4")
+    p.add_argument("--out", required=True, metavar="FILE", help="TaskGraph JSON to write")
+
     p = add("plan", cmd_plan, "plan a workload on a machine, verify the MemGraph, write it")
     _problem_options(p)
     p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. disco-example")
@@ -1288,11 +1348,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", cmd_run, "execute a MemGraph for real (planning a workload or TaskGraph "
             "first) on the numpy or cupy backend and measure it")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("memgraph", metavar="MEMGRAPH", nargs="?",
-                     help="MemGraph file (JSON or Parquet)")
-    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4")
-    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file")
+    p.add_argument("memgraph", metavar="MEMGRAPH", nargs="?",
+                   help="MemGraph file (JSON or Parquet)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--workload", metavar="SPEC", help="e.g. matmul-chain:layers=4; with a "
+                     "MEMGRAPH, the workload it was planned from (the --check reference)")
+    src.add_argument("--taskgraph", metavar="FILE", help="a TaskGraph node-link JSON file; "
+                     "with a MEMGRAPH, the one it was planned from (the --check reference)")
     p.add_argument("--machine", metavar="SPEC",
                    help="preset or Machine JSON file (default for a MEMGRAPH: its stored one)")
     p.add_argument("--planner", metavar="SPEC", help="planner for --workload/--taskgraph "
@@ -1302,8 +1364,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", type=_positive_int, metavar="K",
                    help="compute streams per GPU (default: the machine's)")
     p.add_argument("--check", action="store_true",
-                   help="compare the outputs with a NumPy evaluation of the TaskGraph; exit 1 "
-                        "naming the first wrong output")
+                   help="detect races (an overwrite of bytes a vertex still reads) and compare "
+                        "the outputs with a NumPy evaluation of the TaskGraph; exit 1 naming "
+                        "the race or the first wrong output")
+    p.add_argument("--no-verify", action="store_true",
+                   help="run the MemGraph without verifying it first (to test a broken plan)")
     p.add_argument("--poison", action="store_true",
                    help="fill each location with NaN bytes before it is written (finds races)")
     p.add_argument("--watchdog", type=_positive_float, default=60.0, metavar="S",

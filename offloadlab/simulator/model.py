@@ -75,10 +75,10 @@ class Model:
         for i, held in enumerate(names):
             for name in held:
                 sequences.setdefault(name, []).append(i)
-        queues = Queues(policy, len(self.vertices), seed)
+        queues = Queues(policy, self.vertices, self.succ, seed)
 
         def queue(name):
-            return queues.new(sequences[name])
+            return queues.new(sequences[name], lambda: self.mark(self.resources[name]))
 
         engines: dict[str, Engine] = {}
         buses: dict[str, Bus] = {}
