@@ -10,7 +10,7 @@
 #   0. set-up: the project's dependencies that this Python lacks, installed from the wheel
 #      folder ($WHEELHOUSE, default wheelhouse/) into a private folder, offline
 #   1. the device: CuPy's version, each GPU's name, memory and what a process can allocate
-#   2. the tests: pytest -m gpu tests/test_gpu.py (numpy: the kernels' and a few executor tests)
+#   2. the tests: pytest -m gpu tests/test_gpu.py (numpy: tests/test_kernel_cases.py)
 #   3. calibrate --backend B
 #   4. validate, on the calibrated machine, a random DAG and a training chain with
 #      buildmemgraph and levelwise at a GPU memory where both planners offload (asserted)
@@ -104,7 +104,7 @@ G=1
 if [ "$BACKEND" = cupy ]; then
     TESTS=(-m gpu tests/test_gpu.py)
 else
-    TESTS=(tests/test_kernel_cases.py tests/test_executor.py -k "reference and not arbitrary")
+    TESTS=(tests/test_kernel_cases.py)
 fi
 if step "pytest ${TESTS[*]}" 180 "$PY" -m pytest -o addopts= -q -p no:cacheprovider "${TESTS[@]}"
 then

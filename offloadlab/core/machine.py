@@ -262,6 +262,8 @@ def _disco_example() -> Machine:
         cpu_flops=1e9)
 
 
+H100_ALLOCATABLE = 80_000 * MiB   # h100-sxm's source: what an H100 80GB lets a process use
+
 PRESETS: dict[str, Machine] = {
     "disco-example": _disco_example(),
     "v100": Machine(
@@ -303,24 +305,30 @@ PRESETS: dict[str, Machine] = {
         name="h100-pcie", source="one H100 PCIe 80 GB: 51 TFLOP/s fp32, 756 TFLOP/s fp16 on "
         "tensor cores (dense; 1,513 with sparsity) and 2.0 TB/s HBM2e from NVIDIA's H100 PCIe "
         "product brief (PB-11133-001); PCIe 5.0 x16, 64 GB/s raw each way, taken as 50 GB/s of "
-        "pinned copies; a pair joined by an NVLink bridge at 600 GB/s (300 each way)",
-        gpus=1, gpu_memory=80 * GiB, gpu_flops=51e12, gpu_half_flops=756e12,
+        "pinned copies; a pair joined by an NVLink bridge at 600 GB/s (300 each way); memory: "
+        "what a process can allocate, as measured on an H100 SXM (h100-sxm)",
+        gpus=1, gpu_memory=H100_ALLOCATABLE, gpu_flops=51e12, gpu_half_flops=756e12,
         gpu_mem_bandwidth=2.0e12, h2d_bandwidth=50e9, d2h_bandwidth=50e9,
         gpu_gpu_bandwidth=300e9),
     "h100-sxm": Machine(
         name="h100-sxm", source="an HGX H100 board, 8x H100 SXM5 80 GB: 66.9 TFLOP/s fp32, "
         "989 TFLOP/s fp16 on tensor cores (dense; 1,979 with sparsity) and 3.35 TB/s HBM3 "
         "(NVIDIA's H100 datasheet); NVLink 4 through NVSwitch, 900 GB/s per GPU (450 each way); "
-        "PCIe 5.0 x16 to the host, taken as 50 GB/s of pinned copies",
-        gpus=8, gpu_memory=80 * GiB, gpu_flops=66.9e12, gpu_half_flops=989e12,
+        "PCIe 5.0 x16 to the host, taken as 50 GB/s of pinned copies; memory: what a process "
+        "can allocate, measured on an H100 80GB HBM3 (driver 580, CuPy 14.2): 81,079 MiB, "
+        "80,552 free once the CUDA context exists, 80,512 in one cudaMalloc, less 64 MiB for "
+        "each of 5 streams' cuBLAS handles and workspaces, rounded down to 80,000 MiB",
+        gpus=8, gpu_memory=H100_ALLOCATABLE, gpu_flops=66.9e12, gpu_half_flops=989e12,
         gpu_mem_bandwidth=3.35e12, h2d_bandwidth=50e9, d2h_bandwidth=50e9,
         gpu_gpu_bandwidth=450e9),
     "h200": Machine(
         name="h200", source="an HGX H200 board, 8x H200 141 GB: the H100 SXM's compute "
         "(66.9 TFLOP/s fp32, 989 fp16 on tensor cores, dense) with 141 GB of HBM3e at 4.8 TB/s "
         "(NVIDIA's H200 datasheet); NVLink 4, 900 GB/s per GPU (450 each way); PCIe 5.0 host "
-        "links as h100-sxm",
-        gpus=8, gpu_memory=141 * 10**9, gpu_flops=66.9e12, gpu_half_flops=989e12,
+        "links as h100-sxm; memory: nvidia-smi's 143,771 MiB on an H200 less what the H100 "
+        "lost between nvidia-smi's total and its largest cudaMalloc (1,047 MiB) and its "
+        "streams (320 MiB), rounded down to 142,000 MiB (derived, not measured on an H200)",
+        gpus=8, gpu_memory=142_000 * MiB, gpu_flops=66.9e12, gpu_half_flops=989e12,
         gpu_mem_bandwidth=4.8e12, h2d_bandwidth=50e9, d2h_bandwidth=50e9,
         gpu_gpu_bandwidth=450e9),
     "rtx4090": Machine(

@@ -16,10 +16,15 @@ overwritten, so there are no memory edges), and reads the durations off the meas
   as a matmul's do) the roofline prices it with the measured ``gpu_flops`` instead.  A
   one-element ``add`` gives the kernel time that with the dispatch gap of a chain of them gives
   ``kernel_latency``;
-- a float16 ``matmul`` gives ``gpu_half_flops``, at the largest size whose float32 matmul took
-  under :data:`HALF_PROBE_SECONDS` (NumPy multiplies float16 without BLAS, some hundred times
-  slower than float32; a GPU's tensor cores, many times faster);
-- a matmul on the CPU gives ``cpu_flops``;
+- a float16 ``matmul`` gives ``gpu_half_flops``: on a GPU at the largest size, on NumPy at the
+  largest size whose float32 matmul took under :data:`HALF_PROBE_SECONDS` (NumPy multiplies
+  float16 without BLAS, some hundred times slower than float32; a GPU's tensor cores, many
+  times faster);
+- a matmul on the CPU gives ``cpu_flops`` (at n = 2048 at most);
+
+Sizes: n up to 2048 and copies up to 64 MiB on NumPy; on a GPU n = 512, 2048, 4096 and copies
+of 4-256 MiB, since kernels on smaller tensors measure their launch latency (an H100's
+``add`` read 303 GB/s at n = 2048 against its 3 TB/s HBM).
 - loads (host->GPU) and offloads (GPU->host) of several sizes, each direction alone, give the
   bandwidth and latency by a least-squares line through ``seconds = latency + bytes / rate``;
   both directions at once give the ``duplex`` factor; GPU->GPU transfers (two GPUs or more)
@@ -261,8 +266,13 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     """
     say = progress or (lambda _: None)
     reps = 3 if quick else 5
-    sizes = (64, 256, 512) if quick else (128, 512, 1024, 2048)
-    copy_sizes = [s * MiB for s in ((1, 4, 16) if quick else (1, 4, 16, 64))]
+    sizes: tuple[int, ...]
+    if backend == "numpy":
+        sizes = (64, 256, 512) if quick else (128, 512, 1024, 2048)
+        copy_sizes = [s * MiB for s in ((1, 4, 16) if quick else (1, 4, 16, 64))]
+    else:       # a GPU: kernels past their launch latency, copies past their setup
+        sizes = (512, 4096) if quick else (512, 2048, 4096)
+        copy_sizes = [s * MiB for s in ((4, 64) if quick else (4, 16, 64, 256))]
     probe = replace(base, gpus=max(base.gpus, 1), gpu_memory=2**62, streams=1)
     rows: list[dict] = []
 
@@ -286,14 +296,15 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     rows.append(dict(what="tiny kernel", op="add", size=1, bytes=12, flops=1.0,
                      seconds=kernel_time))
     rows.append(dict(what="dispatch gap", op="add", size=1, bytes=0, flops=0.0, seconds=gap))
-    n = max([r["size"] for r in rows if r["what"] == "kernel" and r["op"] == "matmul"
+    n = sizes[-1] if backend != "numpy" else \
+        max([r["size"] for r in rows if r["what"] == "kernel" and r["op"] == "matmul"
              and r["seconds"] < HALF_PROBE_SECONDS], default=sizes[0])
     half = run(matmuls(n, reps, "float16"), "float16 matmul")
     for vertex in half.index:
         rows.append(dict(what="half kernel", op="matmul", size=n, bytes=3 * 2 * n * n,
                          flops=2.0 * n ** 3,
                          seconds=half.at[vertex, "end"] - half.at[vertex, "start"]))
-    n = sizes[-1]
+    n = min(sizes[-1], 2048)
     cpu = run(_cpu_matmul(n, reps), "matmul on the CPU")
     for vertex in cpu.index:
         rows.append(dict(what="cpu kernel", op="matmul", size=n, bytes=3 * 4 * n * n,
