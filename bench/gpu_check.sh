@@ -130,7 +130,7 @@ if step "calibrate --backend $BACKEND" 150 "$PY" -m offloadlab calibrate --backe
         --data "$OUT/machine.json"
     for entry in "${WORKLOADS[@]}"; do
         label="${entry%% *}" spec="${entry#* }"
-        step "validate $label" 100 "$PY" bench/gpu_check.py validate --backend "$BACKEND" \
+        step "validate $label" 150 "$PY" bench/gpu_check.py validate --backend "$BACKEND" \
             --workload "$spec" --machine "$OUT/machine.json" --label "$label" \
             --plot "$OUT/validate-$label.png" --rows "$ROWS"
     done
