@@ -24,6 +24,7 @@ from ..core.errors import SpecError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.memory import memory_and_peaks
+from ..core.taskgraph import TaskGraph
 from ..core.trace import busy_time, run_trace
 from ..core.verify import verify as verify_plan
 from .device import Backend
@@ -35,7 +36,8 @@ from .reference import reference_outputs, reference_spread, taskgraph_of
 BACKENDS = ("numpy", "cupy")
 TOLERANCE = {"numpy": (1e-5, 1e-6), "cupy": (1e-3, 1e-4)}   # (rtol, atol) against the reference
 
-__all__ = ["execute", "ExecResult", "check_outputs", "reference_outputs", "reference_spread",
+__all__ = ["execute", "ExecResult", "check_outputs", "expected_outputs", "reference_outputs",
+           "reference_spread",
            "taskgraph_of",
            "make_backend", "BACKENDS", "KERNELS", "ExecutionError", "StallError", "KernelError",
            "RaceError", "check_runnable"]
@@ -120,6 +122,15 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
     return ExecResult(trace=trace, makespan=float(max(trace["end"], default=0.0)),
                       busy=busy_time(trace), memory=memory, peak_memory=peaks,
                       outputs=loop.outputs, backend=backend, policy=policy)
+
+
+def expected_outputs(graph: TaskGraph, backend: str = "numpy") -> tuple[
+        dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    """What :func:`check_outputs` compares a run on ``backend`` with: the reference outputs,
+    and on any backend but ``numpy`` (which runs the reference's kernels in its order) their
+    :func:`reference_spread`."""
+    reference = reference_outputs(graph)
+    return reference, None if backend == "numpy" else reference_spread(graph, reference)
 
 
 def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],

@@ -545,7 +545,7 @@ def _check_planned_from(mg, graph, args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Execute a MemGraph for real (planning a workload first), print a summary or one JSON
     object, optionally check the outputs against a NumPy reference and write plots/traces."""
-    from ..executor import RaceError, check_outputs, execute, reference_outputs, taskgraph_of
+    from ..executor import RaceError, check_outputs, execute, expected_outputs, taskgraph_of
 
     if args.memgraph and args.planner:
         raise SpecError("--planner applies to --workload or --taskgraph, not to a MemGraph file")
@@ -574,8 +574,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_makespan(result.makespan, "measured")
     wrong = None
     if args.check:
-        wrong = check_outputs(result.outputs, reference_outputs(graph or taskgraph_of(mg)),
-                              args.backend)
+        reference, spread = expected_outputs(graph or taskgraph_of(mg), args.backend)
+        wrong = check_outputs(result.outputs, reference, args.backend, spread)
     label = f"{mg.graph.get('planner')} ({args.backend}, {args.policy})"
     written = _write_plots_and_traces(
         args.outputs, {label: result.trace}, Path(args.gantt) if args.gantt else None,

@@ -126,9 +126,9 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
         check_spec(spec)                    # a typo stops here, not as an error row
     machine.check_devices(graph.gpus())     # as does a machine without the graph's GPUs
     if measured:
-        from ..executor import check_outputs, check_runnable, execute, reference_outputs
+        from ..executor import check_outputs, check_runnable, execute, expected_outputs
         check_runnable(graph)               # and a graph the executor cannot run
-    reference = None
+    reference = spread = None                # computed once, for the first run measured
     best = problem_bound(graph, machine)
     milp = _milp_bound(graph, machine, milp_time_limit, say)
     rows: list[dict[str, object]] = []
@@ -165,9 +165,10 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
         if measured:
             say(f"{spec}: running on the {backend} backend ...")
             run = execute(mg, machine, backend=backend, policy=policy, rate_limit=rate_limit)
-            reference = reference if reference is not None else reference_outputs(graph)
+            if reference is None:
+                reference, spread = expected_outputs(graph, backend)
             row.update(measured_makespan=run.makespan, sim_error=span / run.makespan - 1,
-                       correct=check_outputs(run.outputs, reference, backend) is None)
+                       correct=check_outputs(run.outputs, reference, backend, spread) is None)
         rows.append(row)
     table = pd.DataFrame(rows)
     table["error"] = table.pop("error") if "error" in table else None   # always, and last

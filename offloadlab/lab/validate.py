@@ -26,14 +26,7 @@ from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
 from ..core.trace import busy_time
-from ..executor import (
-    ExecResult,
-    check_outputs,
-    check_runnable,
-    execute,
-    reference_outputs,
-    reference_spread,
-)
+from ..executor import ExecResult, check_outputs, check_runnable, execute, expected_outputs
 from ..executor.calibrate import matmuls
 from ..planner import plan
 from ..simulator import makespan, simulate
@@ -171,8 +164,7 @@ def validate_memgraph(mg: MemGraph, machine: Machine, graph: TaskGraph | None, p
     median = results[spans.index(statistics.median_low(spans))]
     correct = True
     if graph is not None:
-        reference = reference_outputs(graph)
-        spread = reference_spread(graph, reference) if backend != "numpy" else None
+        reference, spread = expected_outputs(graph, backend)
         correct = check_outputs(median.outputs, reference, backend, spread) is None
     return Validation(planner, compare_traces(planner, sim.trace, median.trace), sim.trace,
                       median.trace, spans, correct, noise)
