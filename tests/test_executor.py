@@ -423,3 +423,64 @@ def test_the_spread_widens_the_tolerance_of_ill_conditioned_outputs_only():
     assert check_outputs(moved, reference, "cupy", spread) is None
     moved["sum"] = np.full(1, np.nan, np.float32)
     assert "'sum'" in check_outputs(moved, reference, "cupy", spread)
+
+
+def _numpy_backend_like_a_gpu(m, free=None, warm=False):
+    """The numpy backend, but with a GPU's free memory and warm-up, recording what it ran
+    before the clock started (a CPU stand-in for the cupy backend's set-up)."""
+    from offloadlab.executor.numpy_backend import NumpyBackend
+
+    class Backend(NumpyBackend):
+        warm_up = warm
+        lane_reserve = 1000
+
+        def __init__(self):
+            super().__init__(m, False)
+            self.warmed: list[tuple[str, int]] = []
+            self.began = False
+
+        def free_memory(self, gpu):
+            return free
+
+        def untimed(self, stream, work):
+            assert not self.began
+            self.warmed.append((threading.current_thread().name, id(work)))
+            work()
+
+        def begin(self):
+            self.began = True
+            super().begin()
+
+    return Backend()
+
+
+def test_a_plan_past_the_free_gpu_memory_is_refused_naming_the_numbers():
+    from offloadlab.executor.loop import EventLoop
+    graph, m, mg = _small()
+    extent = max(v.loc.end for v in mg if v.loc is not None and v.loc.device == "gpu0")
+    backend = _numpy_backend_like_a_gpu(m, free=extent)
+    with pytest.raises(ExecutionError, match=rf"gpu0: the run needs [0-9]+ bytes of GPU memory "
+                                             rf"\(the plan's {extent}, 1 lane workspace\(s\) "
+                                             rf"of [0-9]+ and 1 x 1000 for the lanes' cuBLAS "
+                                             rf"handles\) but {extent} are free"):
+        EventLoop(mg, m, backend, "dynamic", 0, m.streams, False,
+                  set(taskgraph_of(mg).outputs()), None, 60.0)
+
+
+def test_every_lane_runs_each_kernel_signature_before_the_clock_starts():
+    """The warm-up a GPU backend asks for: each compute lane runs every signature of its
+    engine once, untimed, before begin(); the run still computes the reference."""
+    from offloadlab.executor.loop import EventLoop
+    graph, m, mg = _small()
+    backend = _numpy_backend_like_a_gpu(m, warm=True)
+    loop = EventLoop(mg, m, backend, "dynamic", 0, m.streams, True,
+                     set(taskgraph_of(mg).outputs()), None, 60.0)
+    signatures = {gpu: {s for v, s in zip(loop.vertices, loop.signature)
+                        if s is not None and v.device == gpu} for gpu in ("gpu0", "gpu1")}
+    loop.run()
+    ran: dict[str, int] = {}
+    for thread, _ in backend.warmed:
+        ran[thread] = ran.get(thread, 0) + 1
+    for gpu, wanted in signatures.items():
+        assert ran[f"offloadlab-{gpu}"] == len(wanted) > 0
+    assert check_outputs(loop.outputs, reference_outputs(graph)) is None

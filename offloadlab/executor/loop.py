@@ -326,7 +326,8 @@ class EventLoop:
             mine = [i for (engine, _), i in first.items() if engine == name]
             if not mine:
                 continue
-            for slot, lane in enumerate(resource.lanes):
+            first_slot = {lane: slot for slot, lane in reversed(list(enumerate(resource.lanes)))}
+            for lane, slot in first_slot.items():    # serial streams share one lane
                 job = WarmUp(resource.streams[slot],
                              [(i, self._work(i, slot, poison=False)) for i in mine])
                 jobs.append(job)
