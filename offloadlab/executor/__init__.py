@@ -125,7 +125,7 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
 
 
 def expected_outputs(graph: TaskGraph, backend: str = "numpy") -> tuple[
-        dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+        dict[str, np.ndarray], dict[str, float] | None]:
     """What :func:`check_outputs` compares a run on ``backend`` with: the reference outputs,
     and on any backend but ``numpy`` (which runs the reference's kernels in its order) their
     :func:`reference_spread`."""
@@ -135,12 +135,12 @@ def expected_outputs(graph: TaskGraph, backend: str = "numpy") -> tuple[
 
 def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
                   backend: str = "numpy",
-                  spread: dict[str, np.ndarray] | None = None) -> str | None:
+                  spread: dict[str, float] | None = None) -> str | None:
     """None if every output equals the reference within the backend's tolerance, else a
     message naming the first wrong (or missing) output.  ``spread``
-    (:func:`reference_spread`) widens the tolerance of each element by twice the distance
-    rounding alone puts between the reference and exact arithmetic: pass it for a backend
-    that sums in another order than NumPy (``cupy``).  NaN never passes."""
+    (:func:`reference_spread`) widens the absolute tolerance of each output by four times the
+    distance rounding alone puts between the reference and exact arithmetic: pass it for a
+    backend that sums in another order than NumPy (``cupy``).  NaN never passes."""
     rtol, atol = TOLERANCE.get(backend, TOLERANCE["cupy"])
     for name, expected in reference.items():
         got = outputs.get(name)
@@ -149,7 +149,7 @@ def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarra
         if got.shape != expected.shape:
             return (f"output {name!r} has shape {got.shape}, the reference "
                     f"{expected.shape}")
-        slack = atol if spread is None or name not in spread else atol + 2 * spread[name]
+        slack = atol + (4 * spread.get(name, 0.0) if spread is not None else 0.0)
         wrong = ~(np.abs(got - expected) <= slack + rtol * np.abs(expected)) \
             if expected.dtype.kind == "f" else got != expected
         bad = int(np.count_nonzero(wrong))
