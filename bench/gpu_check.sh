@@ -115,11 +115,11 @@ fi
 # 3-4. calibrate, then validate two workloads where both planners offload
 if [ "$BACKEND" = cupy ]; then
     WORKLOADS=("random-dag random:vertices=200,gpus=$G,seed=1"
-               "training-chain training-chain:w=256MB;256MB;256MB;256MB,a=64MB;64MB;64MB;64MB")
+               "training-chain training-chain:w=256MB;256MB;256MB;256MB,a=64MB;64MB;64MB;64MB,a0=64MB")
     QUICK=()
 else
     WORKLOADS=("random-dag random:vertices=60,gpus=$G,seed=1,min_bytes=65536,max_bytes=524288"
-               "training-chain training-chain:w=2MB;2MB;2MB;2MB,a=512KB;512KB;512KB;512KB")
+               "training-chain training-chain:w=2MB;2MB;2MB;2MB,a=512KB;512KB;512KB;512KB,a0=512KB")
     QUICK=(--quick)
 fi
 if step "calibrate --backend $BACKEND" 150 "$PY" -m offloadlab calibrate --backend "$BACKEND" \

@@ -428,6 +428,24 @@ def test_the_spread_widens_the_tolerance_of_ill_conditioned_outputs_only(monkeyp
     assert "'sum'" in check_outputs(moved, reference, "cupy", spread)
 
 
+def test_an_output_rounding_alone_moves_past_a_percent_is_only_checked_to_be_finite():
+    """The sine of a float32 sum of 80 million terms (a 1-element output of a training chain
+    whose first activation is one element) moves by tenths between two orders of summation:
+    any finite value passes, NaN and infinity do not, and the other outputs keep their
+    tolerance."""
+    from offloadlab.executor import ILL_CONDITIONED
+    reference = {"scalar": np.array([0.27], np.float32), "rows": np.zeros(4, np.float32)}
+    spread = {"scalar": 0.089, "rows": 0.0}
+    assert spread["scalar"] > ILL_CONDITIONED
+    got = {"scalar": np.array([-0.9], np.float32), "rows": np.zeros(4, np.float32)}
+    assert check_outputs(got, reference, "cupy", spread) is None
+    for bad in (np.nan, np.inf):
+        got["scalar"] = np.array([bad], np.float32)
+        assert "'scalar'" in check_outputs(got, reference, "cupy", spread)
+    got = {"scalar": reference["scalar"], "rows": np.full(4, 1e-3, np.float32)}
+    assert "'rows'" in check_outputs(got, reference, "cupy", spread)
+
+
 def _numpy_backend_like_a_gpu(m, free=None, warm=False):
     """The numpy backend, but with a GPU's free memory and warm-up, recording what it ran
     before the clock started (a CPU stand-in for the cupy backend's set-up)."""
