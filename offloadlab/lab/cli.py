@@ -822,32 +822,39 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
 
 
 def _factory(spec: str) -> Callable[[], object]:
-    """``package.module:function`` (or ``path/to/file.py:function``) -> the function."""
+    """``package.module:function`` (or ``path/to/file.py:function``) -> the function.  A
+    module is looked up in the working directory first, a file's imports beside the file (as
+    ``uvicorn module:app`` and ``python file.py`` do)."""
     import importlib
     import importlib.util
     where, colon, name = spec.rpartition(":")
     if not colon or not where or not name.isidentifier():
         raise SpecError(f"expected MODULE:FACTORY (e.g. mypackage.models:build or "
                         f"models.py:build), got {spec!r}")
+    path = Path(where)
+    if where.endswith(".py") and not path.is_file():
+        raise SpecError(f"{spec}: no file {where!r}")
+    first = str(path.resolve().parent) if where.endswith(".py") else os.getcwd()
+    sys.path.insert(0, first)
     try:
         if where.endswith(".py"):
-            path = Path(where)
-            if not path.is_file():
-                raise SpecError(f"{spec}: no file {where!r}")
             found = importlib.util.spec_from_file_location(path.stem, path)
             assert found is not None and found.loader is not None
             module = importlib.util.module_from_spec(found)
             found.loader.exec_module(module)
         else:
             module = importlib.import_module(where)
-    except SpecError:
-        raise
     except Exception as exc:   # noqa: BLE001 - importing the user's module ran their code
         raise SpecError(f"{spec}: importing {where!r} raised {type(exc).__name__}: {exc}"
                         ) from None
-    factory = getattr(module, name, None)
+    finally:
+        sys.path.remove(first)
+    if not hasattr(module, name):
+        raise SpecError(f"{spec}: {where!r} has no attribute {name!r}")
+    factory = getattr(module, name)
     if not callable(factory):
-        raise SpecError(f"{spec}: {where!r} has no callable {name!r}")
+        raise SpecError(f"{spec}: {name!r} is a {type(factory).__name__}, not a function "
+                        f"returning an nn.Module")
     return factory
 
 
