@@ -170,11 +170,10 @@ def shape_checks(table: pd.DataFrame, rel: float = 0.05) -> list[str]:
 
 def plot_table1(table: pd.DataFrame, path) -> None:
     """Overhead of each strategy over Σu, per setting (bars)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import figure
     labels = [f"{r.network}\n{r.depth}x{r.batch}" for r in table.itertuples()]
-    fig, ax = plt.subplots(figsize=(12, 4.2))
+    fig = figure(figsize=(12, 4.2))
+    ax = fig.subplots()
     width = 0.2
     for k, (column, label) in enumerate((("ilp", "ILP bound"), ("greedy", "Greedy"),
                                          ("l2l", "L2L"), ("greedy_nodiscount", "Greedy*"))):
@@ -187,16 +186,14 @@ def plot_table1(table: pd.DataFrame, path) -> None:
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_bandwidth(table: pd.DataFrame, path) -> None:
     """Figure 4: iteration time against bandwidth, one panel per setting."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import figure
     groups = list(table.groupby(["network", "depth", "batch"], sort=False))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.6), squeeze=False)
+    fig = figure(figsize=(4 * len(groups), 3.6))
+    axes = fig.subplots(1, len(groups), squeeze=False)
     for ax, ((network, depth, batch), rows) in zip(axes[0], groups):
         gbps = rows["bandwidth"] / GB
         for column, label, style in (("ilp", "ILP bound", "-o"), ("greedy", "Greedy", "-s"),
@@ -213,7 +210,6 @@ def plot_bandwidth(table: pd.DataFrame, path) -> None:
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 REPRODUCTIONS: dict[str, tuple[Callable, Callable, tuple]] = {

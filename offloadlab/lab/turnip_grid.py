@@ -145,11 +145,10 @@ def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
     """Simulated seconds against sequence length, a panel per server with its legend below, a
     line per model, batch and planner; OOM points as crosses on the panel's top edge, the
     paper's seconds as stars."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import figure
     machines = list(dict.fromkeys(table["machine"]))
-    fig, axes = plt.subplots(1, len(machines), figsize=(6.5 * len(machines), 6), squeeze=False)
+    fig = figure(figsize=(6.5 * len(machines), 6))
+    axes = fig.subplots(1, len(machines), squeeze=False)
     for ax, machine in zip(axes[0], machines):
         rows = table[table["machine"] == machine]
         top = rows[experiment.time].max() if rows[experiment.time].notna().any() else 1.0
@@ -176,4 +175,3 @@ def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
     axes[0][0].set_ylabel(experiment.label)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
