@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from offloadlab.core.errors import SpecError
+from offloadlab.lab import sweep as sweeps
 from offloadlab.lab.cli import main
-from offloadlab.lab.sweep import Store, grid, parse_axis, sweep
+from offloadlab.lab.sweep import Store, grid, parse_axis, sweep, tree_hash
 
 WORKLOAD = "random:vertices=30,gpus=2"
 MACHINE = "p100x4:gpus=2,gpu_memory=40MB"
@@ -81,6 +83,53 @@ def test_a_point_whose_parameters_change_is_run_again(tmp_path):
     sweep(points("workload.seed=0", planners=("levelwise", "buildmemgraph:victim=lru")), store,
           workers=0, say=said.append)
     assert said == [f"2 points: 1 already in {store.path}, 1 to run"]
+
+
+def test_a_change_to_the_code_misses_the_store(tmp_path, monkeypatch):
+    """A point's key holds the hash of the package's files, not its version number: after a
+    planner changes, a rerun plans again instead of returning the old rows."""
+    store = Store(tmp_path / "s.sqlite")
+    ps = points("workload.seed=0,1")
+    sweep(ps, store, workers=0)
+    said: list[str] = []
+    sweep(ps, store, workers=0, say=said.append)
+    assert said == [f"4 points: 4 already in {store.path}, 0 to run"]
+    monkeypatch.setattr(sweeps, "code_hash", lambda: "an edited planner")
+    sweep(ps, store, workers=0, say=said.append)
+    assert said[1] == f"4 points: 0 already in {store.path}, 4 to run"
+
+
+def test_tree_hash_follows_every_file_but_bytecode(tmp_path):
+    (tmp_path / "planner").mkdir()
+    (tmp_path / "planner" / "a.py").write_text("x = 1\n")
+    (tmp_path / "data.json").write_text("{}")
+    first = tree_hash(tmp_path)
+    (tmp_path / "planner" / "__pycache__").mkdir()
+    (tmp_path / "planner" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"cache")
+    assert tree_hash(tmp_path) == first
+    (tmp_path / "planner" / "a.py").write_text("x = 2\n")
+    assert tree_hash(tmp_path) != first
+    (tmp_path / "planner" / "a.py").write_text("x = 1\n")
+    (tmp_path / "planner" / "a.py").rename(tmp_path / "planner" / "b.py")
+    assert tree_hash(tmp_path) != first
+    assert sweeps.code_hash() == tree_hash(Path(sweeps.__file__).resolve().parents[1])
+
+
+def test_each_sweep_has_a_store_of_its_own_by_default(tmp_path, monkeypatch, capsys):
+    """Not one ./sweep.sqlite per folder: offloadlab-out/sweep-NAME-HASH.sqlite per sweep,
+    the same one when the same sweep runs again."""
+    monkeypatch.chdir(tmp_path)
+    said: list[str] = []
+    sweep(points("workload.seed=0"), workers=0, say=said.append)
+    sweep(points("workload.seed=1"), workers=0, say=said.append)
+    sweep(points("workload.seed=0"), workers=0, say=said.append)
+    stores = sorted((tmp_path / "offloadlab-out").iterdir())
+    assert len(stores) == 2 and all(p.name.startswith("sweep-random-") for p in stores)
+    assert said[2] == f"2 points: 2 already in {said[0].split(' in ')[1].split(',')[0]}, 0 to run"
+    assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--grid",
+                 "workload.seed=2", "--workers", "0", "--quiet"]) == 0
+    assert len(list((tmp_path / "offloadlab-out").iterdir())) == 3
+    assert not (tmp_path / "sweep.sqlite").exists()
 
 
 def test_two_hundred_points_on_a_local_cluster(tmp_path):

@@ -701,7 +701,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _check_table_suffix(args.out)
     points = grid(args.workload, args.taskgraph, args.machine,
                   args.planner or list(DEMO_PLANNERS), args.policy or ["dynamic"], args.grid)
-    store = Store(args.store)
+    store = Store(args.store) if args.store else None      # None: the sweep's own
     say = (lambda line: print(line, file=sys.stderr)) if not args.quiet else None
     with _phases(args).phase("sweeping", total=len(points), unit="point") as report:
         table = sweep(points, store, cluster=args.cluster, workers=args.workers,
@@ -1229,8 +1229,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="planner (repeatable; default: levelwise and buildmemgraph)")
     p.add_argument("--policy", action="append", choices=POLICIES,
                    help="dispatch policy (repeatable; default: dynamic)")
-    p.add_argument("--store", default="sweep.sqlite", metavar="FILE",
-                   help="where finished points are kept (./sweep.sqlite); a rerun skips them")
+    p.add_argument("--store", metavar="FILE",
+                   help="where finished points are kept (offloadlab-out/sweep-NAME-HASH.sqlite, "
+                        "one per sweep); a rerun skips them")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="a dask.distributed scheduler to run on (default: a LocalCluster)")
     p.add_argument("--workers", type=_nonnegative_int, metavar="N",
