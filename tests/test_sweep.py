@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import offloadlab
 from offloadlab.core.errors import SpecError
 from offloadlab.lab import sweep as sweeps
 from offloadlab.lab.cli import main
@@ -154,8 +155,10 @@ def test_sweep_cli_json_and_bad_cluster(capsys, tmp_path):
                  "--plot", str(tmp_path / "t.png")]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["workload.seed"], r["planner"]) for r in rows] == [
-        ("0", "levelwise"), ("1", "levelwise"), ("0", "buildmemgraph"), ("1", "buildmemgraph")]
+        (0, "levelwise"), (1, "levelwise"), (0, "buildmemgraph"), (1, "buildmemgraph")]
     assert (tmp_path / "t.png").stat().st_size > 0
+    assert [r["workload"] for r in rows] == [f"{WORKLOAD},seed={s}" for s in (0, 1, 0, 1)]
+    assert {r["machine"] for r in rows} == {MACHINE} and {r["error"] for r in rows} == {None}
     assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--store",
                  str(tmp_path / "new.sqlite"), "--cluster", "tcp://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
@@ -163,6 +166,34 @@ def test_sweep_cli_json_and_bad_cluster(capsys, tmp_path):
     assert main([*argv, "--grid", "machine.colour=red"]) == 2
     assert "unknown option(s) colour" in capsys.readouterr().err
     assert len(Store(store).rows([])) == 0 and store.stat().st_size > 0   # nothing lost
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_sweep_rows_say_what_they_measured(tmp_path, capsys, suffix):
+    """Each row of the table carries the full workload and machine specs (overrides and grid
+    values included), the planner spec, the policy and the version; bytes and seconds are
+    numbers (a grid value in the field's unit), and no error is an empty cell, not None."""
+    out = tmp_path / f"t{suffix}"
+    assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--grid",
+                 "machine.gpu_memory=40MB,1GiB", "--planner", "levelwise", "--planner", "l2l",
+                 "--store", str(tmp_path / "s.sqlite"), "--workers", "0", "--out", str(out)]
+                ) == 0
+    printed = capsys.readouterr().out
+    assert "None" not in printed and "<NA>" not in printed and " MiB" in printed
+    table = pd.read_csv(out, keep_default_na=False) if suffix == ".csv" else \
+        pd.read_parquet(out)
+    assert list(table.workload) == [WORKLOAD] * 4
+    assert list(table.machine) == ["p100x4:gpus=2,gpu_memory=40MB",
+                                   "p100x4:gpus=2,gpu_memory=1GiB"] * 2
+    assert list(table["machine.gpu_memory"]) == [40_000_000, 2**30] * 2
+    assert list(table.planner) == ["levelwise"] * 2 + ["l2l"] * 2
+    assert set(table.policy) == {"dynamic"} and set(table.version) == {offloadlab.__version__}
+    ok = table[table.planner == "levelwise"]
+    assert list(ok.error) == ["", ""] if suffix == ".csv" else ok.error.isna().all()
+    for column in ("bytes_h2d", "peak_memory", "loads"):            # integers, not 1.0e8
+        assert all(str(b).isdigit() for b in ok[column]), ok[column]
+    assert (ok.makespan.astype(float) > 0).all()                     # seconds, a number
+    assert table[table.planner == "l2l"].error.str.contains("not a training workload").all()
 
 
 def test_a_store_that_is_not_one_is_refused(tmp_path):

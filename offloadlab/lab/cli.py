@@ -626,20 +626,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
     table = compare_planners(graph, machine, args.planner, policy=args.policy,
                              measured=args.measured, backend=args.backend,
-                             rate_limit=not args.no_rate_limit, progress=say)
-    table.insert(0, "workload", args.workload or args.taskgraph)
-    table.insert(1, "machine", machine.name)
+                             rate_limit=not args.no_rate_limit, progress=say,
+                             workload=args.workload or args.taskgraph, machine_text=args.machine)
     written = _write_table_and_plot(args, table, "compare_plot",
-                                    f"{graph.name} on {machine.name} ({args.policy} dispatch)")
+                                    f"{graph.name} on {args.machine} ({args.policy} dispatch)")
     if args.json:
         records = table.astype(object).where(table.notna(), None).to_dict("records")
         print(_json_text(records))
         return 0
-    print(f"{graph.name} on {machine.name}, {args.policy} dispatch; no plan can beat "
+    print(f"{graph.name} on {args.machine}, {args.policy} dispatch; no plan can beat "
           f"{table['problem_bound'].iloc[0]:.4g} s ({table['bound_limit'].iloc[0]} binds)")
     failed = table["error"].notna() if "error" in table else table["planner"].isna()
     shown = table[~failed].drop(columns=["workload", "machine", "policy", "problem_bound",
-                                         "bound_limit", "error"], errors="ignore")
+                                         "bound_limit", "version", "error"], errors="ignore")
     if len(shown):
         for column in ("bytes_h2d", "bytes_d2h", "peak_memory", "peak_host_memory"):
             shown[column] = shown[column].map(lambda b: fmt_bytes(int(b)))
@@ -671,11 +670,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         return _ablate_parts(args, graph, machine, say)
     table = ablate_determinism(graph, machine, planners, args.noise, args.seeds,
                                measured=args.measured, backend=args.backend,
-                               rate_limit=not args.no_rate_limit, progress=say)
-    table.insert(0, "workload", args.workload or args.taskgraph)
-    table.insert(1, "machine", machine.name)
+                               rate_limit=not args.no_rate_limit, progress=say,
+                               workload=args.workload or args.taskgraph,
+                               machine_text=args.machine)
     written = _write_table_and_plot(args, table, "ablation_plot",
-                                    f"{graph.name} on {machine.name}: dynamic vs fixed "
+                                    f"{graph.name} on {args.machine}: dynamic vs fixed "
                                     f"dispatch, {args.seeds} seeds")
     if args.json:
         print(_json_text(table.to_dict("records")))
@@ -684,7 +683,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     shown["noise"] = shown["noise"].map(lambda x: "real" if x is None or x != x else f"{x:g}")
     for column in ("mean_speedup", "ci_low", "ci_high"):
         shown[column] = shown[column].map(lambda x: f"{100 * x:+.2f}%")
-    print(f"{graph.name} on {machine.name}: dynamic over a fixed order (the noiseless dynamic "
+    print(f"{graph.name} on {args.machine}: dynamic over a fixed order (the noiseless dynamic "
           f"run's), mean of {args.seeds} seeds, 95% bootstrap interval")
     print(shown.to_string(index=False))
     for path in written:
@@ -695,6 +694,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plan, verify and simulate every point of a grid on dask.distributed; finished points
     are kept in ``--store`` and never rerun."""
+    import pandas as pd
+
     from .sweep import Store, grid, sweep
 
     _check_writable(args, "out", "plot", "store")
@@ -715,7 +716,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     shown = table[[*axes, "planner", "policy",
                    *[c for c in ("makespan", "problem_bound", "gap", "bytes_h2d", "bytes_d2h",
-                                 "error") if c in table]]]
+                                 "error") if c in table]]].copy()
+    for column in ("bytes_h2d", "bytes_d2h"):
+        if column in shown:
+            shown[column] = shown[column].map(lambda b: "" if pd.isna(b) else fmt_bytes(b))
+    if "error" in shown:
+        shown["error"] = shown["error"].fillna("")
     print(shown.to_string(index=False, na_rep="", float_format=lambda x: f"{x:.4g}"))
     for path in written:
         print(f"wrote {path}")
@@ -730,9 +736,8 @@ def _ablate_parts(args: argparse.Namespace, graph, machine, say) -> int:
         if given:
             raise SpecError(f"{flag} does not apply to ablate parts (it varies buildmemgraph's "
                             f"parts in the simulator)")
-    table = ablate_parts(graph, machine, args.policy, progress=say)
-    table.insert(0, "workload", args.workload or args.taskgraph)
-    table.insert(1, "machine", machine.name)
+    table = ablate_parts(graph, machine, args.policy, progress=say,
+                         workload=args.workload or args.taskgraph, machine_text=args.machine)
     written = _write_table_and_plot(args, table, "", "")
     if args.json:
         print(_json_text(table.to_dict("records")))
@@ -740,7 +745,7 @@ def _ablate_parts(args: argparse.Namespace, graph, machine, say) -> int:
     shown = table[["part", "setting", "makespan", "change", "bytes_moved"]].copy()
     shown["change"] = shown["change"].map(lambda x: f"{100 * x:+.1f}%")
     shown["bytes_moved"] = shown["bytes_moved"].map(fmt_bytes)
-    print(f"{graph.name} on {machine.name}: BuildMemGraph with one part changed at a time "
+    print(f"{graph.name} on {args.machine}: BuildMemGraph with one part changed at a time "
           f"({args.policy} dispatch, simulated; change against the defaults)")
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for path in written:
@@ -891,7 +896,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     say = (lambda spec: print(f"{spec}: simulating and running {args.runs} time(s) ...",
                               file=sys.stderr)) if _progress(args) and not args.json else None
     results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
-                       policy=args.policy, rate_limit=not args.no_rate_limit, progress=say)
+                       policy=args.policy, rate_limit=not args.no_rate_limit, progress=say,
+                       workload=args.workload or args.taskgraph, machine_text=args.machine)
     written = []
     if args.plot:
         from .plots import gantt
@@ -903,19 +909,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
                    f"{r.table['measured'].iloc[0]:.4g} s; "
                    f"simulated error {100 * r.error:+.1f}%"] = r.measured
         with args.outputs.file(args.plot) as tmp:
-            gantt(traces, tmp, title=f"{graph.name} on {machine.name}: simulated vs measured "
+            gantt(traces, tmp, title=f"{graph.name} on {args.machine}: simulated vs measured "
                                       f"({args.policy} dispatch)")
         written.append(args.plot)
     if args.table:
         import pandas as pd
         with args.outputs.file(args.table) as tmp:
-            pd.concat([r.table for r in results]).to_csv(tmp, index=False)
+            pd.concat([r.components() for r in results]).to_csv(tmp, index=False)
         written.append(args.table)
     args.outputs.commit()
     if args.json:
-        print(_json_text([{"workload": args.workload or args.taskgraph, "machine": machine.name,
-                           "backend": args.backend, "policy": args.policy, "runs": args.runs,
-                           **r.row()} for r in results]))
+        print(_json_text([r.row() for r in results]))
     else:
         for r in results:
             shown = r.table.drop(columns="planner").copy()
@@ -968,7 +972,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     with args.outputs.file(out / f"{args.what}.png") as tmp:
         plot(table, tmp)
     args.outputs.commit()
-    shown = table.copy()
+    shown = table.drop(columns=["workload", "machine", "planners", "version"])
     for column in ("sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"):
         shown[column] = (1000 * shown[column]).round(1)
     shown["bandwidth"] = shown["bandwidth"] / 1e9

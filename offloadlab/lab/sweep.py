@@ -162,24 +162,44 @@ def _check_workload(spec: str, build: Callable[[str], Any]) -> None:
 
 
 def run_point(point: Point) -> dict[str, object]:
-    """Plan, verify and simulate one point: its row (the grid coordinates, then the figures of
-    :func:`offloadlab.lab.compare.compare_planners`)."""
+    """Plan, verify and simulate one point: its row (the full workload and machine specs, the
+    grid coordinates, then the columns of :func:`offloadlab.lab.compare.compare_planners`)."""
+    from .. import __version__
     from ..core.errors import OffloadlabError
     from ..core.machine import machine_from_spec
     from ..core.taskgraph import TaskGraph
     from ..core.workloads import build_workload
     from .compare import compare_planners
 
+    workload = point.taskgraph or point.workload
+    where = {"workload": workload, "machine": point.machine, **coordinate_values(point)}
     try:
         graph = TaskGraph.from_json(point.taskgraph) if point.taskgraph else \
             build_workload(point.workload)
     except OffloadlabError as exc:        # e.g. a grid value the workload cannot be built with
-        return {**dict(point.coordinates), "planner": point.planner, "policy": point.policy,
-                "error": str(exc)}
+        return {**where, "planner": point.planner, "policy": point.policy,
+                "version": __version__, "error": str(exc)}
     table = compare_planners(graph, machine_from_spec(point.machine), [point.planner],
-                             policy=point.policy)
+                             policy=point.policy, workload=workload,
+                             machine_text=point.machine)
     row = table.astype(object).where(table.notna(), None).to_dict("records")[0]
-    return {**dict(point.coordinates), **row}
+    return {**where, **row}
+
+
+def coordinate_values(point: Point) -> dict[str, object]:
+    """The point's grid coordinates as the values they set: a machine field in its unit
+    (bytes, bytes/s, seconds; an unlimited rate ``None``), a workload option as its type."""
+    from ..core.machine import machine_from_spec
+    from ..core.spec import apply_options
+    from ..core.workloads import workload_options
+
+    machine = machine_from_spec(point.machine).to_dict()
+    options: dict[str, object] = {}
+    if point.workload:
+        name, given = parse_spec(point.workload)
+        options = apply_options(workload_options(name), given, f"workload {name!r}")
+    return {key: machine[key[len("machine."):]] if key.startswith("machine.")
+            else options[key[len("workload."):]] for key, _ in point.coordinates}
 
 
 class Store:
@@ -242,7 +262,8 @@ def sweep(points: Sequence[Point], store: Store | None = None, *, cluster: str |
             done[key] = row
             if progress is not None:
                 progress(n, len(todo))
-    return pd.DataFrame([done[k] for k in keys])
+    from .compare import typed
+    return typed(pd.DataFrame([done[k] for k in keys]))
 
 
 def _salts(points: Sequence[Point]) -> dict[str, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -37,16 +37,24 @@ class Validation:
     measured: pd.DataFrame
     makespans: list[float]
     correct: bool
+    #: What was measured (:func:`~offloadlab.lab.compare.provenance`, with the policy and
+    #: backend): the first columns of :meth:`row` and :meth:`components`.
+    labels: dict[str, object] = field(default_factory=dict)
 
     @property
     def error(self) -> float:
         """The makespan's relative error."""
         return float(self.table.loc[self.table["component"] == "makespan", "error"].iloc[0])
 
+    def components(self) -> pd.DataFrame:
+        """The component table with the :attr:`labels` columns first."""
+        return self.table.assign(**self.labels)[[*self.labels, *self.table.columns]]
+
     def row(self) -> dict:
         """A JSON-ready summary of this planner's validation."""
         span = self.table.set_index("component")
-        return {"planner": self.planner, "sim_makespan": float(span.at["makespan", "simulated"]),
+        return {**self.labels, "planner": self.planner,
+                "sim_makespan": float(span.at["makespan", "simulated"]),
                 "measured_makespan": float(span.at["makespan", "measured"]),
                 "error": self.error, "measured_makespans": self.makespans,
                 "correct": self.correct,
@@ -96,9 +104,12 @@ def validate_memgraph(mg: MemGraph, machine: Machine, graph: TaskGraph | None, p
 
 def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: int = 3,
              backend: str = "numpy", policy: str = "dynamic", rate_limit: bool = True,
-             progress: Callable[[str], None] | None = None) -> list[Validation]:
+             progress: Callable[[str], None] | None = None, workload: str | None = None,
+             machine_text: str | None = None) -> list[Validation]:
     """:func:`validate_memgraph` for each planner's MemGraph of ``graph`` (a graph the
-    executor cannot run is refused before planning)."""
+    executor cannot run is refused before planning), each labelled with what it measured
+    (``workload`` and ``machine_text``: the specs as the caller gave them)."""
+    from .compare import provenance
     check_runnable(graph)
     out = []
     for spec in planners:
@@ -107,4 +118,6 @@ def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: 
         memgraph = plan(graph, machine, spec, evaluate=makespan)
         out.append(validate_memgraph(memgraph, machine, graph, spec, runs, backend, policy,
                                      rate_limit))
+        out[-1].labels = {**provenance(graph, machine, workload, machine_text),
+                          "policy": policy, "backend": backend, "runs": runs}
     return out
