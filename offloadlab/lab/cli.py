@@ -720,8 +720,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for column in ("bytes_h2d", "bytes_d2h"):
         if column in shown:
             shown[column] = shown[column].map(lambda b: "" if pd.isna(b) else fmt_bytes(b))
+    for axis in axes:                     # each grid value as given (8GiB, 4e9)
+        shown[axis] = [dict(p.coordinates)[axis] for p in points]
     if "error" in shown:
         shown["error"] = shown["error"].fillna("")
+        if not (shown["error"] != "").any():
+            shown = shown.drop(columns="error")
     print(shown.to_string(index=False, na_rep="", float_format=lambda x: f"{x:.4g}"))
     for path in written:
         print(f"wrote {path}")
