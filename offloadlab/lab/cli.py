@@ -1016,7 +1016,7 @@ def _reproduce_grid(args: argparse.Namespace) -> int:
     with args.outputs.file(out / f"{args.what}.png") as tmp:
         turnip_grid.plot(experiment, table, tmp)
     args.outputs.commit()
-    shown = table.copy()
+    shown = table.drop(columns=["workload", "policy", "version"])
     for column in (experiment.time, "paper"):
         shown[column] = shown[column].map(lambda t: "" if t != t else f"{t:.3g}")
     shown.loc[table[experiment.time].isna(), experiment.time] = "OOM"
