@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from ..simulator import SimResult
 
+
 def machine_spec(machine: Machine) -> str:
     """``machine`` as a spec with its overrides: the preset it is named after with each field
     that differs from it (``p100x4:gpus=2,gpu_memory=60000000``); a machine of no preset (a
