@@ -1,3 +1,7 @@
+import importlib
+import os
+from types import ModuleType
+
 import pytest
 
 from offloadlab.core.machine import MiB, machine_from_spec
@@ -19,4 +23,15 @@ def tp_graph():
     return build_workload("tp-matmul:n=1024")
 
 
-__all__ = ["MiB", "tp_machine"]
+def need_torch() -> ModuleType:
+    """``torch``, or skip the test where it is not installed; with OFFLOADLAB_REQUIRE_TORCH=1
+    (.ci/run, which installs the CPU wheel) a missing torch fails the test instead."""
+    if os.environ.get("OFFLOADLAB_REQUIRE_TORCH") == "1":
+        try:
+            return importlib.import_module("torch")
+        except ImportError as exc:
+            pytest.fail(f"OFFLOADLAB_REQUIRE_TORCH=1 but torch does not import: {exc}")
+    return pytest.importorskip("torch")
+
+
+__all__ = ["MiB", "need_torch", "tp_machine"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import need_torch
 
 from offloadlab.core.machine import Machine
 from offloadlab.core.ops import op_flops, touched_bytes
@@ -97,7 +98,7 @@ def computes(graph: TaskGraph) -> dict[str, tuple[str | None, str]]:
 
 
 def test_half_and_float_become_casts_and_execute():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from offloadlab.core.workloads.from_torch import from_torch
 
     class Half(torch.nn.Module):
@@ -115,7 +116,7 @@ def test_half_and_float_become_casts_and_execute():
 
 
 def test_a_cast_reads_its_input_through_a_reshape():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from offloadlab.core.workloads.from_torch import from_torch
 
     class Reshaped(torch.nn.Module):
@@ -135,7 +136,7 @@ def test_a_cast_reads_its_input_through_a_reshape():
 
 
 def test_autocast_and_its_backward_are_casts():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from offloadlab.core.workloads.from_torch import from_torch
 
     class Autocast(torch.nn.Module):
@@ -164,7 +165,7 @@ def test_autocast_and_its_backward_are_casts():
 def test_a_copy_that_changes_nothing_is_no_vertex():
     """``copy=True`` without a dtype change is ATen's ``_to_copy`` too: no vertex and no bytes,
     yet a write into the copy leaves the original as it was."""
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from offloadlab.core.workloads.from_torch import from_torch
 
     class Copy(torch.nn.Module):

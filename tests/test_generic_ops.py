@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import need_torch
 
 import offloadlab.executor
 import offloadlab.planner
@@ -140,7 +141,7 @@ def mish():
 
 
 def test_an_unknown_aten_op_names_the_node_unless_generic():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from offloadlab.core.workloads.from_torch import from_torch
 
     class Sort(torch.nn.Module):
@@ -161,7 +162,7 @@ def test_an_unknown_aten_op_names_the_node_unless_generic():
 
 
 def test_import_torch_generic_plans_simulates_and_run_refuses(tmp_path, capsys):
-    pytest.importorskip("torch")
+    need_torch()
     models = tmp_path / "models.py"
     models.write_text(MODELS)
     out = tmp_path / "tg.json"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -66,15 +67,16 @@ def _trace(shift: float = 0.0) -> pd.DataFrame:
 
 
 def test_gantt_single_and_several_traces(tmp_path):
-    assert gantt(_trace(), tmp_path / "one.png").read_bytes()[:8] == PNG
-    assert gantt({"plan A": _trace(), "plan B": _trace(0.5)}, tmp_path / "two.png",
-                 title="A vs B").read_bytes()[:8] == PNG
-    assert (tmp_path / "two.png").stat().st_size > (tmp_path / "one.png").stat().st_size // 2
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    gantt(_trace(), one)
+    gantt({"plan A": _trace(), "plan B": _trace(0.5)}, two, title="A vs B")
+    assert one.read_bytes()[:8] == PNG and two.read_bytes()[:8] == PNG
+    assert two.stat().st_size > one.stat().st_size // 2
 
 
 def test_memory_plot(tmp_path):
-    path = memory_plot(MEMORY, tmp_path / "mem.png", capacity=4 * 2**20)
-    assert path.read_bytes()[:8] == PNG
+    memory_plot(MEMORY, tmp_path / "mem.png", capacity=4 * 2**20)
+    assert (tmp_path / "mem.png").read_bytes()[:8] == PNG
 
 
 MEMORY = pd.DataFrame({"time": [0.0, 1.0, 2.0, 0.0, 1.5], "device": ["gpu0"] * 3 + ["host"] * 2,
@@ -83,10 +85,33 @@ MEMORY = pd.DataFrame({"time": [0.0, 1.0, 2.0, 0.0, 1.5], "device": ["gpu0"] * 3
 
 def test_gantt_with_memory_panels(tmp_path):
     """The demo's figure: each schedule with each GPU's memory in use under it."""
-    plain = gantt({"A": _trace(), "B": _trace(0.5)}, tmp_path / "plain.png")
-    both = gantt({"A": _trace(), "B": _trace(0.5)}, tmp_path / "both.png",
-                 memory={"A": MEMORY, "B": MEMORY}, capacity=4 * 2**20)
+    plain, both = tmp_path / "plain.png", tmp_path / "both.png"
+    gantt({"A": _trace(), "B": _trace(0.5)}, plain)
+    gantt({"A": _trace(), "B": _trace(0.5)}, both, memory={"A": MEMORY, "B": MEMORY},
+          capacity=4 * 2**20)
     assert both.read_bytes()[:8] == PNG and both.stat().st_size > plain.stat().st_size
+
+
+def test_plots_leave_pyplot_and_the_backend_alone(tmp_path, monkeypatch):
+    """Each plot is a Figure of its own: no pyplot figure, no backend switched (Jupyter's
+    inline one stays), and with no path nothing is written."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    from offloadlab.lab import plots
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(matplotlib.rcParams, "backend", "svg")   # not Agg, as Jupyter's
+    table = pd.DataFrame({"planner": ["levelwise"], "policy": ["dynamic"], "makespan": [2.0],
+                          "lower_bound": [1.5], "problem_bound": [1.0], "source": ["sim"],
+                          "noise": [0.1], "mean_speedup": [0.01], "ci_low": [0.0],
+                          "ci_high": [0.02]})
+    figures = [gantt(_trace()), memory_plot(MEMORY), plots.compare_plot(table),
+               plots.ablation_plot(table), plots.sweep_plot(table)]
+    assert all(isinstance(f, Figure) and f.axes for f in figures)
+    assert matplotlib.rcParams["backend"] == "svg"
+    assert "matplotlib.pyplot" not in sys.modules or not sys.modules["matplotlib.pyplot"
+                                                                    ].get_fignums()
+    assert not list(tmp_path.iterdir())
 
 
 # -- README and CI ----------------------------------------------------------------------------
@@ -108,6 +133,35 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
     assert CI_COMMAND in text.splitlines()
     assert script.stat().st_mode & 0o111, ".ci/run must be executable"
+
+
+def _readme_sample(command: str) -> list[str]:
+    """The lines of the README's sample that starts with ``$ offloadlab COMMAND``."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index(f"$ offloadlab {command} ")
+    return readme[start:readme.index("```", start)].splitlines()
+
+
+def test_readme_compare_sample_has_every_planner():
+    from offloadlab.planner import PLANNERS
+    lines = _readme_sample("compare")[3:]
+    named = {line.split()[0].rstrip(":") for line in lines}
+    assert named == set(PLANNERS)
+
+
+def test_readme_sweep_sample_is_what_the_sweep_gives(tmp_path):
+    """Two of its points, rerun: the same figures, and the store the sweep names."""
+    from offloadlab.lab.sweep import Store, default_store, grid, sweep
+    lines = _readme_sample("sweep")
+    ps = grid("random:vertices=1000,gpus=4,seed=2", None, "p100x4:gpu_memory=300MB",
+              ["levelwise", "buildmemgraph"], ["dynamic"],
+              ["machine.h2d_bandwidth=2e9,4e9,8e9,12e9,16e9,25e9"])
+    assert lines[2] == f"12 points: 0 already in {default_store(ps)}, 12 to run"
+    rows = [line.split() for line in lines[4:16]]
+    table = sweep([ps[0], ps[11]], Store(tmp_path / "s.sqlite"), workers=0)
+    for row, (_, got) in zip((rows[0], rows[11]), table.iterrows()):
+        assert row[:2] == [f"{got['machine.h2d_bandwidth'] / 1e9:g}e9", got.planner]
+        assert row[3:6] == [f"{got.makespan:.4g}", f"{got.problem_bound:.4g}", f"{got.gap:.4g}"]
 
 
 # -- offloadlab compare (issue 18) ----------------------------------------------------------

@@ -6,11 +6,13 @@ with torch installed, the export script reproduces a committed file and from_tor
 from __future__ import annotations
 
 import importlib.util
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import need_torch
 
 import offloadlab
 from offloadlab.core.errors import GraphError, SpecError
@@ -118,21 +120,35 @@ def test_pipeline_places_stages_and_transfers():
 
 # -- from_torch (needs torch) ---------------------------------------------------------------
 def test_export_reproduces_a_committed_file():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     committed = TaskGraph.from_json(DATA / "mlp-train-g2.json")
-    if committed.meta["torch"] != torch.__version__:
-        pytest.skip(f"committed with torch {committed.meta['torch']}, not {torch.__version__}")
     spec = importlib.util.spec_from_file_location("export", DATA / "export.py")
     assert spec is not None and spec.loader is not None
     export = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(export)
     graph = export.export("mlp", "train", 2)
+    assert graph.meta["torch"] == str(torch.__version__)
+    graph.meta["torch"] = committed.meta["torch"]        # the same graph from any torch
     assert list(graph.tasks) == list(committed.tasks)
     assert graph.to_json() == committed.to_json()
 
 
+def test_need_torch_fails_where_ci_requires_torch(monkeypatch):
+    """.ci/run sets OFFLOADLAB_REQUIRE_TORCH=1: there the torch tests fail, not skip, when
+    torch does not import."""
+    monkeypatch.setitem(sys.modules, "torch", None)      # import torch -> ImportError
+    monkeypatch.delenv("OFFLOADLAB_REQUIRE_TORCH", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        need_torch()
+    monkeypatch.setenv("OFFLOADLAB_REQUIRE_TORCH", "1")
+    with pytest.raises(pytest.fail.Exception, match="OFFLOADLAB_REQUIRE_TORCH=1 but torch"):
+        need_torch()
+    ci = (Path(__file__).parents[1] / ".ci" / "run").read_text().splitlines()
+    assert "export OFFLOADLAB_REQUIRE_TORCH=1" in ci and "pip install torch==2.13.0" in ci
+
+
 def test_from_torch_maps_ops_exactly():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from offloadlab.core.workloads.from_torch import from_torch
     nn = torch.nn
 
@@ -165,7 +181,7 @@ def test_from_torch_maps_ops_exactly():
 
 
 def test_from_torch_errors_name_the_problem():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from offloadlab.core.workloads.from_torch import from_torch
     nn = torch.nn
 
@@ -191,7 +207,7 @@ def test_from_torch_errors_name_the_problem():
 
 
 def test_import_torch_cli(tmp_path, capsys):
-    pytest.importorskip("torch")
+    need_torch()
     from offloadlab.lab.cli import main
     models = tmp_path / "models.py"
     models.write_text("from torch import nn\n\n"
@@ -210,11 +226,48 @@ def test_import_torch_cli(tmp_path, capsys):
     capsys.readouterr()
     for factory, message in ((f"{models}:broken", "raised RuntimeError: no config"),
                              (f"{models}:not_a_module", "returned a int, not a torch.nn.Module"),
-                             (f"{models}:nope", "has no callable 'nope'"),
+                             (f"{models}:nope", "has no attribute 'nope'"),
+                             (f"{models}:nn", "'nn' is a module, not a function returning"),
+                             (f"{tmp_path / 'none.py'}:f", "no file"),
                              ("no.such.module:f", "No module named 'no'"),
                              ("nocolon", "expected MODULE:FACTORY")):
         assert main(["import-torch", factory, "--input", "8,64",
                      "--out", str(tmp_path / "x.json")]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_import_torch_finds_a_module_in_the_working_directory(tmp_path, monkeypatch, capsys):
+    """``import-torch mymodels:build`` imports ./mymodels.py (as ``uvicorn module:app``), with
+    the working directory not on sys.path (the installed ``offloadlab`` script), and leaves
+    sys.path as it was."""
+    need_torch()
+    from offloadlab.lab.cli import main
+    (tmp_path / "cwd_models_42.py").write_text(
+        "from torch import nn\n\ndef build():\n    return nn.Linear(16, 8)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path
+                                      if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_models_42", raising=False)
+    before = list(sys.path)
+    assert main(["import-torch", "cwd_models_42:build", "--input", "4,16", "--train",
+                 "--out", "tg.json"]) == 0
+    assert "wrote tg.json: " in capsys.readouterr().out
+    assert TaskGraph.from_json(tmp_path / "tg.json").meta["torch"] == str(need_torch().__version__)
+    assert sys.path == before
+    monkeypatch.delitem(sys.modules, "cwd_models_42")
+
+
+def test_import_torch_says_a_trace_error_once(tmp_path, capsys):
+    """A shape the module cannot take: one line naming what failed, not torch's logged
+    traceback as well."""
+    need_torch()
+    from offloadlab.lab.cli import main
+    models = tmp_path / "models.py"
+    models.write_text("from torch import nn\n\ndef mlp():\n    return nn.Linear(64, 8)\n")
+    assert main(["import-torch", f"{models}:mlp", "--input", "8,63",
+                 "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot trace mlp: RuntimeError: " in err and err.count("\n") == 1, err
     assert not (tmp_path / "x.json").exists()

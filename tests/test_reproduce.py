@@ -5,6 +5,9 @@ import json
 import pandas as pd
 import pytest
 
+import offloadlab
+from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.workloads import build_workload
 from offloadlab.lab.cli import main
 from offloadlab.lab.reproduce import (
     PAPER_TABLE1,
@@ -18,7 +21,8 @@ from offloadlab.lab.reproduce import (
 )
 from offloadlab.planner.weight_offload import schedule_for
 
-KEYS = ["network", "depth", "batch", "sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"]
+KEYS = ["workload", "machine", "planners", "version", "network", "depth", "batch", "sum_u", "ilp",
+        "greedy", "l2l", "greedy_nodiscount"]
 
 
 def test_table1_has_the_papers_fifteen_settings():
@@ -67,6 +71,15 @@ def test_json_rows_and_bound_below_every_strategy(capsys):
     for r in rows:
         assert list(r) == KEYS
         assert r["sum_u"] - 1e-9 <= r["ilp"]
+        # each row says what it measured: specs that rebuild its problem, its planners
+        setting = Setting(r["network"], r["depth"], r["batch"])
+        assert machine_from_spec(r["machine"]) == setting_machine(setting)
+        assert r["machine"].startswith("v100:gpu_memory=")
+        chain = setting_chain(setting)
+        graph = build_workload(r["workload"].replace(":", ":iterations=1,", 1))
+        assert sum(t.bytes for t in graph if t.kind == "input") >= sum(chain.w)
+        assert r["planners"] == "greedy-offload;l2l;greedy-offload-nodiscount"
+        assert r["version"] == offloadlab.__version__
         for strategy in ("greedy", "l2l", "greedy_nodiscount"):
             assert r["ilp"] <= r[strategy] + 1e-9
 

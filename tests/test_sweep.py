@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import offloadlab
 from offloadlab.core.errors import SpecError
+from offloadlab.lab import sweep as sweeps
 from offloadlab.lab.cli import main
-from offloadlab.lab.sweep import Store, grid, parse_axis, sweep
+from offloadlab.lab.sweep import Store, grid, parse_axis, sweep, tree_hash
 
 WORKLOAD = "random:vertices=30,gpus=2"
 MACHINE = "p100x4:gpus=2,gpu_memory=40MB"
@@ -83,6 +86,53 @@ def test_a_point_whose_parameters_change_is_run_again(tmp_path):
     assert said == [f"2 points: 1 already in {store.path}, 1 to run"]
 
 
+def test_a_change_to_the_code_misses_the_store(tmp_path, monkeypatch):
+    """A point's key holds the hash of the package's files, not its version number: after a
+    planner changes, a rerun plans again instead of returning the old rows."""
+    store = Store(tmp_path / "s.sqlite")
+    ps = points("workload.seed=0,1")
+    sweep(ps, store, workers=0)
+    said: list[str] = []
+    sweep(ps, store, workers=0, say=said.append)
+    assert said == [f"4 points: 4 already in {store.path}, 0 to run"]
+    monkeypatch.setattr(sweeps, "code_hash", lambda: "an edited planner")
+    sweep(ps, store, workers=0, say=said.append)
+    assert said[1] == f"4 points: 0 already in {store.path}, 4 to run"
+
+
+def test_tree_hash_follows_every_file_but_bytecode(tmp_path):
+    (tmp_path / "planner").mkdir()
+    (tmp_path / "planner" / "a.py").write_text("x = 1\n")
+    (tmp_path / "data.json").write_text("{}")
+    first = tree_hash(tmp_path)
+    (tmp_path / "planner" / "__pycache__").mkdir()
+    (tmp_path / "planner" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"cache")
+    assert tree_hash(tmp_path) == first
+    (tmp_path / "planner" / "a.py").write_text("x = 2\n")
+    assert tree_hash(tmp_path) != first
+    (tmp_path / "planner" / "a.py").write_text("x = 1\n")
+    (tmp_path / "planner" / "a.py").rename(tmp_path / "planner" / "b.py")
+    assert tree_hash(tmp_path) != first
+    assert sweeps.code_hash() == tree_hash(Path(sweeps.__file__).resolve().parents[1])
+
+
+def test_each_sweep_has_a_store_of_its_own_by_default(tmp_path, monkeypatch, capsys):
+    """Not one ./sweep.sqlite per folder: offloadlab-out/sweep-NAME-HASH.sqlite per sweep,
+    the same one when the same sweep runs again."""
+    monkeypatch.chdir(tmp_path)
+    said: list[str] = []
+    sweep(points("workload.seed=0"), workers=0, say=said.append)
+    sweep(points("workload.seed=1"), workers=0, say=said.append)
+    sweep(points("workload.seed=0"), workers=0, say=said.append)
+    stores = sorted((tmp_path / "offloadlab-out").iterdir())
+    assert len(stores) == 2 and all(p.name.startswith("sweep-random-") for p in stores)
+    assert said[2] == f"2 points: 2 already in {said[0].split(' in ')[1].split(',')[0]}, 0 to run"
+    assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--grid",
+                 "workload.seed=2", "--workers", "0", "--quiet"]) == 0
+    assert len(list((tmp_path / "offloadlab-out").iterdir())) == 3
+    assert not (tmp_path / "sweep.sqlite").exists()
+
+
 def test_two_hundred_points_on_a_local_cluster(tmp_path):
     pytest.importorskip("dask.distributed")
     ps = points(",".join(["machine.h2d_bandwidth=" + ",".join(f"{b}e9" for b in range(1, 11))]),
@@ -105,8 +155,10 @@ def test_sweep_cli_json_and_bad_cluster(capsys, tmp_path):
                  "--plot", str(tmp_path / "t.png")]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["workload.seed"], r["planner"]) for r in rows] == [
-        ("0", "levelwise"), ("1", "levelwise"), ("0", "buildmemgraph"), ("1", "buildmemgraph")]
+        (0, "levelwise"), (1, "levelwise"), (0, "buildmemgraph"), (1, "buildmemgraph")]
     assert (tmp_path / "t.png").stat().st_size > 0
+    assert [r["workload"] for r in rows] == [f"{WORKLOAD},seed={s}" for s in (0, 1, 0, 1)]
+    assert {r["machine"] for r in rows} == {MACHINE} and {r["error"] for r in rows} == {None}
     assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--store",
                  str(tmp_path / "new.sqlite"), "--cluster", "tcp://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
@@ -114,6 +166,34 @@ def test_sweep_cli_json_and_bad_cluster(capsys, tmp_path):
     assert main([*argv, "--grid", "machine.colour=red"]) == 2
     assert "unknown option(s) colour" in capsys.readouterr().err
     assert len(Store(store).rows([])) == 0 and store.stat().st_size > 0   # nothing lost
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_sweep_rows_say_what_they_measured(tmp_path, capsys, suffix):
+    """Each row of the table carries the full workload and machine specs (overrides and grid
+    values included), the planner spec, the policy and the version; bytes and seconds are
+    numbers (a grid value in the field's unit), and no error is an empty cell, not None."""
+    out = tmp_path / f"t{suffix}"
+    assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--grid",
+                 "machine.gpu_memory=40MB,1GiB", "--planner", "levelwise", "--planner", "l2l",
+                 "--store", str(tmp_path / "s.sqlite"), "--workers", "0", "--out", str(out)]
+                ) == 0
+    printed = capsys.readouterr().out
+    assert "None" not in printed and "<NA>" not in printed and " MiB" in printed
+    table = pd.read_csv(out, keep_default_na=False) if suffix == ".csv" else \
+        pd.read_parquet(out)
+    assert list(table.workload) == [WORKLOAD] * 4
+    assert list(table.machine) == ["p100x4:gpus=2,gpu_memory=40MB",
+                                   "p100x4:gpus=2,gpu_memory=1GiB"] * 2
+    assert list(table["machine.gpu_memory"]) == [40_000_000, 2**30] * 2
+    assert list(table.planner) == ["levelwise"] * 2 + ["l2l"] * 2
+    assert set(table.policy) == {"dynamic"} and set(table.version) == {offloadlab.__version__}
+    ok = table[table.planner == "levelwise"]
+    assert list(ok.error) == ["", ""] if suffix == ".csv" else ok.error.isna().all()
+    for column in ("bytes_h2d", "peak_memory", "loads"):            # integers, not 1.0e8
+        assert all(str(b).isdigit() for b in ok[column]), ok[column]
+    assert (ok.makespan.astype(float) > 0).all()                     # seconds, a number
+    assert table[table.planner == "l2l"].error.str.contains("not a training workload").all()
 
 
 def test_a_store_that_is_not_one_is_refused(tmp_path):

@@ -51,8 +51,12 @@ def test_reproduce_turnip_lora_writes_the_table_and_a_plot(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["turnip-lora.csv", "turnip-lora.png"]
     table = pd.read_csv(tmp_path / "turnip-lora.csv")
     assert list(table.columns) == [
-        "model", "seq", "batch", "machine", "planner", "step", "status", "taskgraph",
-        "memgraph", "offloads", "loads", "build_s", "plan_s", "verify_s", "simulate_s", "paper"]
+        "workload", "model", "seq", "batch", "machine", "planner", "policy", "step", "status",
+        "taskgraph", "memgraph", "offloads", "loads", "build_s", "plan_s", "verify_s",
+        "simulate_s", "paper", "version"]
+    assert set(table["workload"]) == {"llama-lora-train:model=tiny,seq=64,batch=2,gpus=4",
+                                      "llama-lora-train:model=tiny,seq=128,batch=1,gpus=4"}
+    assert set(table["policy"]) == {"dynamic"} and set(table["version"]) == {"0.1.0"}
     assert list(zip(table["seq"], table["batch"], table["planner"])) == [
         (64, 2, "buildmemgraph"), (64, 2, "levelwise"),
         (128, 1, "buildmemgraph"), (128, 1, "levelwise")]

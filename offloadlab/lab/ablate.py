@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
+from .compare import provenance, stamped
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,13 +59,17 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
                        noises: Iterable[float] = (0.0, 0.05, 0.1, 0.2), seeds: int = 30,
                        measured: bool = False, backend: str = "numpy",
                        rate_limit: bool = True,
-                       progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                       progress: Callable[[str], None] | None = None,
+                       workload: str | None = None,
+                       machine_text: str | None = None) -> pd.DataFrame:
     """Each planner's MemGraph under ``dynamic`` and a replayed ``fixed`` order
     (:func:`replayed`), ``seeds`` noisy runs per noise level: one row per planner and noise
     with the mean speedup of ``dynamic`` over ``fixed`` and its 95% confidence interval
     (``source`` ``sim``).  ``measured`` adds a row per planner from the executor
     (``backend``), where the noise is real: ``seeds`` runs of each policy, alternating, the
-    ``noise`` column empty (``source`` ``measured``)."""
+    ``noise`` column empty (``source`` ``measured``).  Each row carries the
+    :func:`~offloadlab.lab.compare.provenance` columns (``workload`` and ``machine_text``: the
+    specs as the caller gave them)."""
     import pandas as pd
 
     from ..core.verify import verify
@@ -94,7 +99,7 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
                     out.append(execute(mg, machine, backend=backend, policy=policy,
                                        rate_limit=rate_limit).makespan)
             rows.append(_row(spec, None, a, b, "measured"))
-    return pd.DataFrame(rows)
+    return stamped(pd.DataFrame(rows), provenance(graph, machine, workload, machine_text))
 
 
 def _row(planner: str, noise: float | None, a: Sequence[float], b: Sequence[float],
@@ -117,12 +122,14 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def ablate_parts(graph: TaskGraph, machine: Machine, policy: str = "dynamic",
-                 progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                 progress: Callable[[str], None] | None = None, workload: str | None = None,
+                 machine_text: str | None = None) -> pd.DataFrame:
     """BuildMemGraph with its defaults, then with one part changed at a time (:data:`PARTS`:
     the victim policy, allocation ahead and its bound, the serial order, the retry, and the
     number of streams per GPU that the plan runs with): one row per setting with the
     simulated makespan, host<->GPU traffic, and ``change``, the makespan over the default's
-    less one."""
+    less one; with the planner spec, the policy and the
+    :func:`~offloadlab.lab.compare.provenance` columns."""
     import pandas as pd
 
     from ..core.verify import verify
@@ -145,6 +152,7 @@ def ablate_parts(graph: TaskGraph, machine: Machine, policy: str = "dynamic",
             base = span if base is None else base
             rows.append({"part": part, "setting": setting if setting != "default" else
                          str(machine.streams), "default": setting == settings[0],
+                         "planner": spec, "policy": policy, "streams": run_on.streams,
                          "makespan": span, "change": span / base - 1,
                          "bytes_moved": mg.host_bytes()})
-    return pd.DataFrame(rows)
+    return stamped(pd.DataFrame(rows), provenance(graph, machine, workload, machine_text))

@@ -664,20 +664,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
     table = compare_planners(graph, machine, args.planner, policy=args.policy,
                              measured=args.measured, backend=args.backend,
-                             rate_limit=not args.no_rate_limit, progress=say)
-    table.insert(0, "workload", args.workload or args.taskgraph)
-    table.insert(1, "machine", machine.name)
+                             rate_limit=not args.no_rate_limit, progress=say,
+                             workload=args.workload or args.taskgraph, machine_text=args.machine)
     written = _write_table_and_plot(args, table, "compare_plot",
-                                    f"{graph.name} on {machine.name} ({args.policy} dispatch)")
+                                    f"{graph.name} on {args.machine} ({args.policy} dispatch)")
     if args.json:
         records = table.astype(object).where(table.notna(), None).to_dict("records")
         print(_json_text(records))
         return 0
-    print(f"{graph.name} on {machine.name}, {args.policy} dispatch; no plan can beat "
+    print(f"{graph.name} on {args.machine}, {args.policy} dispatch; no plan can beat "
           f"{table['problem_bound'].iloc[0]:.4g} s ({table['bound_limit'].iloc[0]} binds)")
     failed = table["error"].notna() if "error" in table else table["planner"].isna()
     shown = table[~failed].drop(columns=["workload", "machine", "policy", "problem_bound",
-                                         "bound_limit", "error"], errors="ignore")
+                                         "bound_limit", "version", "error"], errors="ignore")
     if len(shown):
         for column in ("bytes_h2d", "bytes_d2h", "peak_memory", "peak_host_memory"):
             shown[column] = shown[column].map(lambda b: fmt_bytes(int(b)))
@@ -709,11 +708,11 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         return _ablate_parts(args, graph, machine, say)
     table = ablate_determinism(graph, machine, planners, args.noise, args.seeds,
                                measured=args.measured, backend=args.backend,
-                               rate_limit=not args.no_rate_limit, progress=say)
-    table.insert(0, "workload", args.workload or args.taskgraph)
-    table.insert(1, "machine", machine.name)
+                               rate_limit=not args.no_rate_limit, progress=say,
+                               workload=args.workload or args.taskgraph,
+                               machine_text=args.machine)
     written = _write_table_and_plot(args, table, "ablation_plot",
-                                    f"{graph.name} on {machine.name}: dynamic vs fixed "
+                                    f"{graph.name} on {args.machine}: dynamic vs fixed "
                                     f"dispatch, {args.seeds} seeds")
     if args.json:
         print(_json_text(table.to_dict("records")))
@@ -722,7 +721,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     shown["noise"] = shown["noise"].map(lambda x: "real" if x is None or x != x else f"{x:g}")
     for column in ("mean_speedup", "ci_low", "ci_high"):
         shown[column] = shown[column].map(lambda x: f"{100 * x:+.2f}%")
-    print(f"{graph.name} on {machine.name}: dynamic over a fixed order (the noiseless dynamic "
+    print(f"{graph.name} on {args.machine}: dynamic over a fixed order (the noiseless dynamic "
           f"run's), mean of {args.seeds} seeds, 95% bootstrap interval")
     print(shown.to_string(index=False))
     for path in written:
@@ -733,13 +732,15 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plan, verify and simulate every point of a grid on dask.distributed; finished points
     are kept in ``--store`` and never rerun."""
+    import pandas as pd
+
     from .sweep import Store, grid, sweep
 
     _check_writable(args, "out", "plot", "store")
     _check_table_suffix(args.out)
     points = grid(args.workload, args.taskgraph, args.machine,
                   args.planner or list(DEMO_PLANNERS), args.policy or ["dynamic"], args.grid)
-    store = Store(args.store)
+    store = Store(args.store) if args.store else None      # None: the sweep's own
     say = (lambda line: print(line, file=sys.stderr)) if not args.quiet else None
     with _phases(args).phase("sweeping", total=len(points), unit="point") as report:
         table = sweep(points, store, cluster=args.cluster, workers=args.workers,
@@ -753,7 +754,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     shown = table[[*axes, "planner", "policy",
                    *[c for c in ("makespan", "problem_bound", "gap", "bytes_h2d", "bytes_d2h",
-                                 "error") if c in table]]]
+                                 "error") if c in table]]].copy()
+    for column in ("bytes_h2d", "bytes_d2h"):
+        if column in shown:
+            shown[column] = shown[column].map(lambda b: "" if pd.isna(b) else fmt_bytes(b))
+    for axis in axes:                     # each grid value as given (8GiB, 4e9)
+        shown[axis] = [dict(p.coordinates)[axis] for p in points]
+    if "error" in shown:
+        shown["error"] = shown["error"].fillna("")
+        if not (shown["error"] != "").any():
+            shown = shown.drop(columns="error")
     print(shown.to_string(index=False, na_rep="", float_format=lambda x: f"{x:.4g}"))
     for path in written:
         print(f"wrote {path}")
@@ -768,9 +778,8 @@ def _ablate_parts(args: argparse.Namespace, graph, machine, say) -> int:
         if given:
             raise SpecError(f"{flag} does not apply to ablate parts (it varies buildmemgraph's "
                             f"parts in the simulator)")
-    table = ablate_parts(graph, machine, args.policy, progress=say)
-    table.insert(0, "workload", args.workload or args.taskgraph)
-    table.insert(1, "machine", machine.name)
+    table = ablate_parts(graph, machine, args.policy, progress=say,
+                         workload=args.workload or args.taskgraph, machine_text=args.machine)
     written = _write_table_and_plot(args, table, "", "")
     if args.json:
         print(_json_text(table.to_dict("records")))
@@ -778,7 +787,7 @@ def _ablate_parts(args: argparse.Namespace, graph, machine, say) -> int:
     shown = table[["part", "setting", "makespan", "change", "bytes_moved"]].copy()
     shown["change"] = shown["change"].map(lambda x: f"{100 * x:+.1f}%")
     shown["bytes_moved"] = shown["bytes_moved"].map(fmt_bytes)
-    print(f"{graph.name} on {machine.name}: BuildMemGraph with one part changed at a time "
+    print(f"{graph.name} on {args.machine}: BuildMemGraph with one part changed at a time "
           f"({args.policy} dispatch, simulated; change against the defaults)")
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for path in written:
@@ -877,32 +886,39 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
 
 
 def _factory(spec: str) -> Callable[[], object]:
-    """``package.module:function`` (or ``path/to/file.py:function``) -> the function."""
+    """``package.module:function`` (or ``path/to/file.py:function``) -> the function.  A
+    module is looked up in the working directory first, a file's imports beside the file (as
+    ``uvicorn module:app`` and ``python file.py`` do)."""
     import importlib
     import importlib.util
     where, colon, name = spec.rpartition(":")
     if not colon or not where or not name.isidentifier():
         raise SpecError(f"expected MODULE:FACTORY (e.g. mypackage.models:build or "
                         f"models.py:build), got {spec!r}")
+    path = Path(where)
+    if where.endswith(".py") and not path.is_file():
+        raise SpecError(f"{spec}: no file {where!r}")
+    first = str(path.resolve().parent) if where.endswith(".py") else os.getcwd()
+    sys.path.insert(0, first)
     try:
         if where.endswith(".py"):
-            path = Path(where)
-            if not path.is_file():
-                raise SpecError(f"{spec}: no file {where!r}")
             found = importlib.util.spec_from_file_location(path.stem, path)
             assert found is not None and found.loader is not None
             module = importlib.util.module_from_spec(found)
             found.loader.exec_module(module)
         else:
             module = importlib.import_module(where)
-    except SpecError:
-        raise
     except Exception as exc:   # noqa: BLE001 - importing the user's module ran their code
         raise SpecError(f"{spec}: importing {where!r} raised {type(exc).__name__}: {exc}"
                         ) from None
-    factory = getattr(module, name, None)
+    finally:
+        sys.path.remove(first)
+    if not hasattr(module, name):
+        raise SpecError(f"{spec}: {where!r} has no attribute {name!r}")
+    factory = getattr(module, name)
     if not callable(factory):
-        raise SpecError(f"{spec}: {where!r} has no callable {name!r}")
+        raise SpecError(f"{spec}: {name!r} is a {type(factory).__name__}, not a function "
+                        f"returning an nn.Module")
     return factory
 
 
@@ -939,7 +955,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     say = (lambda spec: print(f"{spec}: simulating and running {args.runs} time(s) ...",
                               file=sys.stderr)) if _progress(args) and not args.json else None
     results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
-                       policy=args.policy, rate_limit=not args.no_rate_limit, progress=say)
+                       policy=args.policy, rate_limit=not args.no_rate_limit, progress=say,
+                       workload=args.workload or args.taskgraph, machine_text=args.machine)
     written = []
     if args.plot:
         from .plots import gantt
@@ -951,19 +968,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
                    f"{r.table['measured'].iloc[0]:.4g} s; "
                    f"simulated error {100 * r.error:+.1f}%"] = r.measured
         with args.outputs.file(args.plot) as tmp:
-            gantt(traces, tmp, title=f"{graph.name} on {machine.name}: simulated vs measured "
+            gantt(traces, tmp, title=f"{graph.name} on {args.machine}: simulated vs measured "
                                       f"({args.policy} dispatch)")
         written.append(args.plot)
     if args.table:
         import pandas as pd
         with args.outputs.file(args.table) as tmp:
-            pd.concat([r.table for r in results]).to_csv(tmp, index=False)
+            pd.concat([r.components() for r in results]).to_csv(tmp, index=False)
         written.append(args.table)
     args.outputs.commit()
     if args.json:
-        print(_json_text([{"workload": args.workload or args.taskgraph, "machine": machine.name,
-                           "backend": args.backend, "policy": args.policy, "runs": args.runs,
-                           **r.row()} for r in results]))
+        print(_json_text([r.row() for r in results]))
     else:
         if results and results[0].noise is not None:
             print(results[0].noise)
@@ -1020,7 +1035,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     with args.outputs.file(out / f"{args.what}.png") as tmp:
         plot(table, tmp)
     args.outputs.commit()
-    shown = table.copy()
+    shown = table.drop(columns=["workload", "machine", "planners", "version"])
     for column in ("sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"):
         shown[column] = (1000 * shown[column]).round(1)
     shown["bandwidth"] = shown["bandwidth"] / 1e9
@@ -1060,7 +1075,7 @@ def _reproduce_grid(args: argparse.Namespace) -> int:
     with args.outputs.file(out / f"{args.what}.png") as tmp:
         turnip_grid.plot(experiment, table, tmp)
     args.outputs.commit()
-    shown = table.copy()
+    shown = table.drop(columns=["workload", "policy", "version"])
     for column in (experiment.time, "paper"):
         shown[column] = shown[column].map(lambda t: "" if t != t else f"{t:.3g}")
     shown.loc[table[experiment.time].isna(), experiment.time] = "OOM"
@@ -1286,8 +1301,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="planner (repeatable; default: levelwise and buildmemgraph)")
     p.add_argument("--policy", action="append", choices=POLICIES,
                    help="dispatch policy (repeatable; default: dynamic)")
-    p.add_argument("--store", default="sweep.sqlite", metavar="FILE",
-                   help="where finished points are kept (./sweep.sqlite); a rerun skips them")
+    p.add_argument("--store", metavar="FILE",
+                   help="where finished points are kept (offloadlab-out/sweep-NAME-HASH.sqlite, "
+                        "one per sweep); a rerun skips them")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="a dask.distributed scheduler to run on (default: a LocalCluster)")
     p.add_argument("--workers", type=_nonnegative_int, metavar="N",

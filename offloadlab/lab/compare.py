@@ -17,6 +17,41 @@ if TYPE_CHECKING:
 
     from ..simulator import SimResult
 
+
+def machine_spec(machine: Machine) -> str:
+    """``machine`` as a spec with its overrides: the preset it is named after with each field
+    that differs from it (``p100x4:gpus=2,gpu_memory=60000000``); a machine of no preset (a
+    calibrated one) with each field that differs from :class:`Machine`'s defaults."""
+    from dataclasses import fields
+
+    from ..core.machine import PRESETS
+    base = PRESETS.get(machine.name, Machine())
+    changed = [f"{f.name}={getattr(machine, f.name)!r}" for f in fields(Machine)
+               if f.name not in ("name", "source", "op_rates")
+               and getattr(machine, f.name) != getattr(base, f.name)]
+    return machine.name + (":" + ",".join(changed) if changed else "")
+
+
+def provenance(graph: TaskGraph, machine: Machine, workload: str | None = None,
+               machine_text: str | None = None) -> dict[str, str]:
+    """The columns that say what a result row measured: ``workload`` (the spec or file it was
+    built from, as given; else the graph's name), ``machine`` (the spec as given, overrides
+    included; else :func:`machine_spec`) and the toolkit's ``version``."""
+    from .. import __version__
+    return {"workload": workload or graph.name,
+            "machine": machine_text or machine_spec(machine), "version": __version__}
+
+
+def stamped(table: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
+    """``table`` with the :func:`provenance` columns: ``workload`` and ``machine`` first,
+    ``version`` last but for ``error``, which stays last."""
+    out = table.copy()
+    for i, key in enumerate(("workload", "machine")):
+        out.insert(i, key, labels[key])
+    out.insert(len(out.columns) - ("error" in out.columns), "version", labels["version"])
+    return out
+
+
 #: Columns of :func:`table` / :func:`compare`, in order.
 COLUMNS = ("planner", "policy", "makespan", "bytes_moved", "offloads", "reloads", "loads",
            "peak_gpu_memory")
@@ -90,7 +125,8 @@ def compare(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]],
 def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None = None,
                      *, policy: str = "dynamic", measured: bool = False,
                      backend: str = "numpy", rate_limit: bool = True, milp_time_limit: float = 60.0,
-                     progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                     progress: Callable[[str], None] | None = None, workload: str | None = None,
+                     machine_text: str | None = None) -> pd.DataFrame:
     """Every planner (default: all registered, with their default options) on one problem,
     simulated with ``policy``: one row each with the makespan, each GPU's idle share
     (``idle_gpu0``, ...), bytes moved host->GPU and GPU->host, the offload/reload/load counts,
@@ -100,7 +136,9 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     plan the problem gets a row with ``error`` and no figures; an unknown planner or option
     raises :class:`SpecError` before any work.  ``measured`` also runs each plan on the
     executor (``backend``): ``measured_makespan``, ``sim_error`` (simulated over measured,
-    less one) and ``correct`` (its outputs against a NumPy evaluation of the graph).
+    less one) and ``correct`` (its outputs against a NumPy evaluation of the graph).  Each
+    row starts with the :func:`provenance` columns (``workload`` and ``machine_text``: the
+    specs as the caller gave them) and ends with the version and ``error`` (empty if none).
 
     On an unrolled training chain (``training-chain``, ``gpt2-train``, ``bert-train``), where
     Beaumont et al.'s MILP applies, each row also has ``iteration_time`` (the simulated
@@ -172,9 +210,18 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
         rows.append(row)
     table = pd.DataFrame(rows)
     table["error"] = table.pop("error") if "error" in table else None   # always, and last
+    return stamped(typed(table), provenance(graph, machine, workload, machine_text))
+
+
+def typed(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its :data:`COUNTS` as integers (missing in error rows) and ``error`` as
+    text, missing where there was none (an empty cell in CSV, null in JSON)."""
+    import pandas as pd
     for column in COUNTS:
         if column in table:
-            table[column] = table[column].astype("Int64")   # integers, missing in error rows
+            table[column] = table[column].astype("Int64")
+    if "error" in table:
+        table["error"] = table["error"].astype(pd.StringDtype())
     return table
 
 

@@ -1,18 +1,22 @@
 """Plots of simulated or measured runs: Gantt charts of a Trace and memory in use over time.
 
-matplotlib is imported lazily (Agg backend), so importing this module costs nothing.
+Each function builds a :class:`matplotlib.figure.Figure` (no pyplot state, no backend chosen:
+the same call works in a script, a server and a notebook, where the returned figure shows
+inline), writes it to ``path`` if one is given, and returns it.  matplotlib is imported when a
+plot is drawn, so importing this module costs nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.devices import lane_key
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
 #: Bar colour per vertex kind; kinds not listed are drawn grey.
 KIND_COLORS: dict[str, str] = {
@@ -25,37 +29,38 @@ KIND_COLORS: dict[str, str] = {
 _OTHER = "#999999"
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+def figure(**options: Any) -> Figure:
+    """A new Figure of its own, outside pyplot (``options`` as for ``Figure``)."""
+    from matplotlib.figure import Figure
+    return Figure(**options)
 
 
-def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    fig.savefig(path, dpi=120, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
-    _pyplot().close(fig)
-    return path
+def save(fig: Figure, path: str | Path | None) -> Figure:
+    """Write ``fig`` to ``path`` (its format from the suffix, PNG without one) unless ``path``
+    is None; ``fig``."""
+    if path is not None:
+        path = Path(path)
+        fig.savefig(path, dpi=120, bbox_inches="tight",
+                    format=path.suffix.lstrip(".") or "png")
+    return fig
 
 
-def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path,
+def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path | None = None,
           title: str = "Simulated schedule",
           memory: Mapping[str, pd.DataFrame] | None = None,
-          capacity: float | None = None) -> Path:
+          capacity: float | None = None) -> Figure:
     """Draw one horizontal lane per resource with a bar per executed vertex, coloured by kind.
 
     ``traces`` is one Trace DataFrame or a mapping of label -> Trace, drawn as subplots one
     above the other that share the time axis.  ``memory`` (label -> memory in use over time,
     as :func:`offloadlab.core.memory.memory_over_time` gives it) adds a panel under each
     schedule with each GPU's memory in use and, if given, the GPU ``capacity`` dashed.
-    Returns ``path``.
     """
     import pandas as pd
+    from matplotlib.patches import Rectangle
     if isinstance(traces, pd.DataFrame):
         traces = {"": traces}
     memory = memory or {}
-    plt = _pyplot()
     lanes = {label: sorted(df["resource"].dropna().unique(), key=lane_key)
              for label, df in traces.items()}
     panels: list[tuple[str, str]] = []          # (label, "lanes" | "memory"), top to bottom
@@ -66,9 +71,9 @@ def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path,
         if label in memory:
             panels.append((label, "memory"))
             heights.append(2.5)
-    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
-                             figsize=(11, 1.0 + 0.45 * sum(heights) + 0.4 * len(traces)),
-                             gridspec_kw={"height_ratios": heights})
+    fig = figure(figsize=(11, 1.0 + 0.45 * sum(heights) + 0.4 * len(traces)))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False,
+                        gridspec_kw={"height_ratios": heights})
     kinds_seen: set[str] = set()
     edge = 0.5 if max(len(df) for df in traces.values()) <= 500 else 0.0  # separate few bars
     for ax, (label, what) in zip(axes[:, 0], panels):
@@ -90,10 +95,10 @@ def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path,
             ax.set_title(label, loc="left", fontsize=10)
     axes[-1, 0].set_xlabel("time (s)")
     order = [k for k in KIND_COLORS if k in kinds_seen] + sorted(kinds_seen - set(KIND_COLORS))
-    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS.get(k, _OTHER)) for k in order]
+    handles = [Rectangle((0, 0), 1, 1, color=KIND_COLORS.get(k, _OTHER)) for k in order]
     fig.legend(handles, order, loc="upper right", ncols=max(len(order), 1), frameon=False)
     fig.suptitle(title, x=0.01, ha="left")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _memory_panel(ax, memory: pd.DataFrame, capacity: float | None) -> None:
@@ -120,17 +125,16 @@ def _byte_unit(peak: float) -> tuple[str, float]:
     return "B", 1
 
 
-def memory_plot(memory: pd.DataFrame, path: str | Path, capacity: float | None = None,
-                title: str = "Memory in use") -> Path:
+def memory_plot(memory: pd.DataFrame, path: str | Path | None = None,
+                capacity: float | None = None, title: str = "Memory in use") -> Figure:
     """Step plot of memory in use over time, one line per GPU of ``memory`` (columns
     ``time, device, bytes``) with a dashed line at the GPU ``capacity`` if given; host (pinned)
     memory, if present, gets its own panel below."""
-    plt = _pyplot()
     devices = sorted(memory["device"].unique(), key=lane_key)
     panels = [[d for d in devices if d != "host"], [d for d in devices if d == "host"]]
     panels = [p for p in panels if p] or [[]]
-    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
-                             figsize=(11, 1.0 + 2.8 * len(panels)))
+    fig = figure(figsize=(11, 1.0 + 2.8 * len(panels)))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
         rows = memory[memory["device"].isin(panel)]
         limit = capacity if capacity is not None and panel != ["host"] else None
@@ -148,16 +152,17 @@ def memory_plot(memory: pd.DataFrame, path: str | Path, capacity: float | None =
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     axes[-1, 0].set_xlabel("time (s)")
     axes[0, 0].set_title(title, loc="left")
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def compare_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+def compare_plot(table: pd.DataFrame, path: str | Path | None = None, title: str = ""
+                 ) -> Figure:
     """``offloadlab compare``'s figure: a bar per planner with its simulated makespan, a tick
     at its plan's own lower bound, and the problem's lower bound dashed.  Planners that could
     not plan the problem are left out."""
-    plt = _pyplot()
     ok = table[table["makespan"].notna()] if "makespan" in table else table.iloc[:0]
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * max(len(ok), 1)))
+    fig = figure(figsize=(8, 1.2 + 0.45 * max(len(ok), 1)))
+    ax = fig.subplots()
     y = range(len(ok))
     ax.barh(y, ok["makespan"], color=KIND_COLORS["compute"], label="makespan (simulated)")
     ax.scatter(ok["lower_bound"], y, marker="|", s=300, color="black",
@@ -171,14 +176,15 @@ def compare_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Path
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(title, loc="left", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def ablation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+def ablation_plot(table: pd.DataFrame, path: str | Path | None = None, title: str = ""
+                  ) -> Figure:
     """``offloadlab ablate determinism``'s figure: each planner's mean speedup of ``dynamic``
     over ``fixed`` dispatch (percent) against the noise level, with 95% confidence bars."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = figure(figsize=(7, 4))
+    ax = fig.subplots()
     simulated = table[table["source"] == "sim"] if "source" in table else table
     for planner, rows in simulated.groupby("planner", sort=False):
         mean = 100 * rows["mean_speedup"]
@@ -190,16 +196,16 @@ def ablation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Pat
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title, loc="left", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def sweep_plot(table: pd.DataFrame, path: str | Path, title: str = "", x: str | None = None
-               ) -> Path:
+def sweep_plot(table: pd.DataFrame, path: str | Path | None = None, title: str = "",
+               x: str | None = None) -> Figure:
     """``offloadlab sweep``'s figure: makespan against the first grid axis (``x``), a line per
     planner and policy (and per value of any other axis), the problem's lower bound dashed."""
     import pandas as pd
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = figure(figsize=(7, 4))
+    ax = fig.subplots()
     ok = table[table["makespan"].notna()] if "makespan" in table else table.iloc[:0]
     if x is None or x not in ok:
         x = "planner"
@@ -222,4 +228,4 @@ def sweep_plot(table: pd.DataFrame, path: str | Path, title: str = "", x: str | 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(title, loc="left", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)

@@ -75,7 +75,8 @@ BANDWIDTHS = (0.5 * GB, 1 * GB, 2 * GB, 4 * GB, 8 * GB, 12 * GB)
 # the deepest networks of Table 1 at batch 32 and 64, as in the paper's Figure 4
 BANDWIDTH_SETTINGS = (Setting("gpt2", 74, 32), Setting("gpt2", 74, 64), Setting("bert", 144, 32),
                       Setting("bert", 144, 64))
-COLUMNS = ["network", "depth", "batch", "sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"]
+COLUMNS = ["workload", "machine", "planners", "version", "network", "depth", "batch", "sum_u",
+           "ilp", "greedy", "l2l", "greedy_nodiscount"]
 PLANNERS = {"greedy": "greedy-offload", "l2l": "l2l",
             "greedy_nodiscount": "greedy-offload-nodiscount"}
 
@@ -110,13 +111,21 @@ def setting_machine(setting: Setting, bandwidth: float = 12 * GB) -> Machine:
 
 def evaluate(setting: Setting, bandwidth: float = 12 * GB, *, solver: str = "auto",
              time_limit: float | None = 60.0, weights: str = "paper") -> dict:
-    """One row: Σu, the MILP bound and each strategy's steady-state iteration time (s)."""
+    """One row: what it measured (the workload and machine specs, the planners of its
+    columns, the version), Σu, the MILP bound and each strategy's steady-state iteration time
+    (s)."""
+    from .. import __version__
     from ..ilp import lower_bound
     from ..planner.weight_offload import schedule_for
+    from .compare import machine_spec
     chain, machine = setting_chain(setting, weights), setting_machine(setting, bandwidth)
     bound = lower_bound(chain, machine.gpu_memory, bandwidth, solver=solver,
                         time_limit=time_limit)
-    row = {"network": setting.network, "depth": setting.depth, "batch": setting.batch,
+    workload = f"{setting.network}-train:depth={setting.depth},batch={setting.batch}," \
+               f"weight_bytes={WEIGHTS[weights][setting.network]}"
+    row = {"workload": workload, "machine": machine_spec(machine),
+           "planners": ";".join(PLANNERS.values()), "version": __version__,
+           "network": setting.network, "depth": setting.depth, "batch": setting.batch,
            "bandwidth": bandwidth, "memory": machine.gpu_memory, "weights": weights,
            "weight_bytes": chain.w[0], "sum_u": chain.sum_u,
            "ilp": bound.bound, "ilp_status": bound.status}
@@ -170,11 +179,10 @@ def shape_checks(table: pd.DataFrame, rel: float = 0.05) -> list[str]:
 
 def plot_table1(table: pd.DataFrame, path) -> None:
     """Overhead of each strategy over Σu, per setting (bars)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import figure
     labels = [f"{r.network}\n{r.depth}x{r.batch}" for r in table.itertuples()]
-    fig, ax = plt.subplots(figsize=(12, 4.2))
+    fig = figure(figsize=(12, 4.2))
+    ax = fig.subplots()
     width = 0.2
     for k, (column, label) in enumerate((("ilp", "ILP bound"), ("greedy", "Greedy"),
                                          ("l2l", "L2L"), ("greedy_nodiscount", "Greedy*"))):
@@ -187,16 +195,14 @@ def plot_table1(table: pd.DataFrame, path) -> None:
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_bandwidth(table: pd.DataFrame, path) -> None:
     """Figure 4: iteration time against bandwidth, one panel per setting."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import figure
     groups = list(table.groupby(["network", "depth", "batch"], sort=False))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.6), squeeze=False)
+    fig = figure(figsize=(4 * len(groups), 3.6))
+    axes = fig.subplots(1, len(groups), squeeze=False)
     for ax, ((network, depth, batch), rows) in zip(axes[0], groups):
         gbps = rows["bandwidth"] / GB
         for column, label, style in (("ilp", "ILP bound", "-o"), ("greedy", "Greedy", "-s"),
@@ -213,7 +219,6 @@ def plot_bandwidth(table: pd.DataFrame, path) -> None:
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 REPRODUCTIONS: dict[str, tuple[Callable, Callable, tuple]] = {

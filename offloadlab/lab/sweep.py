@@ -4,14 +4,17 @@
 A grid axis is ``machine.FIELD=v1,v2,...`` (any Machine field), ``workload.OPTION=...`` (an
 option of the workload), ``planner=spec1;spec2`` or ``policy=dynamic,fixed``.  Each point has
 a content hash of everything that determines its result (the workload spec or the TaskGraph
-file's bytes, the machine's fields, the planner spec, the policy and the toolkit's version);
-the store, an SQLite file written by this process only, maps hashes to finished rows, and a
-point whose hash is there is never run again.  The table is the store's rows in grid order, so
-an interrupted sweep that is run again ends with the same table as one that never stopped.
+file's bytes, the machine's fields, the planner spec, the policy and the toolkit's code:
+:func:`code_hash`, so that a changed planner reruns); the store, an SQLite file written by this
+process only and named after the sweep by default (:func:`default_store`), maps hashes to
+finished rows, and a point whose hash is there is never run again.  The table is the store's
+rows in grid order, so an interrupted sweep that is run again ends with the same table as one
+that never stopped.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -41,11 +44,44 @@ class Point:
 
     def key(self, salt: str) -> str:
         """The content hash of everything that determines this point's row."""
-        from .. import __version__
         from ..core.machine import machine_from_spec
         text = json.dumps([self.workload, salt, machine_from_spec(self.machine).to_dict(),
-                           self.planner, self.policy, __version__], sort_keys=True)
+                           self.planner, self.policy, code_hash()], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.cache
+def code_hash() -> str:
+    """:func:`tree_hash` of the offloadlab package this process runs (its sources, compiled
+    modules and bundled model graphs), computed once: any change to the code that plans,
+    verifies or simulates a point changes every point's key."""
+    return tree_hash(Path(__file__).resolve().parents[1])
+
+
+def tree_hash(folder: Path) -> str:
+    """The SHA-256 of the names and contents of the files under ``folder``, bytecode caches
+    left out."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            name = path.relative_to(folder).as_posix().encode()
+            digest.update(len(name).to_bytes(4, "big") + name)
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def default_store(points: Sequence[Point]) -> Path:
+    """Where a sweep keeps its points unless told: ``offloadlab-out/sweep-NAME-HASH.sqlite``,
+    NAME the workload's (or the TaskGraph file's), HASH of the sweep's points (their specs,
+    planners and policies), so that two sweeps do not share a store by accident."""
+    name = "empty"
+    if points:
+        first = points[0]
+        name = Path(first.taskgraph).stem if first.taskgraph else parse_spec(first.workload)[0]
+    what = [(p.workload, p.taskgraph, p.machine, p.planner, p.policy) for p in points]
+    digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:12]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return Path("offloadlab-out") / f"sweep-{safe}-{digest}.sqlite"
 
 
 def parse_axis(text: str) -> tuple[str, list[str]]:
@@ -126,24 +162,44 @@ def _check_workload(spec: str, build: Callable[[str], Any]) -> None:
 
 
 def run_point(point: Point) -> dict[str, object]:
-    """Plan, verify and simulate one point: its row (the grid coordinates, then the figures of
-    :func:`offloadlab.lab.compare.compare_planners`)."""
+    """Plan, verify and simulate one point: its row (the full workload and machine specs, the
+    grid coordinates, then the columns of :func:`offloadlab.lab.compare.compare_planners`)."""
+    from .. import __version__
     from ..core.errors import OffloadlabError
     from ..core.machine import machine_from_spec
     from ..core.taskgraph import TaskGraph
     from ..core.workloads import build_workload
     from .compare import compare_planners
 
+    workload = point.taskgraph or point.workload
+    where = {"workload": workload, "machine": point.machine, **coordinate_values(point)}
     try:
         graph = TaskGraph.from_json(point.taskgraph) if point.taskgraph else \
             build_workload(point.workload)
     except OffloadlabError as exc:        # e.g. a grid value the workload cannot be built with
-        return {**dict(point.coordinates), "planner": point.planner, "policy": point.policy,
-                "error": str(exc)}
+        return {**where, "planner": point.planner, "policy": point.policy,
+                "version": __version__, "error": str(exc)}
     table = compare_planners(graph, machine_from_spec(point.machine), [point.planner],
-                             policy=point.policy)
+                             policy=point.policy, workload=workload,
+                             machine_text=point.machine)
     row = table.astype(object).where(table.notna(), None).to_dict("records")[0]
-    return {**dict(point.coordinates), **row}
+    return {**where, **row}
+
+
+def coordinate_values(point: Point) -> dict[str, object]:
+    """The point's grid coordinates as the values they set: a machine field in its unit
+    (bytes, bytes/s, seconds; an unlimited rate ``None``), a workload option as its type."""
+    from ..core.machine import machine_from_spec
+    from ..core.spec import apply_options
+    from ..core.workloads import workload_options
+
+    machine = machine_from_spec(point.machine).to_dict()
+    options: dict[str, object] = {}
+    if point.workload:
+        name, given = parse_spec(point.workload)
+        options = apply_options(workload_options(name), given, f"workload {name!r}")
+    return {key: machine[key[len("machine."):]] if key.startswith("machine.")
+            else options[key[len("workload."):]] for key, _ in point.coordinates}
 
 
 class Store:
@@ -180,15 +236,20 @@ class Store:
                        (key, json.dumps(row, allow_nan=False)))
 
 
-def sweep(points: Sequence[Point], store: Store, *, cluster: str | None = None,
+def sweep(points: Sequence[Point], store: Store | None = None, *, cluster: str | None = None,
           workers: int | None = None, progress: Callable[[int, int], None] | None = None,
           say: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Run the points not yet in ``store`` on ``dask.distributed`` (a ``LocalCluster`` of
-    ``workers`` processes, default one per core; or the scheduler at ``cluster``; or, with
-    ``workers=0``, in this process), storing each row as it finishes; return every point's row
-    in grid order.  ``progress(done, total)`` hears of each finished point."""
+    """Run the points not yet in ``store`` (default: :func:`default_store`'s) on
+    ``dask.distributed`` (a ``LocalCluster`` of ``workers`` processes, default one per core; or
+    the scheduler at ``cluster``; or, with ``workers=0``, in this process), storing each row as
+    it finishes; return every point's row in grid order.  ``progress(done, total)`` hears of
+    each finished point."""
     import pandas as pd
 
+    if store is None:
+        path = default_store(points)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = Store(path)
     salt = _salts(points)
     keys = [p.key(salt.get(p.taskgraph or "", "")) for p in points]
     done = store.rows(keys)
@@ -201,7 +262,8 @@ def sweep(points: Sequence[Point], store: Store, *, cluster: str | None = None,
             done[key] = row
             if progress is not None:
                 progress(n, len(todo))
-    return pd.DataFrame([done[k] for k in keys])
+    from .compare import typed
+    return typed(pd.DataFrame([done[k] for k in keys]))
 
 
 def _salts(points: Sequence[Point]) -> dict[str, str]:

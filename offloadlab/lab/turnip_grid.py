@@ -58,8 +58,9 @@ class Experiment:
 
     @property
     def columns(self) -> list[str]:
-        return ["model", "seq", "batch", "machine", "planner", self.time, "status",
-                "taskgraph", "memgraph", "offloads", "loads", *STAGES, "paper"]
+        return ["workload", "model", "seq", "batch", "machine", "planner", "policy", self.time,
+                "status", "taskgraph", "memgraph", "offloads", "loads", *STAGES, "paper",
+                "version"]
 
 
 def parse_points(experiment: Experiment, text: str) -> list[Point]:
@@ -91,6 +92,7 @@ def evaluate(experiment: Experiment, point: Point,
              planners: Iterable[str] = PLANNERS) -> list[dict]:
     """A row per planner: the simulated seconds (NaN and ``OOM: why`` if there is no plan),
     graph sizes and the seconds of each stage."""
+    from .. import __version__
     from ..core.machine import machine_from_spec
     from ..core.verify import verify
     from ..core.workloads import build_workload
@@ -98,15 +100,17 @@ def evaluate(experiment: Experiment, point: Point,
     from ..simulator import makespan
     machine = machine_from_spec(point.machine)
     start = time.perf_counter()
-    graph = build_workload(f"{experiment.workload}:model={point.model},seq={point.seq},"
-                           f"batch={point.batch},gpus={machine.gpus}")
+    workload = f"{experiment.workload}:model={point.model},seq={point.seq}," \
+               f"batch={point.batch},gpus={machine.gpus}"
+    graph = build_workload(workload)
     built = time.perf_counter() - start
     rows = []
     for planner in planners:
-        row: dict = dict(model=point.model, seq=point.seq, batch=point.batch,
-                         machine=point.machine, planner=planner, status="ok",
-                         taskgraph=len(graph), memgraph=0, offloads=0, loads=0,
-                         paper=experiment.paper.get(point, math.nan))
+        row: dict = dict(workload=workload, model=point.model, seq=point.seq,
+                         batch=point.batch, machine=point.machine, planner=planner,
+                         policy="dynamic", status="ok", taskgraph=len(graph), memgraph=0,
+                         offloads=0, loads=0, paper=experiment.paper.get(point, math.nan),
+                         version=__version__)
         row.update({experiment.time: math.nan, **dict.fromkeys(STAGES, math.nan)},
                    build_s=built)
         start = time.perf_counter()
@@ -145,11 +149,10 @@ def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
     """Simulated seconds against sequence length, a panel per server with its legend below, a
     line per model, batch and planner; OOM points as crosses on the panel's top edge, the
     paper's seconds as stars."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import figure
     machines = list(dict.fromkeys(table["machine"]))
-    fig, axes = plt.subplots(1, len(machines), figsize=(6.5 * len(machines), 6), squeeze=False)
+    fig = figure(figsize=(6.5 * len(machines), 6))
+    axes = fig.subplots(1, len(machines), squeeze=False)
     for ax, machine in zip(axes[0], machines):
         rows = table[table["machine"] == machine]
         top = rows[experiment.time].max() if rows[experiment.time].notna().any() else 1.0
@@ -176,4 +179,3 @@ def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
     axes[0][0].set_ylabel(experiment.label)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -87,6 +87,9 @@ class Validation:
     makespans: list[float]
     correct: bool
     noise: NoiseProbe | None = None
+    #: What was measured (:func:`~offloadlab.lab.compare.provenance`, with the policy and
+    #: backend): the first columns of :meth:`row` and :meth:`components`.
+    labels: dict[str, object] = field(default_factory=dict)
 
     @property
     def error(self) -> float:
@@ -113,10 +116,15 @@ class Validation:
                 f"variation), not small against the makespan's error of "
                 f"{100 * self.error:+.1f}%")
 
+    def components(self) -> pd.DataFrame:
+        """The component table with the :attr:`labels` columns first."""
+        return self.table.assign(**self.labels)[[*self.labels, *self.table.columns]]
+
     def row(self) -> dict:
         """A JSON-ready summary of this planner's validation."""
         span = self.table.set_index("component")
-        return {"planner": self.planner, "sim_makespan": float(span.at["makespan", "simulated"]),
+        return {**self.labels, "planner": self.planner,
+                "sim_makespan": float(span.at["makespan", "simulated"]),
                 "measured_makespan": float(span.at["makespan", "measured"]),
                 "error": self.error, "measured_makespans": self.makespans,
                 "makespan_spread": self.spread,
@@ -173,10 +181,13 @@ def validate_memgraph(mg: MemGraph, machine: Machine, graph: TaskGraph | None, p
 def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: int = 3,
              backend: str = "numpy", policy: str = "dynamic", rate_limit: bool = True,
              progress: Callable[[str], None] | None = None,
-             noise: NoiseProbe | None = None) -> list[Validation]:
+             noise: NoiseProbe | None = None, workload: str | None = None,
+             machine_text: str | None = None) -> list[Validation]:
     """:func:`validate_memgraph` for each planner's MemGraph of ``graph`` (a graph the
     executor cannot run is refused before planning), after a :func:`noise_probe` of the
-    backend (unless ``noise`` gives one already taken)."""
+    backend (unless ``noise`` gives one already taken), each labelled with what it measured
+    (``workload`` and ``machine_text``: the specs as the caller gave them)."""
+    from .compare import provenance
     check_runnable(graph)
     if noise is None:
         noise = noise_probe(machine, backend)
@@ -187,4 +198,6 @@ def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: 
         memgraph = plan(graph, machine, spec, evaluate=makespan)
         out.append(validate_memgraph(memgraph, machine, graph, spec, runs, backend, policy,
                                      rate_limit, noise))
+        out[-1].labels = {**provenance(graph, machine, workload, machine_text),
+                          "policy": policy, "backend": backend, "runs": runs}
     return out

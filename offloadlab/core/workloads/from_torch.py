@@ -48,6 +48,7 @@ after its gradient is complete.
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 from collections.abc import Sequence
@@ -140,7 +141,7 @@ def from_torch(module: torch.nn.Module, inputs: torch.Tensor | Sequence[torch.Te
     name = name or type(module).__name__
     data = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
     traced = _trace(module, data, target if train else None, train, dtype, loss, name)
-    meta: dict[str, Any] = dict(source="torch", torch=torch.__version__,
+    meta: dict[str, Any] = dict(source="torch", torch=str(torch.__version__),
                                 mode="train" if train else "infer", gpus=gpus)
     if train:
         meta.update(loss=loss, optimizer=optimizer)
@@ -196,6 +197,9 @@ def _trace(module: torch.nn.Module, data: list[torch.Tensor], target: torch.Tens
 
     modes = {m: m.training for m in module.modules()}
     module.train(train)
+    # A failing op is logged there with its traceback, then raised: say it once, below.
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    was_disabled, quiet.disabled = quiet.disabled, True
     try:
         gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
     except OffloadlabError:
@@ -204,6 +208,7 @@ def _trace(module: torch.nn.Module, data: list[torch.Tensor], target: torch.Tens
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise GraphError(f"cannot trace {name}: {type(exc).__name__}: {first}") from exc
     finally:
+        quiet.disabled = was_disabled
         for m, training in modes.items():
             m.training = training
     gm.graph.eliminate_dead_code()
