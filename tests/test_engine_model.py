@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_properties import SETTINGS, machine_for, task_graphs
 
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.workloads import build_workload
@@ -76,3 +79,25 @@ def test_calibrate_prices_every_op_a_built_in_workload_emits_from_a_measurement(
     mix = machine.duration("compute", "gpu0", 2**22, touched=2**24, op="mix")
     for op in ("layer_forward", "layer_backward", "weight_grad"):
         assert 0.25 < machine.duration("compute", "gpu0", 2**22, touched=2**24, op=op) / mix < 4
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(graph=task_graphs(), slack=st.sampled_from([0.0, 0.2, 1.0]),
+       policy=st.sampled_from(["dynamic", "fixed", "random"]), streams=st.integers(1, 5))
+def test_a_fifo_gpu_runs_each_kernel_alone_for_its_cost_and_never_below_the_bound(
+        graph, slack, policy, streams):
+    from offloadlab.core.bound import durations, lower_bound
+    machine = replace(machine_for(graph, int(graph.meta.get("gpus", 4)), slack),
+                      engine="fifo", streams=streams)
+    mg = plan(graph, machine, "levelwise")
+    result = simulate(mg, machine, policy=policy, seed=1)
+    order = sorted(mg, key=lambda v: v.order)
+    cost = dict(zip((v.id for v in order), durations(mg, machine, order)))
+    trace = result.trace
+    kernels = trace[(trace["kind"] == "compute") & (trace["device"] != "cpu")]
+    for gpu, rows in kernels.groupby("device"):
+        rows = rows.sort_values("start")
+        assert (rows["start"].to_numpy()[1:] >= rows["end"].to_numpy()[:-1] - 1e-12).all(), gpu
+    for r in kernels.itertuples():
+        assert r.end - r.start == pytest.approx(cost[r.vertex], rel=1e-9, abs=1e-12)
+    assert result.makespan >= lower_bound(mg, machine) * (1 - 1e-9)

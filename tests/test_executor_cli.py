@@ -97,7 +97,8 @@ def test_calibrate_writes_a_machine_others_read(capsys, tmp_path):
                           "--out", out)
     assert code == 0, err
     m = machine_from_spec(str(out))
-    assert m.name == "p100x4-calibrated-numpy" and m.gpus == 2
+    assert m.name == "p100x4-calibrated-numpy" and m.gpus == 2 and m.engine == "fifo"
+    assert "  GPU engine fifo\n" in text
     # copies are paced to the base machine's links: calibration finds them again
     # (a least-squares line through loaded, noisy copies: within 25%)
     assert 1.5e9 < m.h2d_bandwidth < 2.5e9 and 1.5e9 < m.d2h_bandwidth < 2.5e9

@@ -41,6 +41,8 @@ def test_the_noise_probe_times_its_kernel_repeatedly():
     probe = noise_probe(machine_from_spec("p100x4:gpus=1"), "numpy", n=64, repeats=12)
     assert probe.repeats == 12 and probe.mean > 0 and probe.std >= 0 and probe.cv >= 0
     assert "64x64 float32 matmul x 12" in str(probe)
+    with pytest.raises(ValueError, match="repeats >= 2"):
+        noise_probe(machine_from_spec("p100x4:gpus=1"), "numpy", n=64, repeats=1)
 
 
 def test_validate_memgraph_warms_up_with_one_unmeasured_run(monkeypatch):

@@ -644,6 +644,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if m.gpus > 1:
         print(f"  GPU->GPU {m.gpu_gpu_bandwidth / 1e9:.4g} GB/s")
     print(f"  CPU matmul {m.cpu_flops / 1e9:.4g} GFLOP/s")
+    print(f"  GPU engine {m.engine}")
     print(f"wrote {out} (use it as --machine {out}) and {table_path}")
     return 0
 

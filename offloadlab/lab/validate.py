@@ -64,7 +64,10 @@ class NoiseProbe:
 
 def noise_probe(machine: Machine, backend: str = "numpy", n: int = PROBE_SIZE,
                 repeats: int = PROBE_REPEATS) -> NoiseProbe:
-    """Time ``repeats`` n x n float32 matmuls on ``backend``'s gpu0, one at a time."""
+    """Time ``repeats`` (at least 2) n x n float32 matmuls on ``backend``'s gpu0, one at a
+    time."""
+    if repeats < 2 or n < 1:
+        raise ValueError(f"a noise probe needs n >= 1 and repeats >= 2, got {n}, {repeats}")
     probe = replace(machine, gpus=max(machine.gpus, 1), gpu_memory=2**62, streams=1)
     mg = matmuls(n, repeats)
     execute(mg, probe, backend=backend, policy="fixed")            # warm-up
