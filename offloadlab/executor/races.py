@@ -161,8 +161,12 @@ class RaceDetector:
         self._inputs(vertices)
 
     def _inputs(self, vertices) -> None:
-        """The inputs' checksums and last writers, before the run (which also compiles the
-        GPU's checksum kernel there)."""
+        """The inputs' checksums and last writers, before the run, and the checksum kernel
+        compiled on every GPU that has slots."""
+        for where, slots in self.slots.items():
+            if where != HOST:
+                with _on(self.xp, slots):
+                    checksum(self.xp, slots.view(self.xp.uint8)[:0], slots[:1].reshape(()))
         for i, v in enumerate(vertices):
             if v.kind != "input":
                 continue
