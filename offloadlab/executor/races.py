@@ -156,17 +156,14 @@ class RaceDetector:
                 slots = backend.arena(f"{where}:races", 8 * size).view(self.xp.uint64)
             self.slots[where] = slots
             self.host_slots[where] = slots if where == HOST else np.zeros(size, np.uint64)
+        self._compile()
         self.last: dict[str, LastWriter[int]] = {}
         self.finished = bytearray(n)
         self._inputs(vertices)
 
     def _inputs(self, vertices) -> None:
-        """The inputs' checksums and last writers, before the run, and the checksum kernel
-        compiled on every GPU that has slots."""
-        for where, slots in self.slots.items():
-            if where != HOST:
-                with _on(self.xp, slots):
-                    checksum(self.xp, slots.view(self.xp.uint8)[:0], slots[:1].reshape(()))
+        """The inputs' checksums and last writers, before the run (which also compiles the
+        GPU's checksum kernel there)."""
         for i, v in enumerate(vertices):
             if v.kind != "input":
                 continue
@@ -180,6 +177,14 @@ class RaceDetector:
             with _on(self.xp, slots):
                 checksum(self.xp, self.data[i], self._slot(i, 0))
             self.expected[i] = self._read(i, 1)[0]
+
+    def _compile(self) -> None:
+        """Compile the checksum kernel on every GPU with slots, before the run (an input's
+        checksum compiles it only on a GPU that holds an input)."""
+        for where, slots in self.slots.items():
+            if where != HOST:
+                with _on(self.xp, slots):
+                    checksum(self.xp, slots.view(self.xp.uint8)[:0], slots[:1].reshape(()))
 
     def _host_checksum(self, tensor: np.ndarray) -> int:
         out = np.zeros((), np.uint64)
