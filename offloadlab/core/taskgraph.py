@@ -11,19 +11,20 @@ import hashlib
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, BinaryIO, cast, overload
+from typing import Any, overload
 
 from . import nodelink
 from .checks import (
     INF,
     MAX_COUNT,
+    builtin_number,
     edge_ends,
     ids,
     number,
     short,
     vertex_id,
-    write_node_link,
 )
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
@@ -31,6 +32,7 @@ from .ops import DTYPES, OPS, op_problem
 from .util import no_gc
 
 KINDS = ("input", "compute", "transfer")
+HASH_BLOCK = 10_000      # vertices encoded at a time by TaskGraph.content_hash
 
 
 @dataclass(slots=True)
@@ -250,19 +252,22 @@ class TaskGraph:
         return nodelink.write(*self._node_link(), path, "TaskGraph")
 
     def content_hash(self) -> str:
-        """``"sha256:"`` and the hex digest of the node-link JSON :meth:`to_json` writes, less
-        the name: the vertices with their fields, in order, the edges and the attributes (with
-        ``flops`` and ``time`` as floats, as a file gives them back).  A planner records it in
+        """``"sha256:"`` and the hex digest of the TaskGraph's attributes (less its name) and its
+        vertices in order, each with all its fields (its inputs: the edges), as MessagePack,
+        ``flops`` and ``time`` as floats as a file gives them back.  A planner records it in
         the MemGraph (``graph.taskgraph_hash``); the same TaskGraph read back from its file
-        hashes the same."""
-        digest = hashlib.sha256()
-        graph, nodes, edges = self._node_link()
-        del graph["name"]
-        floats = (t if type(t.flops) is float and (t.time is None or type(t.time) is float)
-                  else replace(t, flops=float(t.flops),
-                               time=None if t.time is None else float(t.time))
-                  for t in nodes)
-        write_node_link(cast(BinaryIO, _Digest(digest)), graph, floats, edges, "TaskGraph")
+        hashes the same.  Encoded a block of vertices at a time, so it holds no copy of the
+        graph."""
+        import msgspec
+        tasks = list(self.tasks.values())
+        if not ({*map(type, map(attrgetter("flops"), tasks))} <= {float}
+                and {*map(type, map(attrgetter("time"), tasks))} <= {float, type(None)}):
+            tasks = [replace(t, flops=float(t.flops),
+                             time=None if t.time is None else float(t.time)) for t in tasks]
+        encode = msgspec.msgpack.Encoder(enc_hook=builtin_number).encode
+        digest = hashlib.sha256(encode(self.meta))
+        for at in range(0, len(tasks), HASH_BLOCK):
+            digest.update(encode(tasks[at:at + HASH_BLOCK]))
         return "sha256:" + digest.hexdigest()
 
     @classmethod
@@ -350,13 +355,6 @@ class TaskGraph:
                 n.dtype or "float32", n.time)
         g._link(edge_inputs, "")
         return g
-
-
-class _Digest:
-    """A file that hashes what is written to it."""
-
-    def __init__(self, digest: Any):
-        self.write = digest.update
 
 
 def device_problem(kind: str, device: str) -> str | None:

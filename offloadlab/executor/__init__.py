@@ -96,9 +96,10 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
     completion before it stops naming the vertices it waits for; ``progress`` is called with
     the number of vertices done, at most four times a second and once at the end.
 
-    Raises ExecutionError (naming the vertex) if a kernel fails or memory does not suffice,
-    StallError if no vertex can make progress, KernelError for an op without a kernel (a
-    ``generic:...`` op before anything is set up).
+    Raises VerificationError (before anything is set up) for an incorrect MemGraph,
+    ExecutionError (naming the vertex) if a kernel fails or memory does not suffice,
+    StallError if no vertex can make progress, RaceError for a race the detector saw,
+    KernelError for an op without a kernel (a ``generic:...`` op before anything is set up).
     """
     check_runnable(memgraph)
     check_policy(policy)

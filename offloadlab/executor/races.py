@@ -156,6 +156,7 @@ class RaceDetector:
                 slots = backend.arena(f"{where}:races", 8 * size).view(self.xp.uint64)
             self.slots[where] = slots
             self.host_slots[where] = slots if where == HOST else np.zeros(size, np.uint64)
+        self._compile()
         self.last: dict[str, LastWriter[int]] = {}
         self.finished = bytearray(n)
 
@@ -175,6 +176,14 @@ class RaceDetector:
             with _on(self.xp, slots):
                 checksum(self.xp, self.data[i], self._slot(i, 0))
             self.expected[i] = self._read(i, 1)[0]
+
+    def _compile(self) -> None:
+        """Compile the checksum kernel on every GPU with slots, before the run (an input's
+        checksum compiles it only on a GPU that holds an input)."""
+        for where, slots in self.slots.items():
+            if where != HOST:
+                with _on(self.xp, slots):
+                    checksum(self.xp, slots.view(self.xp.uint8)[:0], slots[:1].reshape(()))
 
     def _host_checksum(self, tensor: np.ndarray) -> int:
         out = np.zeros((), np.uint64)

@@ -133,8 +133,7 @@ def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
     extras = dict(mg.graph)
     mg.graph.clear()
     mg.graph.update(planner=planner.name, taskgraph=graph.name,
-                    taskgraph_hash=graph.content_hash(),
                     options=chosen.recorded() if recorded is None else recorded,
-                    machine=machine.to_dict(), **extras)
+                    machine=machine.to_dict(), taskgraph_hash=graph.content_hash(), **extras)
     mg.stamp_tensors(graph)
     return mg
