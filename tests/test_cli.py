@@ -232,7 +232,7 @@ def test_simulate_missing_and_malformed_memgraph(capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
     err = fails(capsys, "simulate", bad)
-    assert "bad.json" in err and "malformed JSON" in err
+    assert "bad.json" in err and "neither JSON nor Parquet" in err
 
 
 def test_simulate_without_stored_machine(capsys, memgraph_file, tmp_path):

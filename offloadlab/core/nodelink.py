@@ -7,12 +7,15 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import orjson
 
+from .budget import JSON_FILE_BYTE, OTHER_JSON_FILE_BYTE, PARQUET_FILE_BYTE, check_ram
 from .checks import builtin_number, finite_tree, short, write_node_link
 from .errors import GraphError, OffloadlabError
 from .util import no_gc
@@ -134,6 +137,45 @@ def streamed(path: Path, at_least: int | None = None) -> dict | None:
         return None
     return {"directed": True, "multigraph": False, "graph": graph,
             "nodes": Items(path, "nodes"), "edges": Items(path, "edges")}
+
+
+SNIFF = 2**16
+"""How many of a file's first bytes :func:`check_input` reads to find where its JSON begins."""
+
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISSOCK, "a socket"))
+
+
+def check_input(path: str | Path, what: str, sniff: bool = True) -> None:
+    """Refuse the input file ``path`` (``what``: e.g. ``MemGraph JSON``) at once, before
+    reading it, with a :class:`GraphError` naming it: when it is not a regular file (a device
+    such as ``/dev/zero``, a FIFO, a directory); with ``sniff``, when its first bytes are
+    neither Parquet's magic nor, after whitespace, the ``{`` or ``[`` that JSON begins with;
+    and when reading it would take more RAM than is available (:mod:`.budget`)."""
+    where = f"{what} file {str(path)!r}"
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _NOT_REGULAR if test(info.st_mode)),
+                        "not a file")
+            raise GraphError(f"cannot read {where}: it is {kind}, not a regular file")
+        if not sniff:
+            return
+        with open(path, "rb") as f:
+            head = f.read(SNIFF)
+    except OSError as exc:
+        raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
+    if head.startswith(PARQUET_MAGIC):
+        per_byte = PARQUET_FILE_BYTE
+    else:
+        text = head.lstrip(b" \t\r\n")
+        if text[:1] not in (b"{", b"["):
+            found = (f"it begins with {text[:8]!r}" if text else
+                     "it is empty" if not head else f"its first {len(head)} bytes are blank")
+            raise GraphError(f"{where}: neither JSON nor Parquet ({found})")
+        per_byte = JSON_FILE_BYTE if head.startswith(HEADER) else OTHER_JSON_FILE_BYTE
+    check_ram(f"reading {where} ({info.st_size} bytes)", info.st_size * per_byte)
 
 
 def parquet_name(path: str | Path) -> bool:

@@ -2,8 +2,9 @@
 list.
 
 Every user error (an :class:`~offloadlab.core.errors.OffloadlabError`, an unwritable output,
-a bad argument) ends with one line ``offloadlab: error: ...`` on stderr and exit status 2, and
-Ctrl-C with ``offloadlab: interrupted`` and status 130; never a traceback.  Every output path
+a bad argument, running out of memory) ends with one line ``offloadlab: error: ...`` on stderr
+and exit status 2, Ctrl-C with ``offloadlab: interrupted`` and status 130, and SIGTERM with
+``offloadlab: terminated`` and status 143; never a traceback.  Every output path
 is checked before any work starts; outputs are written to temporary files beside their
 destinations (:class:`Outputs`) and renamed into place together once the command has
 succeeded, so a failed command leaves none of them.  JSON on stdout and in files is strict
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ..core.devices import lane_key
 from ..core.dispatch import POLICIES
-from ..core.errors import GraphError, OffloadlabError, SpecError, VerificationError
+from ..core.errors import GraphError, OffloadlabError, PlanError, SpecError, VerificationError
 from ..core.ops import GENERIC, op_name
 
 if TYPE_CHECKING:
@@ -258,6 +259,15 @@ def _finite_or_none(data: object) -> object:
     return data
 
 
+def _check_streams(streams: int | None, machine) -> None:
+    """Refuse ``--streams`` whose slots on every GPU of ``machine`` would not fit in the RAM
+    available (:mod:`offloadlab.core.budget`)."""
+    from ..core.budget import STREAM_SLOT, check_ram
+    if streams is not None:
+        check_ram(f"--streams {streams} on {machine.gpus} GPU(s)",
+                  streams * machine.gpus * STREAM_SLOT)
+
+
 def _check_makespan(makespan: float, what: str) -> None:
     """A run whose makespan is not finite came from absurd times, flops or rates."""
     if not math.isfinite(makespan):
@@ -335,7 +345,7 @@ def _taskgraph(args: argparse.Namespace):
     """The TaskGraph of ``--workload`` or ``--taskgraph``."""
     from ..core.taskgraph import TaskGraph
     from ..core.workloads import build_workload
-    if args.workload:
+    if args.workload is not None:           # '' too: build_workload names the empty spec
         with _phases(args).phase(f"building {args.workload}"):
             return build_workload(args.workload)
     with _phases(args).phase(f"reading {args.taskgraph}"):
@@ -459,6 +469,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     _check_writable(args, "gantt", "memory", "chrome")
     mg, machine = _read_memgraph(args)
     _leave(mg)
+    _check_streams(args.streams, machine)
     with _verifying(args, mg, None, machine, args.memgraph), \
             _phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
         result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
@@ -498,7 +509,7 @@ def _source(args: argparse.Namespace):
     """The MemGraph, TaskGraph (None for a MemGraph file) and Machine ``run`` executes; a
     TaskGraph the executor cannot run is refused before planning."""
     from ..executor import check_runnable
-    if args.memgraph:
+    if args.memgraph is not None:
         mg, machine = _memgraph_file(args)
         return mg, None, machine
     if not args.machine:
@@ -519,19 +530,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_writable(args, "gantt", "chrome")
     mg, graph, machine = _source(args)
     _leave(mg, graph)
-    bar = None
-    if _progress(args):
-        from tqdm import tqdm
-        bar = tqdm(total=len(mg), unit="vertex", desc="running", leave=False)
-    try:
+    _check_streams(args.streams, machine)
+    with _phases(args).phase(f"running on the {args.backend} backend", total=len(mg)) as report:
         result = execute(mg, machine, backend=args.backend, policy=args.policy, seed=args.seed,
                          streams=args.streams, poison=args.poison,
                          rate_limit=not args.no_rate_limit, watchdog=args.watchdog,
-                         progress=None if bar is None else
-                         (lambda done: bar.update(done - bar.n)))
-    finally:
-        if bar is not None:
-            bar.close()
+                         progress=report)
     _leave(result)
     _check_makespan(result.makespan, "measured")
     wrong = None
@@ -627,6 +631,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table = compare_planners(graph, machine, args.planner, policy=args.policy,
                              measured=args.measured, backend=args.backend,
                              rate_limit=not args.no_rate_limit, progress=say)
+    failed = table["error"].notna() if "error" in table else table["planner"].isna()
+    if failed.all():
+        raise PlanError("every planner failed: " + "; ".join(
+            f"{row['planner']}: {row['error']}" for _, row in table.iterrows()))
     table.insert(0, "workload", args.workload or args.taskgraph)
     table.insert(1, "machine", machine.name)
     written = _write_table_and_plot(args, table, "compare_plot",
@@ -637,7 +645,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     print(f"{graph.name} on {machine.name}, {args.policy} dispatch; no plan can beat "
           f"{table['problem_bound'].iloc[0]:.4g} s ({table['bound_limit'].iloc[0]} binds)")
-    failed = table["error"].notna() if "error" in table else table["planner"].isna()
     shown = table[~failed].drop(columns=["workload", "machine", "policy", "problem_bound",
                                          "bound_limit", "error"], errors="ignore")
     if len(shown):
@@ -666,12 +673,13 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         check_spec(spec)
     graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
-    say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
     if args.what == "parts":
-        return _ablate_parts(args, graph, machine, say)
-    table = ablate_determinism(graph, machine, planners, args.noise, args.seeds,
-                               measured=args.measured, backend=args.backend,
-                               rate_limit=not args.no_rate_limit, progress=say)
+        return _ablate_parts(args, graph, machine)
+    steps = len(planners) * (1 + len(args.noise) + args.measured)   # ablate_determinism's
+    with _phases(args).steps("ablating", steps) as step:
+        table = ablate_determinism(graph, machine, planners, args.noise, args.seeds,
+                                   measured=args.measured, backend=args.backend,
+                                   rate_limit=not args.no_rate_limit, progress=step)
     table.insert(0, "workload", args.workload or args.taskgraph)
     table.insert(1, "machine", machine.name)
     written = _write_table_and_plot(args, table, "ablation_plot",
@@ -699,8 +707,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     _check_writable(args, "out", "plot", "store")
     _check_table_suffix(args.out)
+    if args.taskgraph is not None:                  # before its contents are hashed
+        from ..core.nodelink import check_input
+        check_input(args.taskgraph, "TaskGraph JSON")
     points = grid(args.workload, args.taskgraph, args.machine,
                   args.planner or list(DEMO_PLANNERS), args.policy or ["dynamic"], args.grid)
+    if args.workload is not None:                   # each workload spec, before any work
+        from ..core.workloads import check_workload
+        for spec in dict.fromkeys(p.workload for p in points):
+            check_workload(spec)
     store = Store(args.store)
     say = (lambda line: print(line, file=sys.stderr)) if not args.quiet else None
     with _phases(args).phase("sweeping", total=len(points), unit="point") as report:
@@ -722,15 +737,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ablate_parts(args: argparse.Namespace, graph, machine, say) -> int:
+def _ablate_parts(args: argparse.Namespace, graph, machine) -> int:
     """``ablate parts``: BuildMemGraph's parts one at a time."""
-    from .ablate import ablate_parts
+    from .ablate import PARTS, ablate_parts
     for flag, given in (("--plot", args.plot), ("--planner", args.planner),
                         ("--measured", args.measured)):
         if given:
             raise SpecError(f"{flag} does not apply to ablate parts (it varies buildmemgraph's "
                             f"parts in the simulator)")
-    table = ablate_parts(graph, machine, args.policy, progress=say)
+    with _phases(args).steps("ablating parts", sum(len(s) for _, s in PARTS)) as step:
+        table = ablate_parts(graph, machine, args.policy, progress=step)
     table.insert(0, "workload", args.workload or args.taskgraph)
     table.insert(1, "machine", machine.name)
     written = _write_table_and_plot(args, table, "", "")
@@ -881,10 +897,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
     planners = args.planner or list(DEMO_PLANNERS)
-    say = (lambda spec: print(f"{spec}: simulating and running {args.runs} time(s) ...",
-                              file=sys.stderr)) if _progress(args) and not args.json else None
-    results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
-                       policy=args.policy, rate_limit=not args.no_rate_limit, progress=say)
+    with _phases(args).steps("validating", len(planners)) as step:
+        results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
+                           policy=args.policy, rate_limit=not args.no_rate_limit,
+                           progress=lambda spec: step(f"{spec}: planning, simulating and "
+                                                      f"running {args.runs} time(s)"))
     written = []
     if args.plot:
         from .plots import gantt
@@ -1271,7 +1288,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dispatch policy (dynamic)")
     p.add_argument("--noise", type=_nonnegative_float, default=0.0,
                    help="relative duration noise (0)")
-    p.add_argument("--seed", type=int, default=0, help="noise seed (0)")
+    p.add_argument("--seed", type=_nonnegative_int, default=0, help="noise seed (0)")
     p.add_argument("--streams", type=_positive_int, metavar="K",
                    help="compute streams per GPU (default: the machine's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -1294,7 +1311,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--planner", metavar="SPEC", help="planner for --workload/--taskgraph "
                    "(buildmemgraph)")
     _executor_options(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random policy (0)")
+    p.add_argument("--seed", type=_nonnegative_int, default=0,
+                   help="seed of the random policy (0)")
     p.add_argument("--streams", type=_positive_int, metavar="K",
                    help="compute streams per GPU (default: the machine's)")
     p.add_argument("--check", action="store_true",
@@ -1434,13 +1452,23 @@ _exit = os._exit                           # and what ends the process (tests re
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status: 0, 2 for any user error (one line
-    ``offloadlab: error: ...`` on stderr), 130 on Ctrl-C (``offloadlab: interrupted``), or
-    what a command returns (1 for a failed ``--check``)."""
+    ``offloadlab: error: ...`` on stderr, running out of memory too), 130 on Ctrl-C
+    (``offloadlab: interrupted``), 143 on SIGTERM (``offloadlab: terminated``), or what a
+    command returns (1 for a failed ``--check``)."""
+    from .signals import Terminated, sigterm_stops
     try:
-        return _main(argv)
+        with sigterm_stops():
+            return _main(argv)
+    except Terminated:
+        print("offloadlab: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("offloadlab: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        from .progress import doing
+        _error(f"out of memory while {doing() or 'running the command'}: the RAM available "
+               f"(or the process's memory limit) is too small for it")
     except BrokenPipeError:             # stdout closed early (offloadlab ... | head): stop quietly
         _silence_stdout()
         return 141
