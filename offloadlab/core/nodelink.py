@@ -173,7 +173,7 @@ def check_input(path: str | Path, what: str, sniff: bool = True) -> None:
         if text[:1] not in (b"{", b"["):
             found = (f"it begins with {text[:8]!r}" if text else
                      "it is empty" if not head else f"its first {len(head)} bytes are blank")
-            raise GraphError(f"{where}: neither JSON nor Parquet ({found})")
+            raise GraphError(f"{where}: neither a JSON object or array nor Parquet ({found})")
         per_byte = JSON_FILE_BYTE if head.startswith(HEADER) else OTHER_JSON_FILE_BYTE
     check_ram(f"reading {where} ({info.st_size} bytes)", info.st_size * per_byte)
 
@@ -189,6 +189,8 @@ def is_parquet(path: str | Path) -> bool:
     first bytes, Parquet's magic."""
     if parquet_name(path):
         return True
+    if not os.path.isfile(path):        # a FIFO would block here: check_input refuses it
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(4) == PARQUET_MAGIC

@@ -1465,10 +1465,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("offloadlab: interrupted", file=sys.stderr)
         return 130
-    except MemoryError:
-        from .progress import doing
-        _error(f"out of memory while {doing() or 'running the command'}: the RAM available "
-               f"(or the process's memory limit) is too small for it")
+    except OutOfMemory:
+        progress = sys.modules.get(f"{__package__}.progress")   # imported by any phase
+        what = progress.ran_out_while() if progress else None
+        _error(f"out of memory while {what or 'running the command'}: the RAM available (or "
+               f"the process's memory limit) is too small for it")
     except BrokenPipeError:             # stdout closed early (offloadlab ... | head): stop quietly
         _silence_stdout()
         return 141
@@ -1489,8 +1490,17 @@ def _main(argv: list[str] | None) -> int:
     args.outputs = Outputs()
     try:
         return args.func(args)
+    except MemoryError:
+        # the exception's frames hold what was being built: they go at the end of this block,
+        # before the files staged are removed and the error is reported
+        pass
     finally:
         args.outputs.discard()          # what a failed command staged; nothing after commit()
+    raise OutOfMemory()
+
+
+class OutOfMemory(Exception):
+    """A command ran out of memory (:func:`_main`; its MemoryError and frames are gone)."""
 
 
 def _silence_stdout() -> None:

@@ -5,8 +5,8 @@ phase reports them, and a bar of steps for the commands that repeat a phase (``a
 left.  Shown on a terminal, or everywhere with ``--progress``; never with ``--quiet``.  Bars
 are cleared when their phase ends, so that a command's own output stays as it was.
 
-Whether shown or not, the innermost phase is kept (:func:`doing`), so that an error that
-stops a command (out of memory) can say what it was doing."""
+Whether shown or not, the phases are kept, so that a command that runs out of memory can
+say what it was doing (:func:`ran_out_while`)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,15 @@ Step = Callable[[str], None]
 """``step(line)``: the next step starts; ``line`` says what it does."""
 
 _doing: list[str] = []
+_ran_out: str | None = None         # the innermost phase that ran out of memory
 
 
-def doing() -> str | None:
-    """What the innermost phase of the running command is doing (``"building random:..."``),
-    or None outside any phase."""
-    return _doing[-1] if _doing else None
+def ran_out_while() -> str | None:
+    """What the innermost phase was doing (``"building random:..."``) when it ran out of
+    memory (a ``MemoryError`` left it), or None; forgotten once asked."""
+    global _ran_out
+    what, _ran_out = _ran_out, None
+    return what
 
 
 def _ignore(done: int) -> None:
@@ -45,6 +48,7 @@ class Phases:
               ) -> Iterator[Report]:
         """A bar named ``name`` for the duration of the ``with`` block; the block gets a
         ``report(done)`` callback (a no-op when disabled or without a ``total``)."""
+        global _ran_out
         _doing.append(name)
         try:
             if not self.enabled:
@@ -65,6 +69,9 @@ class Phases:
                 yield report
             finally:
                 bar.close()
+        except MemoryError:
+            _ran_out = _ran_out or _doing[-1]
+            raise
         finally:
             _doing.pop()
 

@@ -88,6 +88,8 @@ def _chain_layers(o: dict) -> int:
     at least 8 bytes: four values, three commas and a newline)."""
     if not o["csv_path"]:
         return len([x for x in str(o["uF"]).split(";") if x.strip()])
+    if not os.path.exists(o["csv_path"]):
+        return 0                                # training_chain names the missing file
     check_input(o["csv_path"], "training-chain CSV", sniff=False)
     return os.stat(o["csv_path"]).st_size // 8
 
