@@ -209,13 +209,13 @@ class Machine:
             raise SpecError(f"cannot read {where}: {exc.strerror or exc}") from None
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise SpecError(f"{where}: not a JSON Machine ({exc})") from None
-        if type(data) is dict:
-            missing = [key for key in REQUIRED if key not in data]
-            if missing:
-                raise SpecError(f"{where}: no {' and no '.join(missing)}; a machine file "
-                                f"must state {' and '.join(REQUIRED)} (a preset or "
-                                f"NAME:field=value gives the others)")
-        return cls.from_dict(data, where)
+        machine = cls.from_dict(data, where)         # every field given checked first
+        missing = [key for key in REQUIRED if key not in data]
+        if missing:
+            raise SpecError(f"{where}: no {' and no '.join(missing)}; a machine file must "
+                            f"state {' and '.join(REQUIRED)} (a preset or NAME:field=value "
+                            f"gives the others)")
+        return machine
 
 
 REQUIRED = ("gpus", "gpu_memory")

@@ -270,6 +270,7 @@ def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any
     if isinstance(text_or_path, Path) or not str(text).lstrip().startswith("{"):
         path = Path(text_or_path)
         where = f"{what} file {str(path)!r}"
+        check_input(path, what)
         try:
             blocks = streamed(path) if stream else None
             if blocks is not None:

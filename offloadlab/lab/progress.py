@@ -48,9 +48,7 @@ class Phases:
               ) -> Iterator[Report]:
         """A bar named ``name`` for the duration of the ``with`` block; the block gets a
         ``report(done)`` callback (a no-op when disabled or without a ``total``)."""
-        global _ran_out
-        _doing.append(name)
-        try:
+        with _kept(name):
             if not self.enabled:
                 yield _ignore
                 return
@@ -69,18 +67,13 @@ class Phases:
                 yield report
             finally:
                 bar.close()
-        except MemoryError:
-            _ran_out = _ran_out or _doing[-1]
-            raise
-        finally:
-            _doing.pop()
 
     @contextmanager
     def steps(self, name: str, total: int) -> Iterator[Step]:
         """A bar of ``total`` steps for the ``with`` block, which calls ``step(line)`` as each
         step starts: the bar shows ``line``, how many steps are done, and the time left at
         the pace so far (tqdm's estimate)."""
-        with self.phase(name):
+        with _kept(name):
             if not self.enabled:
                 yield lambda line: _set_doing(f"{name}: {line}")
                 return
@@ -88,7 +81,7 @@ class Phases:
 
             bar = tqdm(desc=name, total=total, unit="step", file=sys.stderr, leave=False,
                        mininterval=0.25, bar_format="{desc}: {n}/{total} steps, "
-                       "{elapsed} so far, {remaining} left; {postfix}")
+                       "{elapsed} so far, {remaining} left{postfix}")
             started = False
 
             def step(line: str) -> None:
@@ -102,6 +95,20 @@ class Phases:
                 yield step
             finally:
                 bar.close()
+
+
+@contextmanager
+def _kept(name: str) -> Iterator[None]:
+    """Keep the phase ``name`` for the ``with`` block (:func:`ran_out_while`)."""
+    global _ran_out
+    _doing.append(name)
+    try:
+        yield
+    except MemoryError:
+        _ran_out = _ran_out or _doing[-1]
+        raise
+    finally:
+        _doing.pop()
 
 
 def _set_doing(what: str) -> None:
