@@ -392,6 +392,10 @@ RUNAWAYS = {
     "sweep workload.vertices=1e12": lambda d: ["sweep", "--workload", "random", "--machine",
                                                MACHINE, "--grid", "workload.vertices=10,1e12",
                                                "--workers", "0", "--store", "s.sqlite"],
+    "reproduce --only gpt2-1000000000x16": lambda d: [
+        "reproduce", "beaumont-table1", "--only", "gpt2-1000000000x16", "--json"],
+    "reproduce --only 7b-100000000": lambda d: ["reproduce", "turnip-prefill", "--only",
+                                                "7b-100000000", "--json"],
     "simulate /dev/zero": lambda d: ["simulate", "/dev/zero"],
     "simulate /dev/urandom": lambda d: ["simulate", "/dev/urandom"],
     "run /dev/zero": lambda d: ["run", "/dev/zero"],
