@@ -61,7 +61,7 @@ def _largest_allocation(cuda, free: int) -> int:
 
 def cmd_device(args: argparse.Namespace) -> None:
     if args.backend == "numpy":
-        from offloadlab.executor.device import ram_available
+        from offloadlab.core.budget import ram_available
         data = {"cpus": os.cpu_count(), "ram_available": ram_available(),
                 "python": platform.python_version(), "machine": platform.machine()}
         _row(args.rows, "device", f"{data['cpus']} CPUs, "

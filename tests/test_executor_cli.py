@@ -76,7 +76,7 @@ def test_outputs_in_a_missing_directory_fail_before_running(capsys, tmp_path, ar
 
 def test_run_rejects_files_that_are_not_utf8_and_nan_machines(capsys, tmp_path):
     path = tmp_path / "bad.json"
-    path.write_bytes(b"\xff\xfe{bad")
+    path.write_bytes(b"{\xff\xfebad")
     assert "not UTF-8 text" in fails(capsys, "run", path)
     assert "not UTF-8 text" in fails(capsys, "run", "--taskgraph", path, "--machine", "v100")
     assert "option h2d_bandwidth: cannot read 'nan'" in fails(

@@ -194,6 +194,7 @@ def read(path: str | Path) -> MemGraph:
     import pyarrow.parquet as pq
 
     where = f"MemGraph Parquet file {str(path)!r}"
+    nodelink.check_input(path, "MemGraph Parquet")
     try:
         with open(path, "rb") as f:     # names what is wrong with the path, as JSON's reader
             head = f.read(1)

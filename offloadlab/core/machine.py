@@ -11,9 +11,11 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from .budget import MACHINE_GPU, STREAM_SLOT, check_ram
 from .checks import INF, dumps, number, short
 from .devices import CPU, gpu_index, gpu_name, is_gpu
-from .errors import SpecError
+from .errors import GraphError, SpecError
+from .nodelink import check_input
 from .ops import op_name
 from .spec import apply_options, parse_spec
 
@@ -192,7 +194,9 @@ class Machine:
                                 f"bytes/s read], got {short(rates)}")
             data["op_rates"] = tuple(tuple(e) for e in rates)
         _check_fields(data, where)
-        return cls(**data)
+        machine = cls(**data)
+        check_machine_ram(machine, where)
+        return machine
 
     def to_json(self) -> str:
         """Strict JSON (unlimited rates as ``null``)."""
@@ -203,12 +207,33 @@ class Machine:
         """Read a Machine JSON file (``to_json``'s output), naming the file in any error."""
         where = f"machine file {str(path)!r}"
         try:
+            check_input(path, "machine")
+        except GraphError as exc:
+            raise SpecError(str(exc)) from None
+        try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise SpecError(f"cannot read {where}: {exc.strerror or exc}") from None
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise SpecError(f"{where}: not a JSON Machine ({exc})") from None
-        return cls.from_dict(data, where)
+        machine = cls.from_dict(data, where)         # every field given checked first
+        missing = [key for key in REQUIRED if key not in data]
+        if missing:
+            raise SpecError(f"{where}: no {' and no '.join(missing)}; a machine file must "
+                            f"state {' and '.join(REQUIRED)} (a preset or NAME:field=value "
+                            f"gives the others)")
+        return machine
+
+
+REQUIRED = ("gpus", "gpu_memory")
+"""The fields a machine file must state: no default could stand for them."""
+
+
+def check_machine_ram(machine: Machine, where: str) -> None:
+    """Refuse a machine whose GPUs and their stream slots would not fit in the RAM available
+    to plan and run on it (:mod:`.budget`)."""
+    check_ram(f"{where} ({machine.gpus} GPUs, {machine.streams} streams each)",
+              machine.gpus * (MACHINE_GPU + machine.streams * STREAM_SLOT))
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Machine)}
@@ -362,4 +387,6 @@ def machine_from_spec(spec: str | Machine) -> Machine:
     defaults = {f.name: getattr(base, f.name) for f in fields(Machine)
                 if f.name not in ("name", "source", "op_rates")}
     merged = apply_options(defaults, options, f"machine {name!r}", unlimited=UNLIMITED)
-    return replace(base, **merged)  # type: ignore[arg-type]  # apply_options checked each field
+    machine = replace(base, **merged)  # type: ignore[arg-type]  # apply_options checked each
+    check_machine_ram(machine, f"machine {spec!r}")
+    return machine

@@ -7,13 +7,16 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import orjson
 
+from .budget import JSON_FILE_BYTE, OTHER_JSON_FILE_BYTE, PARQUET_FILE_BYTE, check_ram
 from .checks import builtin_number, finite_tree, short, write_node_link
 from .errors import GraphError, OffloadlabError
 from .util import no_gc
@@ -142,6 +145,45 @@ def streamed(path: Path, at_least: int | None = None) -> dict | None:
             "nodes": Items(path, "nodes"), "edges": Items(path, "edges")}
 
 
+SNIFF = 2**16
+"""How many of a file's first bytes :func:`check_input` reads to find where its JSON begins."""
+
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISSOCK, "a socket"))
+
+
+def check_input(path: str | Path, what: str, sniff: bool = True) -> None:
+    """Refuse the input file ``path`` (``what``: e.g. ``MemGraph JSON``) at once, before
+    reading it, with a :class:`GraphError` naming it: when it is not a regular file (a device
+    such as ``/dev/zero``, a FIFO, a directory); with ``sniff``, when its first bytes are
+    neither Parquet's magic nor, after whitespace, the ``{`` or ``[`` that JSON begins with;
+    and when reading it would take more RAM than is available (:mod:`.budget`)."""
+    where = f"{what} file {str(path)!r}"
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _NOT_REGULAR if test(info.st_mode)),
+                        "not a file")
+            raise GraphError(f"cannot read {where}: it is {kind}, not a regular file")
+        if not sniff:
+            return
+        with open(path, "rb") as f:
+            head = f.read(SNIFF)
+    except OSError as exc:
+        raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
+    if head.startswith(PARQUET_MAGIC):
+        per_byte = PARQUET_FILE_BYTE
+    else:
+        text = head.lstrip(b" \t\r\n")
+        if text[:1] not in (b"{", b"["):
+            found = (f"it begins with {text[:8]!r}" if text else
+                     "it is empty" if not head else f"its first {len(head)} bytes are blank")
+            raise GraphError(f"{where}: neither a JSON object or array nor Parquet ({found})")
+        per_byte = JSON_FILE_BYTE if head.startswith(HEADER) else OTHER_JSON_FILE_BYTE
+    check_ram(f"reading {where} ({info.st_size} bytes)", info.st_size * per_byte)
+
+
 def parquet_name(path: str | Path) -> bool:
     """Whether ``path``'s name says Parquet (it ends in ``.parquet``): how a MemGraph file is
     written."""
@@ -153,6 +195,8 @@ def is_parquet(path: str | Path) -> bool:
     first bytes, Parquet's magic."""
     if parquet_name(path):
         return True
+    if not os.path.isfile(path):        # a FIFO would block here: check_input refuses it
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(4) == PARQUET_MAGIC
@@ -232,6 +276,7 @@ def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any
     if isinstance(text_or_path, Path) or not str(text).lstrip().startswith("{"):
         path = Path(text_or_path)
         where = f"{what} file {str(path)!r}"
+        check_input(path, what)
         try:
             blocks = streamed(path) if stream else None
             if blocks is not None:

@@ -176,7 +176,10 @@ def load(text_or_path: str | Path, form: Format, from_records: Callable[[Any, An
     """A graph read from a node-link text or file: ``from_records(graph, nodes, edges)`` on
     :func:`read`'s records, unless it is :class:`Declined` there or raises a
     :class:`GraphError` (with no place), else ``from_dict`` on what the checking reader
-    (:func:`nodelink.load`) reads, whose errors name ``what`` (e.g. ``MemGraph JSON``)."""
+    (:func:`nodelink.load`) reads, whose errors name ``what`` (e.g. ``MemGraph JSON``).  A
+    file is checked first (:func:`nodelink.check_input`)."""
+    if isinstance(text_or_path, Path) or not text_or_path.lstrip().startswith("{"):
+        nodelink.check_input(text_or_path, what)
     try:
         with no_gc():
             graph, nodes, edges = read(text_or_path, form)

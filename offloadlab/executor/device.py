@@ -81,18 +81,6 @@ class Backend(Protocol):
         """Release every buffer and stream."""
 
 
-def ram_available() -> int | None:
-    """Bytes of RAM the kernel says are available now (Linux ``MemAvailable``), or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 Job = tuple[int, Any, Callable[[], None], Callable[[], None] | None]
 """(vertex, stream, work, after): ``after`` runs once ``work`` is complete, untimed."""
 Done = tuple[int, float, float, BaseException | None]

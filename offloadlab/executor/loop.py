@@ -38,12 +38,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from ..core.budget import ram_available
 from ..core.devices import HOST, is_bus
 from ..core.dispatch import Queues, ReadyQueue
 from ..core.errors import OffloadlabError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
-from .device import Array, Backend, Cancelled, Done, Lane, WarmUp, ram_available
+from .device import Array, Backend, Cancelled, Done, Lane, WarmUp
 from .hostblock import HostAllocator, fill
 from .kernels import KernelError, _aligned, initial_value, kernel, tensor_shape, view
 

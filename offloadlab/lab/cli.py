@@ -2,8 +2,9 @@
 list.
 
 Every user error (an :class:`~offloadlab.core.errors.OffloadlabError`, an unwritable output,
-a bad argument) ends with one line ``offloadlab: error: ...`` on stderr and exit status 2, and
-Ctrl-C with ``offloadlab: interrupted`` and status 130; never a traceback.  Every output path
+a bad argument, running out of memory) ends with one line ``offloadlab: error: ...`` on stderr
+and exit status 2, Ctrl-C with ``offloadlab: interrupted`` and status 130, and SIGTERM with
+``offloadlab: terminated`` and status 143; never a traceback.  Every output path
 is checked before any work starts; outputs are written to temporary files beside their
 destinations (:class:`Outputs`) and renamed into place together once the command has
 succeeded, so a failed command leaves none of them.  JSON on stdout and in files is strict
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ..core.devices import lane_key
 from ..core.dispatch import POLICIES
-from ..core.errors import GraphError, OffloadlabError, SpecError, VerificationError
+from ..core.errors import GraphError, OffloadlabError, PlanError, SpecError, VerificationError
 from ..core.ops import GENERIC, op_name
 
 if TYPE_CHECKING:
@@ -258,6 +259,15 @@ def _finite_or_none(data: object) -> object:
     return data
 
 
+def _check_streams(streams: int | None, machine) -> None:
+    """Refuse ``--streams`` whose slots on every GPU of ``machine`` would not fit in the RAM
+    available (:mod:`offloadlab.core.budget`)."""
+    from ..core.budget import STREAM_SLOT, check_ram
+    if streams is not None:
+        check_ram(f"--streams {streams} on {machine.gpus} GPU(s)",
+                  streams * machine.gpus * STREAM_SLOT)
+
+
 def _check_makespan(makespan: float, what: str) -> None:
     """A run whose makespan is not finite came from absurd times, flops or rates."""
     if not math.isfinite(makespan):
@@ -335,7 +345,7 @@ def _taskgraph(args: argparse.Namespace):
     """The TaskGraph of ``--workload`` or ``--taskgraph``."""
     from ..core.taskgraph import TaskGraph
     from ..core.workloads import build_workload
-    if args.workload:
+    if args.workload is not None:           # '' too: build_workload names the empty spec
         with _phases(args).phase(f"building {args.workload}"):
             return build_workload(args.workload)
     with _phases(args).phase(f"reading {args.taskgraph}"):
@@ -459,6 +469,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     _check_writable(args, "gantt", "memory", "chrome")
     mg, machine = _read_memgraph(args)
     _leave(mg)
+    _check_streams(args.streams, machine)
     with _verifying(args, mg, None, machine, args.memgraph), \
             _phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
         result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
@@ -500,12 +511,12 @@ def _source(args: argparse.Namespace):
     if it records one), or None; else that TaskGraph planned.  A TaskGraph the executor cannot
     run is refused before planning; with ``--no-verify`` nothing is verified."""
     from ..executor import check_runnable
-    if not (args.memgraph or args.workload or args.taskgraph):
+    if args.memgraph is None and args.workload is None and args.taskgraph is None:
         raise SpecError("run needs a MEMGRAPH file, --workload SPEC or --taskgraph FILE")
-    if args.memgraph:
+    if args.memgraph is not None:
         mg, machine = _read_memgraph(args)
         graph = None
-        if args.workload or args.taskgraph:
+        if args.workload is not None or args.taskgraph is not None:
             graph = _taskgraph(args)
             _check_planned_from(mg, graph, args)
         elif args.check:
@@ -553,23 +564,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_writable(args, "gantt", "chrome")
     mg, graph, machine = _source(args)
     _leave(mg, graph)
-    bar = None
-    if _progress(args):
-        from tqdm import tqdm
-        bar = tqdm(total=len(mg), unit="vertex", desc="running", leave=False)
+    _check_streams(args.streams, machine)
     try:
-        result = execute(mg, machine, backend=args.backend, policy=args.policy, seed=args.seed,
-                         streams=args.streams, poison=args.poison,
-                         rate_limit=not args.no_rate_limit, watchdog=args.watchdog,
-                         progress=None if bar is None else
-                         (lambda done: bar.update(done - bar.n)),
-                         verify=False, check_races=args.check)   # verified above
+        with _phases(args).phase(f"running on the {args.backend} backend",
+                                 total=len(mg)) as report:
+            result = execute(mg, machine, backend=args.backend, policy=args.policy,
+                             seed=args.seed, streams=args.streams, poison=args.poison,
+                             rate_limit=not args.no_rate_limit, watchdog=args.watchdog,
+                             progress=report, verify=False,       # verified by _source
+                             check_races=args.check)
     except RaceError as exc:
         print(f"offloadlab: check failed: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if bar is not None:
-            bar.close()
     _leave(result)
     _check_makespan(result.makespan, "measured")
     wrong = None
@@ -667,6 +673,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                              measured=args.measured, backend=args.backend,
                              rate_limit=not args.no_rate_limit, progress=say,
                              workload=args.workload or args.taskgraph, machine_text=args.machine)
+    failed = table["error"].notna()
+    if failed.all():
+        raise PlanError("every planner failed: " + "; ".join(
+            f"{row['planner']}: {row['error']}" for _, row in table.iterrows()))
     written = _write_table_and_plot(args, table, "compare_plot",
                                     f"{graph.name} on {args.machine} ({args.policy} dispatch)")
     if args.json:
@@ -675,7 +685,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     print(f"{graph.name} on {args.machine}, {args.policy} dispatch; no plan can beat "
           f"{table['problem_bound'].iloc[0]:.4g} s ({table['bound_limit'].iloc[0]} binds)")
-    failed = table["error"].notna() if "error" in table else table["planner"].isna()
     shown = table[~failed].drop(columns=["workload", "machine", "policy", "problem_bound",
                                          "bound_limit", "version", "error"], errors="ignore")
     if len(shown):
@@ -704,14 +713,15 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         check_spec(spec)
     graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
-    say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
     if args.what == "parts":
-        return _ablate_parts(args, graph, machine, say)
-    table = ablate_determinism(graph, machine, planners, args.noise, args.seeds,
-                               measured=args.measured, backend=args.backend,
-                               rate_limit=not args.no_rate_limit, progress=say,
-                               workload=args.workload or args.taskgraph,
-                               machine_text=args.machine)
+        return _ablate_parts(args, graph, machine)
+    steps = len(planners) * (1 + len(args.noise) + args.measured)   # ablate_determinism's
+    with _phases(args).steps("ablating", steps) as step:
+        table = ablate_determinism(graph, machine, planners, args.noise, args.seeds,
+                                   measured=args.measured, backend=args.backend,
+                                   rate_limit=not args.no_rate_limit, progress=step,
+                                   workload=args.workload or args.taskgraph,
+                                   machine_text=args.machine)
     written = _write_table_and_plot(args, table, "ablation_plot",
                                     f"{graph.name} on {args.machine}: dynamic vs fixed "
                                     f"dispatch, {args.seeds} seeds")
@@ -739,8 +749,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     _check_writable(args, "out", "plot", "store")
     _check_table_suffix(args.out)
+    if args.taskgraph is not None:                  # before its contents are hashed
+        from ..core.nodelink import check_input
+        check_input(args.taskgraph, "TaskGraph JSON")
     points = grid(args.workload, args.taskgraph, args.machine,
                   args.planner or list(DEMO_PLANNERS), args.policy or ["dynamic"], args.grid)
+    if args.workload is not None:                   # each workload spec, before any work
+        from ..core.workloads import check_workload
+        for spec in dict.fromkeys(p.workload for p in points):
+            check_workload(spec)
     store = Store(args.store) if args.store else None      # None: the sweep's own
     say = (lambda line: print(line, file=sys.stderr)) if not args.quiet else None
     with _phases(args).phase("sweeping", total=len(points), unit="point") as report:
@@ -771,16 +788,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ablate_parts(args: argparse.Namespace, graph, machine, say) -> int:
+def _ablate_parts(args: argparse.Namespace, graph, machine) -> int:
     """``ablate parts``: BuildMemGraph's parts one at a time."""
-    from .ablate import ablate_parts
+    from .ablate import PARTS, ablate_parts
     for flag, given in (("--plot", args.plot), ("--planner", args.planner),
                         ("--measured", args.measured)):
         if given:
             raise SpecError(f"{flag} does not apply to ablate parts (it varies buildmemgraph's "
                             f"parts in the simulator)")
-    table = ablate_parts(graph, machine, args.policy, progress=say,
-                         workload=args.workload or args.taskgraph, machine_text=args.machine)
+    with _phases(args).steps("ablating parts", sum(len(s) for _, s in PARTS)) as step:
+        table = ablate_parts(graph, machine, args.policy, progress=step,
+                             workload=args.workload or args.taskgraph, machine_text=args.machine)
     written = _write_table_and_plot(args, table, "", "")
     if args.json:
         print(_json_text(table.to_dict("records")))
@@ -953,11 +971,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     graph = _taskgraph(args)
     machine = machine_from_spec(args.machine)
     planners = args.planner or list(DEMO_PLANNERS)
-    say = (lambda spec: print(f"{spec}: simulating and running {args.runs} time(s) ...",
-                              file=sys.stderr)) if _progress(args) and not args.json else None
-    results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
-                       policy=args.policy, rate_limit=not args.no_rate_limit, progress=say,
-                       workload=args.workload or args.taskgraph, machine_text=args.machine)
+    with _phases(args).steps("validating", len(planners)) as step:
+        results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
+                           policy=args.policy, rate_limit=not args.no_rate_limit,
+                           progress=lambda spec: step(f"{spec}: planning, simulating and "
+                                                      f"running {args.runs} time(s)"),
+                           workload=args.workload or args.taskgraph, machine_text=args.machine)
     written = []
     if args.plot:
         from .plots import gantt
@@ -1352,7 +1371,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dispatch policy (dynamic)")
     p.add_argument("--noise", type=_nonnegative_float, default=0.0,
                    help="relative duration noise (0)")
-    p.add_argument("--seed", type=int, default=0, help="noise seed (0)")
+    p.add_argument("--seed", type=_nonnegative_int, default=0, help="noise seed (0)")
     p.add_argument("--streams", type=_positive_int, metavar="K",
                    help="compute streams per GPU (default: the machine's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -1377,7 +1396,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--planner", metavar="SPEC", help="planner for --workload/--taskgraph "
                    "(buildmemgraph)")
     _executor_options(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random policy (0)")
+    p.add_argument("--seed", type=_nonnegative_int, default=0,
+                   help="seed of the random policy (0)")
     p.add_argument("--streams", type=_positive_int, metavar="K",
                    help="compute streams per GPU (default: the machine's)")
     p.add_argument("--check", action="store_true",
@@ -1520,13 +1540,24 @@ _exit = os._exit                           # and what ends the process (tests re
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status: 0, 2 for any user error (one line
-    ``offloadlab: error: ...`` on stderr), 130 on Ctrl-C (``offloadlab: interrupted``), or
-    what a command returns (1 for a failed ``--check``)."""
+    ``offloadlab: error: ...`` on stderr, running out of memory too), 130 on Ctrl-C
+    (``offloadlab: interrupted``), 143 on SIGTERM (``offloadlab: terminated``), or what a
+    command returns (1 for a failed ``--check``)."""
+    from .signals import Terminated, sigterm_stops
     try:
-        return _main(argv)
+        with sigterm_stops():
+            return _main(argv)
+    except Terminated:
+        print("offloadlab: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("offloadlab: interrupted", file=sys.stderr)
         return 130
+    except OutOfMemory:
+        progress = sys.modules.get(f"{__package__}.progress")   # imported by any phase
+        what = progress.ran_out_while() if progress else None
+        _error(f"out of memory while {what or 'running the command'}: the RAM available (or "
+               f"the process's memory limit) is too small for it")
     except BrokenPipeError:             # stdout closed early (offloadlab ... | head): stop quietly
         _silence_stdout()
         return 141
@@ -1547,8 +1578,17 @@ def _main(argv: list[str] | None) -> int:
     args.outputs = Outputs()
     try:
         return args.func(args)
+    except MemoryError:
+        # the exception's frames hold what was being built: they go at the end of this block,
+        # before the files staged are removed and the error is reported
+        pass
     finally:
         args.outputs.discard()          # what a failed command staged; nothing after commit()
+    raise OutOfMemory()
+
+
+class OutOfMemory(Exception):
+    """A command ran out of memory (:func:`_main`; its MemoryError and frames are gone)."""
 
 
 def _silence_stdout() -> None:

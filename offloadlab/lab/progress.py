@@ -1,7 +1,12 @@
-"""Progress of the command line's long phases on stderr (reading, building, planning,
-verifying, simulating, writing): one tqdm bar per phase, counting vertices where the phase
-reports them.  Shown on a terminal, or everywhere with ``--progress``; never with ``--quiet``.
-Bars are cleared when their phase ends, so that a command's own output stays as it was."""
+"""Progress of the command line's long work on stderr: one tqdm bar per phase (reading,
+building, planning, verifying, simulating, running, writing), counting vertices where the
+phase reports them, and a bar of steps for the commands that repeat a phase (``ablate``,
+``validate``), each step named as it starts, with the count and an estimate of the time
+left.  Shown on a terminal, or everywhere with ``--progress``; never with ``--quiet``.  Bars
+are cleared when their phase ends, so that a command's own output stays as it was.
+
+Whether shown or not, the phases are kept, so that a command that runs out of memory can
+say what it was doing (:func:`ran_out_while`)."""
 
 from __future__ import annotations
 
@@ -12,13 +17,28 @@ from contextlib import contextmanager
 Report = Callable[[int], None]
 """``report(done)``: how many of the phase's ``total`` units are done."""
 
+Step = Callable[[str], None]
+"""``step(line)``: the next step starts; ``line`` says what it does."""
+
+_doing: list[str] = []
+_ran_out: str | None = None         # the innermost phase that ran out of memory
+
+
+def ran_out_while() -> str | None:
+    """What the innermost phase was doing (``"building random:..."``) when it ran out of
+    memory (a ``MemoryError`` left it), or None; forgotten once asked."""
+    global _ran_out
+    what, _ran_out = _ran_out, None
+    return what
+
 
 def _ignore(done: int) -> None:
     pass
 
 
 class Phases:
-    """Progress bars for the phases of one command (disabled: every call costs nothing)."""
+    """Progress bars for the phases of one command (disabled: every call costs nothing but
+    keeping :func:`doing`)."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
@@ -28,21 +48,70 @@ class Phases:
               ) -> Iterator[Report]:
         """A bar named ``name`` for the duration of the ``with`` block; the block gets a
         ``report(done)`` callback (a no-op when disabled or without a ``total``)."""
-        if not self.enabled:
-            yield _ignore
-            return
-        from tqdm import tqdm
+        with _kept(name):
+            if not self.enabled:
+                yield _ignore
+                return
+            from tqdm import tqdm
 
-        if total is None:
-            bar = tqdm(desc=name, file=sys.stderr, leave=False, bar_format="{desc} ...")
-            report: Report = _ignore
-        else:
-            bar = tqdm(desc=name, total=total, unit=unit, file=sys.stderr, leave=False,
-                       mininterval=0.25, unit_scale=True)
+            if total is None:
+                bar = tqdm(desc=name, file=sys.stderr, leave=False, bar_format="{desc} ...")
+                report: Report = _ignore
+            else:
+                bar = tqdm(desc=name, total=total, unit=unit, file=sys.stderr, leave=False,
+                           mininterval=0.25, unit_scale=True)
 
-            def report(done: int) -> None:
-                bar.update(done - bar.n)
-        try:
-            yield report
-        finally:
-            bar.close()
+                def report(done: int) -> None:
+                    bar.update(done - bar.n)
+            try:
+                yield report
+            finally:
+                bar.close()
+
+    @contextmanager
+    def steps(self, name: str, total: int) -> Iterator[Step]:
+        """A bar of ``total`` steps for the ``with`` block, which calls ``step(line)`` as each
+        step starts: the bar shows ``line``, how many steps are done, and the time left at
+        the pace so far (tqdm's estimate)."""
+        with _kept(name):
+            if not self.enabled:
+                yield lambda line: _set_doing(f"{name}: {line}")
+                return
+            from tqdm import tqdm
+
+            bar = tqdm(desc=name, total=total, unit="step", file=sys.stderr, leave=False,
+                       mininterval=0.25, bar_format="{desc}: {n}/{total} steps, "
+                       "{elapsed} so far, {remaining} left{postfix}")
+            started = False
+
+            def step(line: str) -> None:
+                nonlocal started
+                _set_doing(f"{name}: {line}")
+                if started:
+                    bar.update(1)
+                started = True
+                bar.set_postfix_str(line.rstrip(". "))
+            try:
+                yield step
+            finally:
+                bar.close()
+
+
+@contextmanager
+def _kept(name: str) -> Iterator[None]:
+    """Keep the phase ``name`` for the ``with`` block (:func:`ran_out_while`)."""
+    global _ran_out
+    _doing.append(name)
+    try:
+        yield
+    except MemoryError:
+        _ran_out = _ran_out or _doing[-1]
+        raise
+    finally:
+        _doing.pop()
+
+
+def _set_doing(what: str) -> None:
+    """The innermost phase is now doing ``what``."""
+    if _doing:
+        _doing[-1] = what

@@ -289,38 +289,61 @@ def _runner(cluster: str | None, workers: int | None) -> Iterator[Runner]:
         yield lambda todo: ((key, run_point(point)) for key, point in todo)
         return
     try:
-        from dask.distributed import Client, LocalCluster, as_completed
+        from dask.distributed import as_completed
     except ImportError:
         raise SpecError("sweep runs on dask.distributed: pip install \"offloadlab[dist]\" "
                         "(or --workers 0 to run in this process)") from None
-    local = None
-    if cluster is None:
-        import logging
-        import os
-        import signal
-        # The workers ignore Ctrl-C (SIGINT reaches the whole process group): this process
-        # stops them, and Python keeps an ignored SIGINT ignored in the processes it starts.
-        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .signals import deferred
+
+    local = client = None
+    try:
+        # a SIGTERM while the cluster starts stops the sweep once it has: a cluster cut off
+        # half-started cannot be closed, and dask's exit handler then fails loudly
+        with deferred():
+            client, local = _client(cluster, workers)
+        yield _run_on(client, as_completed)
+    finally:
+        if client is not None:
+            client.close()
+        if local is not None:
+            local.close()
+
+
+def _client(cluster: str | None, workers: int | None):
+    """A dask client of the scheduler at ``cluster``, or of a new LocalCluster of ``workers``
+    processes: (client, the LocalCluster or None)."""
+    from dask.distributed import Client, LocalCluster
+
+    if cluster is not None:
         try:
-            local = LocalCluster(n_workers=workers or os.cpu_count() or 1,
-                                 threads_per_worker=1, processes=True, dashboard_address=None,
-                                 silence_logs=logging.ERROR)
-        finally:
-            signal.signal(signal.SIGINT, handler)
-        client = Client(local)
-    else:
-        try:
-            client = Client(cluster, timeout=5)
+            return Client(cluster, timeout=5), None
         except (OSError, TimeoutError) as exc:
             raise SpecError(f"--cluster {cluster}: no scheduler answers ({exc})") from None
+    import logging
+    import os
+    import signal
+    # The workers ignore Ctrl-C (SIGINT reaches the whole process group): this process
+    # stops them, and Python keeps an ignored SIGINT ignored in the processes it starts.
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        # ":0": any free port for the scheduler's HTTP server, which runs whatever the
+        # dashboard setting (None took 8787, and warned in several lines where it was taken)
+        local = LocalCluster(n_workers=workers or os.cpu_count() or 1,
+                             threads_per_worker=1, processes=True, dashboard_address=":0",
+                             silence_logs=logging.ERROR)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    try:
+        return Client(local), local
+    except BaseException:
+        local.close()
+        raise
 
+
+def _run_on(client, as_completed) -> Runner:
+    """A :data:`Runner` on ``client``'s workers."""
     def run(todo: Sequence[tuple[str, Point]]) -> Iterator[tuple[str, dict]]:
         futures = {client.submit(run_point, point, pure=False): key for key, point in todo}
         for future in as_completed(futures):
             yield futures[future], future.result()
-    try:
-        yield run
-    finally:
-        client.close()
-        if local is not None:
-            local.close()
+    return run

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from ..budget import TASK_VERTEX, check_ram
 from ..cycle import TrainingChain
 from ..errors import SpecError
 from ..machine import PRESETS, Machine
@@ -60,6 +61,9 @@ def transformer_chain(name: str, depth: int, batch: int, seq: int, hidden: int =
     if min(depth, batch, seq, hidden, heads) <= 0 or weight_bytes < 0:
         raise SpecError(f"{name}: depth, batch, seq, hidden and heads must be positive, "
                         f"weight_bytes >= 0")
+    # an iteration of the chain is 1 + 4 * depth vertices (TrainingChain.unrolled_size)
+    check_ram(f"{name}: depth {depth} (about {1 + 4 * depth:.3g} vertices an iteration)",
+              (1 + 4 * depth) * TASK_VERTEX)
     weight = weight_bytes or (12 * hidden * hidden + 13 * hidden) * dtype_bytes
     flops = 24.0 * batch * seq * hidden**2 + 4.0 * batch * seq**2 * hidden
     act = batch * seq * hidden * dtype_bytes
