@@ -145,16 +145,18 @@ class CupyBackend:
 
     def host_array(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """A pinned host array (an output's copy, which :meth:`download` fills asynchronously)."""
-        nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
-        try:
-            memory = self.cuda.PinnedMemory(nbytes, self.cuda.runtime.hostAllocPortable)
-        except self.cuda.runtime.CUDARuntimeError as exc:
-            raise MemoryError(str(exc)) from None
-        flat = np.frombuffer(self.cuda.PinnedMemoryPointer(memory, 0), np.uint8, nbytes)
-        return flat[:nbytes if np.prod(shape) else 0].view(dtype).reshape(shape)
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return self._pinned(nbytes).view(dtype).reshape(shape)
 
     def host_block(self, nbytes: int) -> np.ndarray:
         """One pinned, portable (pinned for every GPU) block of ``nbytes``, as NumPy bytes."""
+        block = self._pinned(nbytes)
+        if nbytes:
+            self.pinned = (block.ctypes.data, block.ctypes.data + nbytes)
+        return block
+
+    def _pinned(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` of pinned, portable host memory as NumPy bytes (none for 0)."""
         if not nbytes:
             return np.empty(0, np.uint8)
         cuda = self.cuda
@@ -162,9 +164,7 @@ class CupyBackend:
             memory = cuda.PinnedMemory(nbytes, cuda.runtime.hostAllocPortable)
         except cuda.runtime.CUDARuntimeError as exc:
             raise MemoryError(str(exc)) from None
-        block = np.frombuffer(cuda.PinnedMemoryPointer(memory, 0), np.uint8, nbytes)
-        self.pinned = (block.ctypes.data, block.ctypes.data + nbytes)
-        return block
+        return np.frombuffer(cuda.PinnedMemoryPointer(memory, 0), np.uint8, nbytes)
 
     def fill(self, buffer: Array, byte: int) -> None:
         """Set every byte of ``buffer``, on its own device, and wait (outside the run, or

@@ -132,7 +132,7 @@ def _matmul_shards(xp, out: Array, left: Sequence[Array], right: Array,
     ``right`` that is a strided slice is first copied into ``scratch`` (:func:`_dense`)."""
     row = 0
     partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape) if len(left) > 1 else None
-    spare = scratch[_aligned(out.nbytes) if len(left) > 1 else 0:]
+    spare = scratch[aligned(out.nbytes) if len(left) > 1 else 0:]
     for k, x in enumerate(left):
         block = _dense(xp, right[row:row + x.shape[1]], spare)
         row += x.shape[1]
@@ -146,7 +146,8 @@ def _matmul_shards(xp, out: Array, left: Sequence[Array], right: Array,
 ALIGN = 256     # bytes: a scratch buffer after another starts at a multiple of this
 
 
-def _aligned(nbytes: int) -> int:
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of :data:`ALIGN`: where a buffer after it starts."""
     return -(-nbytes // ALIGN) * ALIGN
 
 
@@ -659,7 +660,7 @@ def attn_values(xp, out, args, scratch) -> None:
                 (p.shape[0], v.shape[1]) != out.shape:
             raise KernelError(f"attn_values: {p.shape} x {v.shape} do not give {out.shape}")
     partial = scratch[:out.nbytes].view(out.dtype).reshape(out.shape) if n > 1 else None
-    spare = scratch[_aligned(out.nbytes) if n > 1 else 0:]
+    spare = scratch[aligned(out.nbytes) if n > 1 else 0:]
     xp.matmul(args[0], _dense(xp, args[n], spare), out=out)
     for p, v in zip(args[1:n], args[n + 1:]):
         xp.matmul(p, _dense(xp, v, spare), out=partial)
@@ -671,7 +672,7 @@ def _values_bytes(out: Array, args: Sequence[Array]) -> int:
     then room for the largest strided value block (:func:`linear_dx`'s column slices)."""
     n = len(args) // 2
     strided = max((v.nbytes for v in args[n:] if v.ndim == 2 and _strided(v)), default=0)
-    return (_aligned(out.nbytes) if n > 1 else 0) + strided
+    return (aligned(out.nbytes) if n > 1 else 0) + strided
 
 
 # -- backward (LoRA training) -----------------------------------------------------------------
@@ -989,7 +990,7 @@ def cross_entropy_backward(xp, out, args, scratch, tokens: int = 1) -> None:
 
 
 KERNELS: dict[str, Kernel] = {
-    "linear": Kernel(linear, lambda out, args: (_aligned(out.nbytes) if len(args) > 2 else 0)
+    "linear": Kernel(linear, lambda out, args: (aligned(out.nbytes) if len(args) > 2 else 0)
                      + _shard_bytes(args[:-1], args[-1].T)),
     "swiglu": Kernel(swiglu),
     "embedding": Kernel(embedding),

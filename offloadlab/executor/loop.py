@@ -46,7 +46,7 @@ from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
 from .device import Array, Backend, Cancelled, Done, Lane, WarmUp
 from .hostblock import HostAllocator, fill
-from .kernels import KernelError, _aligned, initial_value, kernel, tensor_shape, view
+from .kernels import KernelError, aligned, initial_value, kernel, tensor_shape, view
 
 if TYPE_CHECKING:
     from .races import RaceDetector
@@ -250,7 +250,7 @@ class EventLoop:
             self.aliased[i] = v.loc is not None and any(
                 _overlap(v, self.vertices[u]) for u in self.inputs[i])
             if self.aliased[i]:
-                nbytes += _aligned(math.prod(self.shape[i]) * np.dtype(v.dtype).itemsize)
+                nbytes += aligned(math.prod(self.shape[i]) * np.dtype(v.dtype).itemsize)
             self.kernel[i] = k
             self.signature[i] = (signature, self.aliased[i])
             name = self.engine[i].name  # type: ignore[union-attr]
@@ -318,19 +318,20 @@ class EventLoop:
         otherwise happen inside the first timed jobs."""
         if not self.backend.warm_up:
             return
-        first: dict[tuple, int] = {}
+        first: dict[Resource, dict[tuple, int]] = {}     # engine -> signature -> vertex
         for i, signature in enumerate(self.signature):
-            if signature is not None and not self.to_host[i]:
-                first.setdefault((self.engine[i].name, signature), i)  # type: ignore[union-attr]
+            engine = self.engine[i]
+            if signature is not None and engine is not None and not self.to_host[i]:
+                first.setdefault(engine, {}).setdefault(signature, i)
         jobs: list[WarmUp] = []
-        for name, resource in self.resources.items():
-            mine = [i for (engine, _), i in first.items() if engine == name]
-            if not mine:
-                continue
-            first_slot = {lane: slot for slot, lane in reversed(list(enumerate(resource.lanes)))}
-            for lane, slot in first_slot.items():    # serial streams share one lane
+        for resource, mine in first.items():
+            warmed: set[Lane] = set()
+            for slot, lane in enumerate(resource.lanes):
+                if lane in warmed:                   # serial streams share one lane
+                    continue
+                warmed.add(lane)
                 job = WarmUp(resource.streams[slot],
-                             [(i, self._work(i, slot, poison=False)) for i in mine])
+                             [(i, self._work(i, slot, poison=False)) for i in mine.values()])
                 jobs.append(job)
                 lane.submit(job)
         for job in jobs:
@@ -529,7 +530,7 @@ class EventLoop:
             k, scratch = self.kernel[i], self.scratch[engine.lanes[slot]]
             on = np if self.to_host[i] else xp
             if self.aliased[i]:      # computed aside at the start of scratch, then copied
-                rest = _aligned(out.nbytes)
+                rest = aligned(out.nbytes)
 
                 def work() -> None:
                     target = view(scratch, 0, out.shape, str(out.dtype))
