@@ -128,7 +128,9 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
                      progress: Callable[[str], None] | None = None, workload: str | None = None,
                      machine_text: str | None = None) -> pd.DataFrame:
     """Every planner (default: all registered, with their default options) on one problem,
-    simulated with ``policy``: one row each with the makespan, each GPU's idle share
+    simulated with ``policy`` (``offloadlab compare``).
+
+    One row each with the makespan, each GPU's idle share
     (``idle_gpu0``, ...), bytes moved host->GPU and GPU->host, the offload/reload/load counts,
     peak GPU and host memory, planning seconds, the plan's own lower bound
     (:func:`offloadlab.core.bound.lower_bound`) and its gap to the problem's
@@ -146,7 +148,53 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     ``milp_time_limit`` seconds: the best proven bound) and ``milp_gap``.  The MILP bounds
     schedules of Beaumont et al.'s model, each iteration's operations in sequence; a plan of
     the unrolled graph that overlaps iterations (BuildMemGraph runs ``B_1``, whose result
-    nobody reads, beside the next forward) can beat it: a negative ``milp_gap``."""
+    nobody reads, beside the next forward) can beat it: a negative ``milp_gap``.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The problem's computation.
+    machine : Machine
+        The problem's machine.
+    planners : iterable of str, optional
+        Planner specs (``NAME[:key=value,...]``); default every registered planner.
+    policy : str
+        The dispatch policy of every simulation (and measured run).
+    measured : bool
+        Also run each plan on the executor.
+    backend : str
+        The executor's backend, with ``measured``.
+    rate_limit : bool
+        Pace the numpy backend's copies to the machine's bandwidths, with ``measured``.
+    milp_time_limit : float
+        Seconds for the MILP bound on a training chain.
+    progress : callable, optional
+        ``progress(planner)`` hears each planner as its row starts.
+    workload, machine_text : str, optional
+        The specs as the caller gave them, for the provenance columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per planner, in the order given.
+
+    Raises
+    ------
+    SpecError
+        An unknown planner, option or value (before any work).
+
+    Examples
+    --------
+    >>> from offloadlab.core.machine import machine_from_spec
+    >>> from offloadlab.core.workloads import build_workload
+    >>> table = compare_planners(build_workload("training-chain"),
+    ...                          machine_from_spec("v100:gpu_memory=1.5GB"),
+    ...                          ["buildmemgraph", "levelwise"])
+    >>> print(table[["planner", "makespan", "offloads"]].round(4).to_string(index=False))
+          planner  makespan  offloads
+    buildmemgraph    3.6667        11
+        levelwise    3.7667        11
+    """
     import time
 
     import pandas as pd
