@@ -496,10 +496,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "busy": {k: float(v) for k, v in result.busy.items()},
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
     }
+    why = _explained(args, summary, result.trace, mg)
     if args.json:
         print(_json_text(summary))
     else:
         _print_summary(summary, machine.gpu_memory)
+        if why:
+            print(why)
         for path in written:
             print(f"wrote {path}")
     return 0
@@ -598,6 +601,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "busy": {k: float(v) for k, v in result.busy.items()},
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
     }
+    why = _explained(args, summary, result.trace, mg)
     if args.json:
         print(_json_text(summary))
     else:
@@ -610,6 +614,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                  for r, t in busy))
         if args.check:
             print("outputs:", "equal to the reference" if wrong is None else f"WRONG: {wrong}")
+        if why:
+            print(why)
         for path in written:
             print(f"wrote {path}")
     if wrong is not None:
@@ -1018,6 +1024,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in results) else 1
 
 
+def _explained(args: argparse.Namespace, summary: dict, trace, mg) -> str:
+    """With ``--explain``: each GPU's overlap and idle causes (lab/explain.py) into the
+    summary, and as the text to print."""
+    if not args.explain:
+        return ""
+    from .explain import explain, records, text
+    table = explain(trace, mg)
+    summary["explain"] = records(table)
+    return text(table)
+
+
 def _print_summary(summary: dict, capacity: int) -> None:
     """The human-readable form of ``simulate``'s summary."""
     span = summary["makespan"]
@@ -1378,6 +1395,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+    p.add_argument("--explain", action="store_true",
+                   help="say why the run is fast or slow: per GPU, the share of host copies "
+                        "hidden under compute and the idle time by cause (docs/explain.md)")
     p.add_argument("--flows", action="store_true",
                    help="draw the data edges as flow arrows in the --chrome trace (off: they "
                         "crowd the view of large graphs)")
@@ -1416,6 +1436,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flows", action="store_true",
                    help="draw the data edges as flow arrows in the --chrome trace (off: they "
                         "crowd the view of large graphs)")
+    p.add_argument("--explain", action="store_true",
+                   help="say why the run is fast or slow: per GPU, the share of host copies "
+                        "hidden under compute and the idle time by cause (docs/explain.md)")
 
     p = add("calibrate", cmd_calibrate, "measure a backend's kernel rates, copy bandwidths, "
             "duplex factor and dispatch overhead through the executor; write a Machine JSON")
