@@ -30,6 +30,7 @@ from ..core.devices import lane_key
 from ..core.dispatch import POLICIES
 from ..core.errors import GraphError, OffloadlabError, PlanError, SpecError, VerificationError
 from ..core.ops import GENERIC, op_name
+from ..core.util import fmt_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,14 +47,6 @@ specifications:
 
 
 # -- helpers ------------------------------------------------------------------------------
-def fmt_bytes(n: float) -> str:
-    """``67108864`` -> ``"64 MiB"``."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{int(n)} B"
-
-
 class Outputs:
     """A command's output files, written all or none.
 
@@ -1024,6 +1017,36 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in results) else 1
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Two MemGraph files of one TaskGraph: the moves only one makes, both simulated makespans,
+    and where the timelines part."""
+    from ..core.machine import machine_from_spec
+    from ..core.memgraph import MemGraph
+    from .diff import check_same_taskgraph, diff, text
+
+    names = (args.a, args.b)
+    plans = []
+    for path in names:
+        with _phases(args).phase(f"reading {path}"):
+            plans.append(MemGraph.read(path))
+    a, b = plans
+    _leave(a, b)
+    check_same_taskgraph(a, b, names)
+    machine = machine_from_spec(args.machine) if args.machine else _stored_machine(a, args.a)
+    for mg, path in zip(plans, names):
+        with _verifying(args, mg, None, machine, path, beside=False):
+            pass
+    with _phases(args).phase(f"simulating both ({args.policy})"):
+        found = diff(a, b, machine, args.policy, names)
+    if args.json:
+        from dataclasses import asdict
+        print(_json_text({"a": args.a, "b": args.b, "machine": machine.name,
+                          "policy": args.policy, **asdict(found)}))
+    else:
+        print(text(found, names))
+    return 0
+
+
 def _explained(args: argparse.Namespace, summary: dict, trace, mg) -> str:
     """With ``--explain``: each GPU's overlap and idle causes (lab/explain.py) into the
     summary, and as the text to print."""
@@ -1378,6 +1401,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "generic:<op> vertex, instead of an error; the executor refuses such "
                         "a graph")
     p.add_argument("--name", help="the TaskGraph's name (default: the factory's)")
+
+    p = add("diff", cmd_diff, "two MemGraphs of one TaskGraph: what each moves that the other "
+            "does not, and where their simulated timelines part")
+    p.add_argument("a", metavar="A", help="a MemGraph file")
+    p.add_argument("b", metavar="B", help="another MemGraph file of the same TaskGraph")
+    p.add_argument("--machine", metavar="SPEC",
+                   help="simulate both on this machine (default: the one A stores)")
+    p.add_argument("--policy", choices=POLICIES, default="dynamic",
+                   help="dispatch policy of both simulations (dynamic)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file")
     p.add_argument("memgraph", metavar="MEMGRAPH",

@@ -100,8 +100,9 @@ def explain(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     >>> machine = machine_from_spec("v100:gpu_memory=1.5GB")
     >>> memgraph = plan(build_workload("training-chain"), machine)
     >>> row = explain(simulate(memgraph, machine).trace, memgraph).iloc[0]
-    >>> round(row.busy + sum(row[f"idle_{c}"] for c in CAUSES), 6) == round(row.makespan, 6)
-    True
+    >>> print(f"busy {row.busy:.4g} s, copies {row.transfer:.4g} s, {row.overlap:.0%} hidden, "
+    ...       f"idle on loads {row.idle_load:.4g} s")
+    busy 3.6 s, copies 0.8336 s, 92% hidden, idle on loads 0.06669 s
     """
     import pandas as pd
 
