@@ -7,11 +7,12 @@ import pytest
 from offloadlab.executor import execute
 from offloadlab.lab.compare import compare_planners
 from offloadlab.lab.diff import diff
+from offloadlab.lab.estimate import estimate
 from offloadlab.lab.explain import explain
 from offloadlab.planner import plan
 from offloadlab.simulator import simulate
 
-ENTRY_POINTS = [plan, simulate, execute, compare_planners, explain, diff]
+ENTRY_POINTS = [plan, simulate, execute, compare_planners, explain, diff, estimate]
 
 
 @pytest.mark.parametrize("function", ENTRY_POINTS, ids=lambda f: f.__name__)

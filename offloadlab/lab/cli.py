@@ -697,6 +697,66 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """The smallest GPU memory each planner needs, the host RAM it then needs, and makespan
+    against GPU memory beside the lower bound."""
+    from ..core.machine import machine_from_spec
+    from ..planner.registry import check_spec
+    from .estimate import curve_table, estimate
+
+    _check_writable(args, "out", "plot")
+    _check_table_suffix(args.out)
+    for spec in args.planner or ():
+        check_spec(spec)
+    graph = _taskgraph(args)
+    machine = machine_from_spec(args.machine)
+    say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
+    found = estimate(graph, machine, args.planner, points=args.points,
+                     precision=args.precision, progress=say)
+    if found.smallest["error"].notna().all():
+        raise PlanError("no planner can plan it at any GPU memory: " + "; ".join(
+            f"{row['planner']}: {row['error']}" for _, row in found.smallest.iterrows()))
+    title = f"{graph.name} on {args.machine}"
+    written = []
+    if args.out:
+        with args.outputs.file(args.out) as tmp:
+            if args.out.lower().endswith(".parquet"):
+                found.curve.to_parquet(tmp, index=False)
+            else:
+                found.curve.to_csv(tmp, index=False)
+        written.append(args.out)
+    if args.plot:
+        from .plots import estimate_plot
+        with args.outputs.file(args.plot) as tmp:
+            estimate_plot(found, tmp, title=title)
+        written.append(args.plot)
+    args.outputs.commit()
+    if args.json:
+        def rows(table):
+            return table.astype(object).where(table.notna(), None).to_dict("records")
+        print(_json_text({"workload": args.workload or args.taskgraph, "machine": args.machine,
+                          "bound": found.bound, "smallest": rows(found.smallest),
+                          "curve": rows(found.curve)}))
+        return 0
+    print(f"{title} ({machine.gpus} GPU(s)); no plan can beat {found.bound:.4g} s")
+    shown = found.smallest.copy()
+    for column in ("smallest_gpu_memory", "host_peak"):
+        shown[column] = shown[column].map(lambda b: fmt_bytes(int(b)) if b == b else "-")
+    print(shown.drop(columns="error").rename(columns={
+        "smallest_gpu_memory": "smallest GPU memory", "host_peak": "host RAM there",
+        "makespan": "makespan there (s)"}).to_string(index=False,
+                                                    float_format=lambda x: f"{x:.4g}"))
+    for _, row in found.smallest[found.smallest["error"].notna()].iterrows():
+        print(f"{row['planner']}: {row['error']}")
+    wide = curve_table(found)
+    wide["gpu_memory"] = wide["gpu_memory"].map(lambda b: fmt_bytes(int(b)))
+    print("makespan (s) against GPU memory:")
+    print(wide.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-"))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
 def cmd_ablate(args: argparse.Namespace) -> int:
     """``determinism``: TURNIP's ablation, the same MemGraph under dynamic and a replayed
     fixed order, many noisy seeds per noise level (and on the executor with --measured);
@@ -1331,6 +1391,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dispatch policy (dynamic)")
     _measured_options(p)
     _table_options(p, "draw each planner's makespan and bounds")
+
+    p = add("estimate", cmd_estimate, "the smallest GPU memory each planner can plan a "
+            "problem in, the host RAM it then needs, and makespan against GPU memory beside "
+            "the lower bound")
+    _problem_options(p)
+    p.add_argument("--machine", required=True, metavar="SPEC",
+                   help="the GPUs and links (its gpu_memory is varied), e.g. v100")
+    p.add_argument("--planner", action="append", metavar="SPEC",
+                   help="planner and its options (repeatable; default: every planner)")
+    p.add_argument("--points", type=_positive_int, default=8,
+                   help="GPU memories on the curve (8)")
+    p.add_argument("--precision", type=_positive_float, default=0.01,
+                   help="the bisection's relative precision (0.01)")
+    _table_options(p, "draw makespan against GPU memory")
 
     p = add("ablate", cmd_ablate, "determinism: dynamic dispatch against a fixed order under "
             "noise, with confidence intervals (TURNIP's ablation); parts: BuildMemGraph with "
