@@ -27,9 +27,9 @@ from ..core.memory import memory_and_peaks
 from ..core.taskgraph import TaskGraph
 from ..core.trace import busy_time, run_trace
 from ..core.verify import verify as verify_plan
-from .device import Backend
+from .device import Backend, ExecutionError, StallError
 from .kernels import KERNELS, KernelError, check_runnable
-from .loop import EventLoop, ExecutionError, StallError
+from .loop import EventLoop
 from .races import RaceError
 from .reference import reference_outputs, reference_spread, taskgraph_of
 

@@ -42,10 +42,9 @@ from ..core.budget import ram_available
 from ..core.contract import Contract, contract, slots
 from ..core.devices import HOST, is_bus
 from ..core.dispatch import Queues, ReadyQueue
-from ..core.errors import OffloadlabError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
-from .device import Array, Backend, Cancelled, Done, Lane, WarmUp
+from .device import Array, Backend, Cancelled, Done, ExecutionError, Lane, StallError, WarmUp
 from .hostblock import HostAllocator, fill
 from .kernels import KernelError, aligned, initial_value, kernel, tensor_shape, view
 
@@ -55,15 +54,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 POISON = 0xFF
 JOIN_SECONDS = 5.0
-
-
-class ExecutionError(OffloadlabError):
-    """A run failed: a kernel raised, memory does not suffice, or the loop stalled."""
-
-
-class StallError(ExecutionError):
-    """No vertex can make progress: a cycle, a ``fixed`` order that contradicts the edges, or
-    a job that has not completed within the watchdog's time."""
 
 
 @dataclass(eq=False)
