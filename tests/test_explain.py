@@ -3,6 +3,7 @@ trace, and name the cause worked out by hand on small timelines."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -11,10 +12,14 @@ from test_cli import run
 from test_properties import SETTINGS, machine_for, task_graphs
 from test_simulator import add, machine
 
+from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import MemGraph
+from offloadlab.core.workloads import build_workload
 from offloadlab.executor import execute
+from offloadlab.lab.compare import compare_planners
 from offloadlab.lab.explain import CAUSES, explain, overlap, union
 from offloadlab.planner import plan
+from offloadlab.planner.buildmemgraph import min_capacity
 from offloadlab.simulator import simulate
 
 
@@ -127,3 +132,14 @@ def test_simulate_and_run_explain(capsys, tmp_path, command):
     for r in rows:
         assert r["busy"] + sum(r[f"idle_{c}"] for c in CAUSES) == \
             pytest.approx(r["makespan"], abs=1e-9)
+
+
+def test_compare_rows_carry_the_overlap_and_the_waits_which_add_up_to_the_idle_shares():
+    graph = build_workload("random:vertices=80,gpus=2,seed=4,min_bytes=4096,max_bytes=65536")
+    machine = replace(machine_from_spec("p100x4:gpus=2"),
+                      gpu_memory=int(1.2 * min_capacity(graph)))
+    table = compare_planners(graph, machine, ["buildmemgraph", "levelwise"])
+    for row in table.itertuples():
+        idle = (row.idle_gpu0 + row.idle_gpu1) / 2
+        assert sum(getattr(row, f"wait_{c}") for c in CAUSES) == pytest.approx(idle, abs=1e-9)
+        assert 0.0 <= row.overlap <= 1.0
