@@ -1,5 +1,6 @@
 """The house's measurements (issue 44's goals): import circles among the package's modules
-(imports inside functions included), files over 600 lines, functions over 80 lines (not
+(imports inside functions included), private names imported from another module, files
+over 600 lines, functions over 80 lines (not
 counting their docstrings).
 
     python bench/house.py            # a report; exit 1 if any goal is missed
@@ -64,7 +65,7 @@ def measure() -> dict:
     files = sorted((ROOT / PACKAGE).rglob("*.py"))
     modules = {module_name(f): f for f in files}
     graph = nx.DiGraph()
-    long_files, long_functions = [], []
+    long_files, long_functions, private = [], [], []
     for name, path in modules.items():
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
@@ -76,6 +77,11 @@ def measure() -> dict:
             if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
                 node.body = []
         for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "")
+                                                     .startswith(PACKAGE)):
+                private.extend(f"{path.relative_to(ROOT)}:{node.lineno} {a.name}"
+                               for a in node.names if a.name.startswith("_")
+                               and not a.name.startswith("__"))
             for target in imported(name, path.name == "__init__.py", node, set(modules)):
                 if target != name and not name.startswith(target + "."):
                     graph.add_edge(name, target)
@@ -86,7 +92,7 @@ def measure() -> dict:
                                                        f"{node.lineno} {node.name}",
                                            "lines": length})
     circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
-    return {"modules": len(modules), "circles": sorted(circles),
+    return {"modules": len(modules), "circles": sorted(circles), "private_imports": private,
             "files_over": sorted(long_files, key=lambda r: -r["lines"]),
             "functions_over": sorted(long_functions, key=lambda r: -r["lines"])}
 
@@ -103,13 +109,18 @@ def main() -> int:
         print(f"import circles: {len(found['circles'])}")
         for circle in found["circles"]:
             print("  " + " <-> ".join(circle))
+        print(f"private names imported from another module: {len(found['private_imports'])}")
+        for where in found["private_imports"]:
+            print(f"  {where}")
         print(f"files over {MAX_FILE_LINES} lines: {len(found['files_over'])}")
         for row in found["files_over"]:
             print(f"  {row['file']}: {row['lines']}")
         print(f"functions over {MAX_FUNCTION_LINES} lines: {len(found['functions_over'])}")
         for row in found["functions_over"]:
             print(f"  {row['function']}: {row['lines']}")
-    return 1 if found["circles"] or found["files_over"] or found["functions_over"] else 0
+    missed = found["circles"] or found["private_imports"] or found["files_over"] \
+        or found["functions_over"]
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
