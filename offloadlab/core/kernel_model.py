@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import lru_cache
 
 from .checks import short
 from .ops import op_name
@@ -58,7 +57,6 @@ def op_class(op: str | None) -> str:
     return OP_CLASSES.get(op_name(op), ELEMENTWISE) if op is not None else ELEMENTWISE
 
 
-@lru_cache(maxsize=64)
 def by_class(fit: KernelFit) -> dict[str, tuple[float, float, float, float]]:
     """``fit`` as ``{class: (e, beta, latency, p)}``."""
     return {name: (e, beta, latency, p) for name, e, beta, latency, p in fit}
@@ -70,11 +68,12 @@ def kernel_time(params: Sequence[float], flops: float, touched: float, peak_flop
     and ``bandwidth`` (either may be infinite: no time), by one class's ``(e, beta, latency,
     p)``: the module's formula."""
     e, beta, latency, p = params
-    terms = (latency, flops / (e * peak_flops), touched / (beta * bandwidth))
-    top = max(terms)
+    compute = flops / (e * peak_flops)
+    memory = touched / (beta * bandwidth)
+    top = max(latency, compute, memory)
     if top == 0.0:
         return 0.0
-    return top * sum((term / top) ** p for term in terms) ** (1.0 / p)
+    return top * ((latency / top) ** p + (compute / top) ** p + (memory / top) ** p) ** (1 / p)
 
 
 def fit_problem(fit: object) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 
 from .budget import MACHINE_GPU, STREAM_SLOT, check_ram
@@ -108,6 +109,11 @@ class Machine:
         _check_fields({f.name: getattr(self, f.name) for f in fields(self)},
                       f"machine {self.name!r}")
 
+    @cached_property
+    def _fit(self) -> dict[str, tuple[float, float, float, float]]:
+        """``kernel_fit`` by class, made once (the cost model asks for it per kernel)."""
+        return by_class(self.kernel_fit)
+
     # -- topology ---------------------------------------------------------------------
     def gpu_names(self) -> list[str]:
         return [gpu_name(i) for i in range(self.gpus)]
@@ -167,8 +173,8 @@ class Machine:
             rate = (self.gpu_half_flops or self.gpu_flops) if dtype in HALF_DTYPES \
                 else self.gpu_flops
             if self.cost == "fitted":
-                return kernel_time(by_class(self.kernel_fit)[op_class(op)], flops, touched,
-                                   rate, self.gpu_mem_bandwidth)
+                return kernel_time(self._fit[op_class(op)], flops, touched, rate,
+                                   self.gpu_mem_bandwidth)
             return self.kernel_latency + max(flops / rate, touched / self.gpu_mem_bandwidth)
         if kind == "transfer":
             return self.gpu_gpu_latency + nbytes / self.gpu_gpu_bandwidth
