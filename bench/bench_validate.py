@@ -36,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+from timing import markdown, write_between
 
 from offloadlab.core.machine import Machine, MiB, machine_from_spec
 from offloadlab.core.workloads import build_workload
@@ -158,22 +159,9 @@ def report(machine: Machine, rows: list[dict], loads: list[str], args: argparse.
         gains.append({"setting": label,
                       "gain simulated": f"{100 * (1 - bm['simulated'] / lw['simulated']):+.1f}%",
                       "gain measured": f"{100 * (1 - bm['measured'] / lw['measured']):+.1f}%"})
-    lines = _markdown(shown) + ["", "buildmemgraph's gain over levelwise (1 - its makespan / "
-                                    "levelwise's):", ""] + _markdown(pd.DataFrame(gains))
+    lines = markdown(shown) + ["", "buildmemgraph's gain over levelwise (1 - its makespan / "
+                                    "levelwise's):", ""] + markdown(pd.DataFrame(gains))
     return "\n".join(head + lines) + "\n"
-
-
-def _markdown(table: pd.DataFrame) -> list[str]:
-    lines = ["| " + " | ".join(table.columns) + " |", "|" + " --- |" * len(table.columns)]
-    return lines + ["| " + " | ".join(map(str, row)) + " |"
-                    for row in table.itertuples(index=False)]
-
-
-def write_docs(page: Path, text: str) -> None:
-    parts = page.read_text(encoding="utf-8").split(MARKER)
-    if len(parts) != 3:
-        raise SystemExit(f"{page}: needs two {MARKER!r} lines around the results")
-    page.write_text(f"{parts[0]}{MARKER}\n{text}{MARKER}{parts[2]}", encoding="utf-8")
 
 
 def main() -> None:
@@ -187,7 +175,7 @@ def main() -> None:
     text = report(machine, rows, loads, args)
     print(text)
     if args.docs:
-        write_docs(args.docs, text)
+        write_between(args.docs, MARKER, text)
 
 
 if __name__ == "__main__":

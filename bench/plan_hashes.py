@@ -12,7 +12,8 @@ JSON, as written and then with its keys sorted (the same for two writers that or
 fields differently), or the planner's error.  640 cases: 8 workloads, ``p100x4`` and
 ``a100x8`` at 1.0x, 1.1x, 1.5x and 10x, and BuildMemGraph with each victim policy, ``ahead``,
 ``reserve``, ``order`` and ``retry`` changed in turn, ``levelwise`` and ``cotrain`` (about
-40 s compiled).
+40 s compiled).  ``--roofline`` prices every machine's kernels by the roofline, as every
+preset did before the fitted model (docs/cost-model.md): its lines are those of an older install.
 Run it outside the repository so that the install, not the source tree, is measured.
 """
 
@@ -48,10 +49,12 @@ PLANNERS = ("buildmemgraph", "buildmemgraph:victim=cost", "buildmemgraph:victim=
             "buildmemgraph:retry=false", "levelwise", "cotrain")
 
 
-def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str) -> str:
+def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str,
+                cost: str | None = None) -> str:
     """The first 12 hex digits of the SHA-1 of the case's MemGraph JSON with its keys sorted, or
-    its PlanError."""
+    its PlanError; ``cost`` overrides the machine's cost model."""
     spec = f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}"
+    spec += f",cost={cost}" if cost else ""
     try:
         mg = plan(graph, machine_from_spec(spec), planner)
     except PlanError as exc:
@@ -61,13 +64,17 @@ def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str) -> 
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--roofline", action="store_true",
+                        help="price every machine's kernels by the roofline (cost=roofline)")
+    args = parser.parse_args()
     for workload in WORKLOADS:
         graph = build_workload(workload)
         for machine, factor, planner in itertools.product(MACHINES, FACTORS, PLANNERS):
             print(workload, machine, factor, planner,
-                  fingerprint(graph, machine, factor, planner), flush=True)
+                  fingerprint(graph, machine, factor, planner,
+                              "roofline" if args.roofline else None), flush=True)
 
 
 if __name__ == "__main__":

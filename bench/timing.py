@@ -7,7 +7,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 T = TypeVar("T")
 
@@ -48,3 +52,18 @@ def in_fresh_process(script: str, point: str, timeout: float) -> tuple[dict | No
         lines = exc.stderr.strip().splitlines()
         return None, lines[-1] if lines else f"exit status {exc.returncode}"
     return json.loads(out), ""
+
+
+def markdown(table: pd.DataFrame) -> list[str]:
+    """``table`` as the lines of a Markdown table."""
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + " --- |" * len(table.columns)]
+    return lines + ["| " + " | ".join(map(str, row)) + " |"
+                    for row in table.itertuples(index=False)]
+
+
+def write_between(page: Path, marker: str, text: str) -> None:
+    """Replace what ``page`` has between its two ``marker`` lines with ``text``."""
+    parts = page.read_text(encoding="utf-8").split(marker)
+    if len(parts) != 3:
+        raise SystemExit(f"{page}: needs two {marker!r} lines around the results")
+    page.write_text(f"{parts[0]}{marker}\n{text}{marker}{parts[2]}", encoding="utf-8")

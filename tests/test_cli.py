@@ -421,6 +421,8 @@ def test_nan_in_memgraph_file(capsys, memgraph_file, tmp_path):
     ("--machine", "p100x4:gpus_per_bus=-2", "gpus_per_bus must be an integer >= 0, got -2"),
     ("--machine", "p100x4:gpus_per_bus=1.5", "option gpus_per_bus: cannot read '1.5'"),
     ("--machine", "a100x8:gpu_half_flops=-1", "gpu_half_flops must be a number >= 0"),
+    ("--machine", "a100x8:cost=guess", "cost must be one of roofline, fitted, got 'guess'"),
+    ("--machine", "p100x4:cost=fitted", "cost=fitted needs the fitted kernel parameters"),
     ("--planner", "buildmemgraph:victim=foo", "unknown victim policy 'foo'"),
     ("--planner", "buildmemgraph:ahead=perhaps", "option ahead: cannot read 'perhaps'"),
     ("--planner", "buildmemgraph:order=bogus", "unknown order 'bogus'; use given, topological"),

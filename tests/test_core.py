@@ -486,8 +486,9 @@ def test_new_machine_fields_round_trip_and_old_files_load(tmp_path):
     data = json.loads(m.to_json())
     assert data["gpus_per_bus"] == 1 and data["gpu_half_flops"] is None
     assert Machine.from_dict(data) == m
-    # a file written before the fields: one bus for all GPUs, float16 at the fp32 rate
-    old = {k: v for k, v in PRESETS["a100x8"].to_dict().items()
+    # a file written before the fields: one bus for all GPUs, float16 at the fp32 rate, and
+    # (before cost) the roofline
+    old = {k: v for k, v in machine_from_spec("a100x8:cost=roofline").to_dict().items()
            if k not in ("gpus_per_bus", "gpu_half_flops")}
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
@@ -499,7 +500,7 @@ def test_new_machine_fields_round_trip_and_old_files_load(tmp_path):
 
 
 def test_float16_kernels_run_at_the_half_precision_rate():
-    m = machine_from_spec("a100x8")
+    m = machine_from_spec("a100x8:cost=roofline")
     latency = m.kernel_latency
     # flop-bound: flops / the tensor cores' rate, against the fp32 rate for float32
     assert m.duration("compute", "gpu0", 2, 312e12, 6, dtype="float16") == \
@@ -517,7 +518,7 @@ def test_float16_kernels_run_at_the_half_precision_rate():
     assert m.duration("compute", "gpu0", 2, 312e12, 6, 0.25, dtype="float16") == 0.25
     assert m.duration("compute", "cpu", 2, 2e12, 6, dtype="float16") == 1.0
     # 0: the fp32 rate
-    fp32 = machine_from_spec("a100x8:gpu_half_flops=0")
+    fp32 = machine_from_spec("a100x8:gpu_half_flops=0,cost=roofline")
     assert fp32.duration("compute", "gpu0", 2, 19.5e12, 6, dtype="float16") == \
         pytest.approx(latency + 1.0)
 

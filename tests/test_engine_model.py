@@ -60,6 +60,14 @@ def calibration():
     return calibrate(machine_from_spec("p100x4:gpus=1"), "numpy", quick=True)
 
 
+def test_a_calibrated_machine_prices_by_its_measured_rates(calibration):
+    """Calibrated from a fitted preset, the machine is the roofline at the rates measured: the
+    preset's fitted fractions are not applied to them again (docs/cost-model.md)."""
+    from offloadlab.executor.calibrate import _fit
+    m = _fit(machine_from_spec("h100-sxm:gpus=1"), calibration.table, "numpy")
+    assert m.cost == "roofline" and m.kernel_fit == () and "cost" not in m.to_dict()
+
+
 def test_calibrate_prices_every_op_a_built_in_workload_emits_from_a_measurement(calibration):
     from offloadlab.executor.calibrate import compute_bound, workload_ops
     machine, table = calibration.machine, calibration.table

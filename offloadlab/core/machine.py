@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 
 from .budget import MACHINE_GPU, STREAM_SLOT, check_ram
 from .checks import INF, dumps, number, short
 from .devices import CPU, gpu_index, gpu_name, is_gpu
 from .errors import GraphError, SpecError
+from .kernel_model import (
+    A100_FIT,
+    H100_FIT,
+    KernelFit,
+    by_class,
+    fit_problem,
+    kernel_time,
+    op_class,
+)
 from .nodelink import check_input
 from .ops import op_name
 from .spec import apply_options, parse_spec
@@ -34,6 +44,13 @@ ENGINES = ("sharing", "fifo")
 """How a GPU's compute engine runs the kernels launched on its streams: ``sharing`` (they run
 at once, sharing its throughput equally: processor sharing) or ``fifo`` (one at a time, in
 launch order: the numpy backend, whose GPU is one core)."""
+
+COSTS = ("roofline", "fitted")
+"""How GPU kernels are priced (:meth:`Machine.duration`): ``roofline`` (peak rates) or
+``fitted`` (:mod:`.kernel_model`, from the machine's ``kernel_fit``)."""
+
+NOT_OPTIONS = ("name", "source", "op_rates", "kernel_fit")
+"""The fields a ``NAME:field=value`` spec cannot override (a machine file can give them)."""
 
 MAY_BE_ZERO = frozenset({"host_bus_bandwidth", "gpus_per_bus", "gpu_half_flops"})
 """Fields where 0 is allowed and means "none" or "as the related field" (see :class:`Machine`)."""
@@ -58,6 +75,11 @@ class Machine:
     measured ``(op, written, read)`` rates in bytes/s (``offloadlab calibrate``): a GPU kernel
     of such an op takes ``kernel_latency + out_bytes / written + in_bytes / read``, at the
     rates its kernel was measured at.
+
+    ``cost`` prices the other GPU kernels (:data:`COSTS`): ``roofline`` at the peak rates, or
+    ``fitted`` by the kernel-time model of :mod:`.kernel_model` with the parameters
+    ``kernel_fit`` (docs/cost-model.md); a roofline machine has no ``kernel_fit`` and is
+    written without either field, as before the fitted model.
     """
 
     name: str = "custom"
@@ -80,10 +102,17 @@ class Machine:
     gpu_gpu_latency: float = 10e-6
     cpu_flops: float = 0.5e12
     op_rates: tuple[tuple[str, float, float], ...] = ()
+    cost: str = "roofline"
+    kernel_fit: KernelFit = ()
 
     def __post_init__(self):
         _check_fields({f.name: getattr(self, f.name) for f in fields(self)},
                       f"machine {self.name!r}")
+
+    @cached_property
+    def _fit(self) -> dict[str, tuple[float, float, float, float]]:
+        """``kernel_fit`` by class, made once (the cost model asks for it per kernel)."""
+        return by_class(self.kernel_fit)
 
     # -- topology ---------------------------------------------------------------------
     def gpu_names(self) -> list[str]:
@@ -127,7 +156,9 @@ class Machine:
         ``latency + nbytes / written + (touched - nbytes) / read``, and others follow a roofline:
         ``latency + max(flops / rate, touched / mem_bw)`` with ``touched`` the bytes read and
         written and ``rate`` the half-precision one if the kernel writes a ``dtype`` of
-        :data:`HALF_DTYPES`; copies take ``latency + bytes / bandwidth``.
+        :data:`HALF_DTYPES`, or with ``cost=fitted`` the fitted model of the op's class at
+        those rates (:func:`~.kernel_model.kernel_time`); copies take ``latency + bytes /
+        bandwidth``.
         """
         if time is not None:
             return time
@@ -141,6 +172,9 @@ class Machine:
                         return self.kernel_latency + nbytes / written + (touched - nbytes) / read
             rate = (self.gpu_half_flops or self.gpu_flops) if dtype in HALF_DTYPES \
                 else self.gpu_flops
+            if self.cost == "fitted":
+                return kernel_time(self._fit[op_class(op)], flops, touched, rate,
+                                   self.gpu_mem_bandwidth)
             return self.kernel_latency + max(flops / rate, touched / self.gpu_mem_bandwidth)
         if kind == "transfer":
             return self.gpu_gpu_latency + nbytes / self.gpu_gpu_bandwidth
@@ -164,6 +198,8 @@ class Machine:
         for key in UNLIMITED:
             if data[key] == INF:
                 data[key] = None
+        if self.cost == "roofline":
+            del data["cost"], data["kernel_fit"]
         return data
 
     @classmethod
@@ -193,6 +229,9 @@ class Machine:
                 raise SpecError(f"{where}: op_rates must be a list of [op, bytes/s written, "
                                 f"bytes/s read], got {short(rates)}")
             data["op_rates"] = tuple(tuple(e) for e in rates)
+        if type(data.get("kernel_fit")) is list:
+            data["kernel_fit"] = tuple(tuple(e) if type(e) is list else e
+                                       for e in data["kernel_fit"])
         _check_fields(data, where)
         machine = cls(**data)
         check_machine_ram(machine, where)
@@ -243,7 +282,8 @@ def _check_fields(values: dict, where: str) -> None:
     """Check Machine field ``values`` (all or some), naming ``where`` and the field: strings,
     positive integers, numbers >= 0 (> 0 for rates; 0 allowed for :data:`MAY_BE_ZERO`;
     infinite only for :data:`UNLIMITED`), ``engine`` one of :data:`ENGINES`,
-    ``duplex`` in (0, 1], ``op_rates`` as ``(op, written, read)`` with finite positive rates."""
+    ``duplex`` in (0, 1], ``op_rates`` as ``(op, written, read)`` with finite positive rates,
+    ``cost`` one of :data:`COSTS` with a valid ``kernel_fit`` if ``fitted`` and none if not."""
     for key, value in values.items():
         kind = _FIELD_TYPES[key]
         if kind == "str":
@@ -261,6 +301,7 @@ def _check_fields(values: dict, where: str) -> None:
                         f"{short(values['engine'])}")
     if "duplex" in values and not 0 < values["duplex"] <= 1:
         raise SpecError(f"{where}: duplex must be in (0, 1], got {values['duplex']}")
+    _check_cost(values, where)
     rates = values.get("op_rates", ())
     if type(rates) is not tuple:
         raise SpecError(f"{where}: op_rates must be a list, got {short(rates)}")
@@ -269,6 +310,29 @@ def _check_fields(values: dict, where: str) -> None:
                 or not all(type(r) in (int, float) and 0 < r < INF for r in entry[1:]):
             raise SpecError(f"{where}: op_rates entries must be [op, bytes/s written, "
                             f"bytes/s read], positive and finite; got {short(entry)}")
+
+
+def _check_cost(values: dict, where: str) -> None:
+    """``cost`` one of :data:`COSTS`; ``kernel_fit`` valid and given exactly when ``cost`` is
+    ``fitted`` (either missing: the default, ``roofline`` and no fit)."""
+    if "cost" not in values and "kernel_fit" not in values:
+        return
+    cost, fit = values.get("cost", "roofline"), values.get("kernel_fit", ())
+    if cost not in COSTS:
+        raise SpecError(f"{where}: cost must be one of {', '.join(COSTS)}, got {short(cost)}")
+    if cost == "roofline":
+        if fit != ():
+            raise SpecError(f"{where}: kernel_fit is given but cost is roofline; give "
+                            f"cost=fitted or leave kernel_fit out")
+        return
+    if fit == ():
+        fitted = ", ".join(name for name, m in PRESETS.items() if m.kernel_fit)
+        raise SpecError(f"{where}: cost=fitted needs the fitted kernel parameters "
+                        f"(kernel_fit), which this machine has not; presets with them: "
+                        f"{fitted}")
+    problem = fit_problem(fit)
+    if problem:
+        raise SpecError(f"{where}: kernel_fit {problem}")
 
 
 def _disco_example() -> Machine:
@@ -315,7 +379,8 @@ PRESETS: dict[str, Machine] = {
         "behind each, their x16 uplink taken at a GPU link's 25 GB/s",
         gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_half_flops=312e12,
         gpu_mem_bandwidth=1555e9, h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48,
-        host_bus_bandwidth=25e9, gpus_per_bus=2, gpu_gpu_bandwidth=300e9, cpu_flops=2e12),
+        host_bus_bandwidth=25e9, gpus_per_bus=2, gpu_gpu_bandwidth=300e9, cpu_flops=2e12,
+        cost="fitted", kernel_fit=A100_FIT),
     "titan-rtx": Machine(
         name="titan-rtx", source="CoTrain's evaluation server (its slides): one TITAN RTX, PCIe "
         "3.0, a 14-core Xeon E5-2683 at 2.0 GHz; 24 GB GDDR6 at 672 GB/s and 16.3 TFLOP/s fp32 "
@@ -345,7 +410,7 @@ PRESETS: dict[str, Machine] = {
         "each of 5 streams' cuBLAS handles and workspaces, rounded down to 80,000 MiB",
         gpus=8, gpu_memory=H100_ALLOCATABLE, gpu_flops=66.9e12, gpu_half_flops=989e12,
         gpu_mem_bandwidth=3.35e12, h2d_bandwidth=50e9, d2h_bandwidth=50e9,
-        gpu_gpu_bandwidth=450e9),
+        gpu_gpu_bandwidth=450e9, cost="fitted", kernel_fit=H100_FIT),
     "h200": Machine(
         name="h200", source="an HGX H200 board, 8x H200 141 GB: the H100 SXM's compute "
         "(66.9 TFLOP/s fp32, 989 fp16 on tensor cores, dense) with 141 GB of HBM3e at 4.8 TB/s "
@@ -372,7 +437,8 @@ def machine_from_spec(spec: str | Machine) -> Machine:
     """``"v100:h2d_bandwidth=4e9"`` -> the v100 preset with that override.
 
     The name may also be the path of a Machine JSON file (such as ``offloadlab calibrate``
-    writes), with the same ``:field=value`` overrides.
+    writes), with the same ``:field=value`` overrides.  ``cost=roofline`` drops a fitted
+    machine's ``kernel_fit``.
     """
     if isinstance(spec, Machine):
         return spec
@@ -385,8 +451,10 @@ def machine_from_spec(spec: str | Machine) -> Machine:
     else:
         base = PRESETS[name]
     defaults = {f.name: getattr(base, f.name) for f in fields(Machine)
-                if f.name not in ("name", "source", "op_rates")}
+                if f.name not in NOT_OPTIONS}
     merged = apply_options(defaults, options, f"machine {name!r}", unlimited=UNLIMITED)
+    if merged["cost"] == "roofline":
+        merged["kernel_fit"] = ()       # a roofline machine carries no fit
     machine = replace(base, **merged)  # type: ignore[arg-type]  # apply_options checked each
     check_machine_ram(machine, f"machine {spec!r}")
     return machine

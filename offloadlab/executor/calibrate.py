@@ -31,7 +31,8 @@ of 4-256 MiB, since kernels on smaller tensors measure their launch latency (an 
   give ``gpu_gpu_bandwidth`` and its latency.
 
 The numpy backend's GPU is one core that runs the kernels launched on its streams one at a
-time, in launch order: its calibrated machine has ``engine="fifo"``.
+time, in launch order: its calibrated machine has ``engine="fifo"``.  A calibrated machine
+prices its kernels by its measured rates (``cost=roofline``), not by a preset's fitted model.
 """
 
 from __future__ import annotations
@@ -400,6 +401,7 @@ def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
         gpu_mem_bandwidth=float(add["bytes"].sum() / add["seconds"].sum()),
         kernel_latency=max(tiny + gap, 0.0), op_rates=_op_rates(kernels, tiny, gpu_flops),
         engine="fifo" if backend == "numpy" else base.engine,
+        cost="roofline", kernel_fit=(),     # its measured rates price its kernels
         cpu_flops=float(cpu["flops"].sum() / cpu["seconds"].sum()),
         h2d_bandwidth=h2d, d2h_bandwidth=d2h, link_latency=(h2d_latency + d2h_latency) / 2,
         duplex=float(min(max(min(shares), 0.05), 1.0)))

@@ -1239,10 +1239,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         for name, fn in WORKLOADS.items():
             print(f"  {name:<14} {_first_line(fn)}\n  {'':<14} {_options(workload_options(name))}")
     if what in ("all", "machines"):
+        from ..core.kernel_model import FIT_SOURCE
         from ..core.machine import PRESETS
         print("machine presets (--machine NAME:field=value,...):")
         for name, m in PRESETS.items():
-            print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}; {m.source}")
+            fitted = f"; cost=fitted: {FIT_SOURCE}" if m.cost == "fitted" else ""
+            print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}; {m.source}{fitted}")
     if what in ("all", "planners"):
         from dataclasses import fields
 

@@ -25,10 +25,10 @@ def machine_spec(machine: Machine) -> str:
     calibrated one) with each field that differs from :class:`Machine`'s defaults."""
     from dataclasses import fields
 
-    from ..core.machine import PRESETS
+    from ..core.machine import NOT_OPTIONS, PRESETS
     base = PRESETS.get(machine.name, Machine())
     changed = [f"{f.name}={getattr(machine, f.name)!r}" for f in fields(Machine)
-               if f.name not in ("name", "source", "op_rates")
+               if f.name not in NOT_OPTIONS
                and getattr(machine, f.name) != getattr(base, f.name)]
     return machine.name + (":" + ",".join(changed) if changed else "")
 
