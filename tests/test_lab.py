@@ -233,11 +233,12 @@ def test_replayed_fixed_order_equals_dynamic_without_noise():
     assert sorted(v.id for v in again) == sorted(v.id for v in mg)
 
 
-def test_ablate_determinism_no_difference_without_noise_and_a_gain_with():
+def test_ablate_determinism_replay_no_difference_without_noise_and_a_gain_with():
     from offloadlab.lab.ablate import ablate_determinism
     graph = build_workload("random:vertices=300,gpus=4,seed=2")
     machine = machine_from_spec("p100x4:gpu_memory=200MB")
-    rows = ablate_determinism(graph, machine, ["buildmemgraph"], noises=(0.0, 0.5), seeds=12)
+    rows = ablate_determinism(graph, machine, ["buildmemgraph"], noises=(0.0, 0.5), seeds=12,
+                              fixed="replay")
     quiet, noisy = rows.iloc[0], rows.iloc[1]
     assert quiet.mean_speedup == 0 and quiet.ci_low == 0 and quiet.ci_high == 0
     assert noisy.ci_low <= noisy.mean_speedup <= noisy.ci_high

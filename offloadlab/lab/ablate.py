@@ -2,22 +2,36 @@
 Figure 14), in the simulator (and on the executor), and what each part of BuildMemGraph
 contributes (:func:`ablate_parts`).
 
-The fixed order is the one a static scheduler with a perfect cost model would pick: each
-resource runs its vertices in the order in which they started in a noiseless ``dynamic`` run of
-the same MemGraph (:func:`replayed` makes that the planner order, which both policies then run,
-so that a seed draws the same noise for a vertex under either).  Without noise the two policies
-then give the same makespan; with noise (each duration times a seeded lognormal factor) the
-dynamic runtime reorders around slow and fast vertices and the fixed one cannot.  The speedup
-of a seed is ``fixed / dynamic - 1``.
+The fixed order is one of :data:`FIXED`:
+
+- ``planned`` (TURNIP's definition, the default): "we add dependencies to fix the order of
+  operations at each of the GPUs to be exactly the order that is input into BUILDMEMGRAPH"
+  (Sec. 8 (3)).  :func:`planned` adds a memory edge from each kernel to the next one on its
+  GPU in the planner's order (for BuildMemGraph, its input list V), and the fixed run is the
+  same ``dynamic`` runtime on that MemGraph.  Offloads, reloads and loads are not in the list
+  BuildMemGraph is given (it makes them), and GPU->GPU transfers and CPU ops are not
+  operations of a GPU's kernel stream: they get no new edge and are still dispatched as soon
+  as they are ready.  Without noise the two runs can differ: a kernel whose reload is late
+  holds up the kernels after it, where the dynamic runtime runs another one.
+- ``replay``: each resource runs its vertices in the order in which they started in a
+  noiseless ``dynamic`` run of the same MemGraph (:func:`replayed` makes that the planner
+  order, which the ``fixed`` policy then runs): the order a static scheduler with a perfect
+  cost model would pick, so that without noise the two runs tie.
+
+Both runs are paired by seed: they run the same vertices in the same planner order, so a seed
+draws the same noise (each duration times a seeded lognormal factor) for a vertex in either.
+The speedup of a seed is ``fixed / dynamic - 1``.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ..core.devices import is_gpu_name
+from ..core.errors import SpecError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
@@ -28,6 +42,34 @@ if TYPE_CHECKING:
 
 #: Resamples of the bootstrap confidence interval of a mean speedup.
 RESAMPLES = 10_000
+
+#: The fixed orders of :func:`ablate_determinism`, the default (TURNIP's) first.
+FIXED = ("planned", "replay")
+
+
+def check_fixed(fixed: str) -> None:
+    if fixed not in FIXED:
+        raise SpecError(f"unknown fixed order {fixed!r}; valid: {', '.join(FIXED)}")
+
+
+def planned(memgraph: MemGraph) -> MemGraph:
+    """``memgraph`` with a memory edge from each kernel (a ``compute`` vertex on a GPU) to the
+    next kernel on its GPU in planner order: under any policy each GPU then runs its kernels
+    one at a time in that order (TURNIP's fixed order, Sec. 8 (3)); every other vertex keeps
+    its edges alone.  The copy shares ``memgraph``'s vertex objects (it changes none of them)
+    and has its own edges."""
+    out = MemGraph(memgraph.graph)
+    out.vertices = dict(memgraph.vertices)
+    out.succ = {u: dict(targets) for u, targets in memgraph.succ.items()}
+    out.pred = {v: dict(sources) for v, sources in memgraph.pred.items()}
+    last: dict[str, str] = {}               # GPU -> its latest kernel so far
+    for v in sorted(memgraph, key=lambda v: v.order):
+        if v.kind == "compute" and is_gpu_name(v.device):
+            before = last.get(v.device)
+            if before is not None:
+                out.add_edge(before, v.id, "memory")
+            last[v.device] = v.id
+    return out
 
 
 def replayed(memgraph: MemGraph, machine: Machine) -> MemGraph:
@@ -41,6 +83,39 @@ def replayed(memgraph: MemGraph, machine: Machine) -> MemGraph:
     for i, v in enumerate(sorted(out, key=lambda v: (start.get(v.id, -1.0), v.order))):
         v.order = i
     return out
+
+
+@dataclass
+class Pair:
+    """The two runs of the ablation: the MemGraph ``dynamic`` dispatch runs, and the MemGraph
+    and policy of the fixed run (:func:`pair`)."""
+
+    dynamic: MemGraph
+    fixed: MemGraph
+    policy: str
+
+
+def pair(memgraph: MemGraph, machine: Machine, fixed: str = "planned") -> Pair:
+    """The runs that compare ``dynamic`` dispatch of ``memgraph`` with the ``fixed`` order
+    (:data:`FIXED`): ``planned``, the same runtime on :func:`planned`'s MemGraph; ``replay``,
+    the ``fixed`` policy on :func:`replayed`'s, which the dynamic run then runs too (a seed
+    draws the same noise for a vertex under either)."""
+    check_fixed(fixed)
+    if fixed == "planned":
+        return Pair(memgraph, planned(memgraph), "dynamic")
+    again = replayed(memgraph, machine)
+    return Pair(again, again, "fixed")
+
+
+def simulated(runs: Pair, machine: Machine, noise: float, seeds: int
+              ) -> tuple[list[float], list[float]]:
+    """The simulated makespans of ``seeds`` runs of each of ``runs``, paired by seed: dynamic
+    and fixed.  Without noise a seed changes nothing, so each is simulated once."""
+    from ..simulator import makespan
+    draws = seeds if noise > 0 else 1
+    a = [makespan(runs.dynamic, machine, "dynamic", noise, seed) for seed in range(draws)]
+    b = [makespan(runs.fixed, machine, runs.policy, noise, seed) for seed in range(draws)]
+    return a * (seeds // draws), b * (seeds // draws)
 
 
 def mean_ci(values: Sequence[float], level: float = 0.95, seed: int = 0
@@ -61,21 +136,23 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
                        rate_limit: bool = True,
                        progress: Callable[[str], None] | None = None,
                        workload: str | None = None,
-                       machine_text: str | None = None) -> pd.DataFrame:
-    """Each planner's MemGraph under ``dynamic`` and a replayed ``fixed`` order
-    (:func:`replayed`), ``seeds`` noisy runs per noise level: one row per planner and noise
-    with the mean speedup of ``dynamic`` over ``fixed`` and its 95% confidence interval
-    (``source`` ``sim``).  ``measured`` adds a row per planner from the executor
-    (``backend``), where the noise is real: ``seeds`` runs of each policy, alternating, the
-    ``noise`` column empty (``source`` ``measured``).  Each row carries the
-    :func:`~offloadlab.lab.compare.provenance` columns (``workload`` and ``machine_text``: the
-    specs as the caller gave them)."""
+                       machine_text: str | None = None,
+                       fixed: str = "planned") -> pd.DataFrame:
+    """Each planner's MemGraph under ``dynamic`` dispatch and in the ``fixed`` order
+    (:data:`FIXED`; :func:`pair`), ``seeds`` noisy runs per noise level: one row per planner
+    and noise with the mean speedup of ``dynamic`` over the fixed order and its 95%
+    confidence interval (``source`` ``sim``).  ``measured`` adds a row per planner from the
+    executor (``backend``), where the noise is real: ``seeds`` runs of each, alternating,
+    the ``noise`` column empty (``source`` ``measured``).  Each row carries ``fixed`` and
+    the :func:`~offloadlab.lab.compare.provenance` columns (``workload`` and
+    ``machine_text``: the specs as the caller gave them)."""
     import pandas as pd
 
     from ..core.verify import verify
     from ..planner import plan
     from ..simulator import makespan
 
+    check_fixed(fixed)
     say = progress or (lambda line: None)
     if measured:
         from ..executor import check_runnable, execute
@@ -85,31 +162,36 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
         say(f"{spec}: planning ...")
         mg = plan(graph, machine, spec, evaluate=makespan)
         verify(mg, graph, machine)
-        mg = replayed(mg, machine)     # both policies run it: a seed draws the same noise
+        runs = pair(mg, machine, fixed)
         for noise in noises:
             say(f"{spec}: noise {noise:g}, {seeds} seeds ...")
-            a = [makespan(mg, machine, "dynamic", noise, seed) for seed in range(seeds)]
-            b = [makespan(mg, machine, "fixed", noise, seed) for seed in range(seeds)]
-            rows.append(_row(spec, noise, a, b, "sim"))
+            a, b = simulated(runs, machine, noise, seeds)
+            rows.append(_row(spec, fixed, noise, a, b, "sim"))
         if measured:
             say(f"{spec}: {seeds} runs of each policy on the {backend} backend ...")
             a, b = [], []
             for _ in range(seeds):
-                for policy, out in (("dynamic", a), ("fixed", b)):
-                    out.append(execute(mg, machine, backend=backend, policy=policy,
+                for memgraph, policy, out in ((runs.dynamic, "dynamic", a),
+                                              (runs.fixed, runs.policy, b)):
+                    out.append(execute(memgraph, machine, backend=backend, policy=policy,
                                        rate_limit=rate_limit).makespan)
-            rows.append(_row(spec, None, a, b, "measured"))
+            rows.append(_row(spec, fixed, None, a, b, "measured"))
     return stamped(pd.DataFrame(rows), provenance(graph, machine, workload, machine_text))
 
 
-def _row(planner: str, noise: float | None, a: Sequence[float], b: Sequence[float],
-         source: str) -> dict[str, object]:
+def speedups(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    """Each seed's speedup of ``dynamic`` (makespans ``a``) over the fixed order (``b``)."""
+    return [fb / fa - 1 for fa, fb in zip(a, b)]
+
+
+def _row(planner: str, fixed: str, noise: float | None, a: Sequence[float],
+         b: Sequence[float], source: str) -> dict[str, object]:
     """A row of :func:`ablate_determinism` from the paired makespans under ``dynamic`` (a)
-    and ``fixed`` (b)."""
-    mean, low, high = mean_ci([fb / fa - 1 for fa, fb in zip(a, b)])
+    and in the fixed order (b)."""
+    mean, low, high = mean_ci(speedups(a, b))
     return {"planner": planner, "source": source, "policy_a": "dynamic", "policy_b": "fixed",
-            "noise": noise, "seeds": len(a), "mean_speedup": mean, "ci_low": low,
-            "ci_high": high, "mean_makespan_a": sum(a) / len(a),
+            "fixed": fixed, "noise": noise, "seeds": len(a), "mean_speedup": mean,
+            "ci_low": low, "ci_high": high, "mean_makespan_a": sum(a) / len(a),
             "mean_makespan_b": sum(b) / len(b)}
 
 

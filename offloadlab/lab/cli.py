@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from ..core.memgraph import MemGraph
 
 DEMO_PLANNERS = ("levelwise", "buildmemgraph")
+FIXED_SHOWN = {"planned": "each GPU's kernels in the planner's order (TURNIP's fixed order)",
+               "replay": "a fixed order (the noiseless dynamic run's)"}
 
 SPECS = """\
 specifications:
@@ -758,9 +760,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    """``determinism``: TURNIP's ablation, the same MemGraph under dynamic and a replayed
-    fixed order, many noisy seeds per noise level (and on the executor with --measured);
-    ``parts``: BuildMemGraph with one part changed at a time."""
+    """``determinism``: TURNIP's ablation, the same MemGraph under dynamic dispatch and in a
+    fixed order (``--fixed``: each GPU's kernels in the planner's order, or a replay of the
+    noiseless dynamic run), many noisy seeds per noise level (and on the executor with
+    --measured); ``parts``: BuildMemGraph with one part changed at a time."""
     from ..core.machine import machine_from_spec
     from ..planner.registry import check_spec
     from .ablate import ablate_determinism
@@ -774,16 +777,17 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     machine = machine_from_spec(args.machine)
     if args.what == "parts":
         return _ablate_parts(args, graph, machine)
+    fixed = args.fixed or "planned"
     steps = len(planners) * (1 + len(args.noise) + args.measured)   # ablate_determinism's
     with _phases(args).steps("ablating", steps) as step:
         table = ablate_determinism(graph, machine, planners, args.noise, args.seeds,
                                    measured=args.measured, backend=args.backend,
                                    rate_limit=not args.no_rate_limit, progress=step,
                                    workload=args.workload or args.taskgraph,
-                                   machine_text=args.machine)
+                                   machine_text=args.machine, fixed=fixed)
     written = _write_table_and_plot(args, table, "ablation_plot",
-                                    f"{graph.name} on {args.machine}: dynamic vs fixed "
-                                    f"dispatch, {args.seeds} seeds")
+                                    f"{graph.name} on {args.machine}: dynamic vs the {fixed} "
+                                    f"order, {args.seeds} seeds")
     if args.json:
         print(_json_text(table.to_dict("records")))
         return 0
@@ -791,8 +795,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     shown["noise"] = shown["noise"].map(lambda x: "real" if x is None or x != x else f"{x:g}")
     for column in ("mean_speedup", "ci_low", "ci_high"):
         shown[column] = shown[column].map(lambda x: f"{100 * x:+.2f}%")
-    print(f"{graph.name} on {args.machine}: dynamic over a fixed order (the noiseless dynamic "
-          f"run's), mean of {args.seeds} seeds, 95% bootstrap interval")
+    print(f"{graph.name} on {args.machine}: dynamic over {FIXED_SHOWN[fixed]}, mean of "
+          f"{args.seeds} seeds, 95% bootstrap interval")
     print(shown.to_string(index=False))
     for path in written:
         print(f"wrote {path}")
@@ -851,7 +855,7 @@ def _ablate_parts(args: argparse.Namespace, graph, machine) -> int:
     """``ablate parts``: BuildMemGraph's parts one at a time."""
     from .ablate import PARTS, ablate_parts
     for flag, given in (("--plot", args.plot), ("--planner", args.planner),
-                        ("--measured", args.measured)):
+                        ("--measured", args.measured), ("--fixed", args.fixed)):
         if given:
             raise SpecError(f"{flag} does not apply to ablate parts (it varies buildmemgraph's "
                             f"parts in the simulator)")
@@ -1137,6 +1141,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     """Recreate a figure or table of a paper from our cost model: a CSV table and a plot."""
     from .reproduce import COLUMNS, REPRODUCTIONS, parse_setting, shape_checks
 
+    if args.what != "turnip-determinism":
+        for flag, given in (("--noise", args.noise), ("--seeds", args.seeds),
+                            ("--quick", args.quick), ("--fixed", args.fixed)):
+            if given is not None:
+                raise SpecError(f"{flag} applies to reproduce turnip-determinism only")
+    if args.what == "turnip-determinism":
+        return _reproduce_determinism(args)
     if args.what.startswith("turnip-"):
         return _reproduce_grid(args)
     run, plot, default = REPRODUCTIONS[args.what]
@@ -1186,15 +1197,10 @@ def _reproduce_grid(args: argparse.Namespace) -> int:
     if not args.json:
         _check_out_dir(args.out)
     table = turnip_grid.run(experiment, points, progress=not args.json and _progress(args))
-    if args.json:
-        print(_json_text(table.to_dict(orient="records")))
+    out = _reproduction_written(args, table, lambda path: turnip_grid.plot(experiment, table,
+                                                                           path))
+    if out is None:
         return 0
-    out = args.outputs.directory(args.out)
-    with args.outputs.file(out / f"{args.what}.csv") as tmp:
-        table.to_csv(tmp, index=False)
-    with args.outputs.file(out / f"{args.what}.png") as tmp:
-        turnip_grid.plot(experiment, table, tmp)
-    args.outputs.commit()
     shown = table.drop(columns=["workload", "policy", "version"])
     for column in (experiment.time, "paper"):
         shown[column] = shown[column].map(lambda t: "" if t != t else f"{t:.3g}")
@@ -1209,6 +1215,65 @@ def _reproduce_grid(args: argparse.Namespace) -> int:
     print(shown.to_string(index=False))
     print()
     print(note)
+    print(f"wrote {out / (args.what + '.csv')} and {out / (args.what + '.png')}")
+    return 0
+
+
+def _reproduction_written(args: argparse.Namespace, table: pd.DataFrame,
+                          plot: Callable[[Path], None]) -> Path | None:
+    """``--json``: print the table's rows, and None; else write ``WHAT.csv`` and ``WHAT.png``
+    (``plot(path)``) into ``--out``, and return that directory."""
+    if args.json:
+        print(_json_text(table.to_dict(orient="records")))
+        return None
+    out = args.outputs.directory(args.out)
+    with args.outputs.file(out / f"{args.what}.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    with args.outputs.file(out / f"{args.what}.png") as tmp:
+        plot(tmp)
+    args.outputs.commit()
+    return out
+
+
+def _reproduce_determinism(args: argparse.Namespace) -> int:
+    """TURNIP's determinism ablation, Figure 14, in simulation: the paper's four cells
+    beside ours, a CSV table and a plot."""
+    from . import turnip_determinism as fig14
+    from .turnip_grid import parse_points
+
+    if args.only and args.quick:
+        raise SpecError("--only and --quick pick the points both: give one of them")
+    points = {e: parse_points(x, args.only) for e, x in fig14.EXPERIMENTS.items()} \
+        if args.only else fig14.QUICK if args.quick else None
+    if not args.json:
+        _check_out_dir(args.out)
+    table = fig14.run(points, args.noise or fig14.NOISES, args.seeds or fig14.SEEDS,
+                      args.fixed or "planned", progress=not args.json and _progress(args))
+    out = _reproduction_written(args, table, lambda path: fig14.plot(table, path))
+    if out is None:
+        return 0
+
+    def percent(x: float) -> str:
+        return "" if x != x else f"{100 * x:+.2f}%"
+
+    shown = table.copy()
+    shown["speedup (95% CI)"] = [
+        "" if m != m else f"{percent(m)} ({100 * lo:+.2f} to {100 * hi:+.2f})"
+        for m, lo, hi in zip(table["mean_speedup"], table["ci_low"], table["ci_high"])]
+    shown["paper"] = table["paper"].map(lambda x: f"{100 * x:.2f}%")
+    shown["difference"] = table["difference"].map(
+        lambda x: "" if x != x else f"{100 * x:+.2f} pp")
+    cells = shown["scope"] == "cell"
+    print(f"Figure 14: dynamic over {FIXED_SHOWN[args.fixed or 'planned']}, buildmemgraph, "
+          f"simulated; mean of {args.seeds or fig14.SEEDS} seeds, 95% bootstrap interval")
+    print(shown.loc[cells, ["experiment", "machine", "noise", "points", "paper",
+                            "speedup (95% CI)", "difference", "status"]].to_string(index=False))
+    print()
+    print("points:")
+    print(shown.loc[~cells, ["experiment", "machine", "model", "seq", "batch", "noise",
+                             "speedup (95% CI)", "status"]].to_string(index=False))
+    print()
+    print(fig14.NOTE)
     print(f"wrote {out / (args.what + '.csv')} and {out / (args.what + '.png')}")
     return 0
 
@@ -1408,9 +1473,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the bisection's relative precision (0.01)")
     _table_options(p, "draw makespan against GPU memory")
 
-    p = add("ablate", cmd_ablate, "determinism: dynamic dispatch against a fixed order under "
-            "noise, with confidence intervals (TURNIP's ablation); parts: BuildMemGraph with "
-            "one part changed at a time")
+    p = add("ablate", cmd_ablate, "determinism: dynamic dispatch against a fixed order "
+            "(TURNIP's ablation: each GPU's kernels in the planner's order) under noise, with "
+            "confidence intervals; parts: BuildMemGraph with one part changed at a time")
     p.add_argument("what", choices=("determinism", "parts"))
     _problem_options(p)
     p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. p100x4:gpus=2")
@@ -1421,6 +1486,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_positive_int, default=30,
                    help="noisy runs per policy and noise level (30); with --measured also "
                         "the executor's runs per policy")
+    p.add_argument("--fixed", choices=tuple(FIXED_SHOWN),
+                   help="determinism: the fixed order, TURNIP's (planned: each GPU's kernels "
+                        "in the planner's order, the default) or the order each resource "
+                        "started its vertices in a noiseless dynamic run (replay)")
     p.add_argument("--policy", choices=POLICIES, default="dynamic",
                    help="parts: the dispatch policy the plans are simulated with (dynamic)")
     _measured_options(p)
@@ -1579,13 +1648,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reproduce", cmd_reproduce, "recreate a paper's table or figure from our cost model "
             "(beaumont-table1: Table 1; beaumont-bandwidth: Figure 4; turnip-prefill: "
             "TURNIP's LLaMA prefill grid, Figs. 10-12; turnip-lora: its LoRA training grid, "
-            "Fig. 13)")
+            "Fig. 13; turnip-determinism: its determinism ablation, Fig. 14)")
     p.add_argument("what", choices=("beaumont-table1", "beaumont-bandwidth", "turnip-prefill",
-                                    "turnip-lora"))
+                                    "turnip-lora", "turnip-determinism"))
     p.add_argument("--only", metavar="SETTINGS",
                    help="comma-separated settings NETWORK-DEPTHxBATCH, e.g. gpt2-38x16,bert-96x16 "
-                        "(turnip-prefill, turnip-lora: MODEL-SEQ[xBATCH][@MACHINE], e.g. "
-                        "7b-1024,65b-1024x8@a100x8)")
+                        "(turnip-*: MODEL-SEQ[xBATCH][@MACHINE], e.g. 7b-1024,65b-1024x8@a100x8; "
+                        "turnip-determinism runs each as inference and as training)")
+    p.add_argument("--quick", action="store_true", default=None,
+                   help="turnip-determinism: one point per cell (7b, 1K tokens, batch 1)")
+    p.add_argument("--noise", type=_noise_levels, metavar="X,Y,...",
+                   help="turnip-determinism: noise levels (0,0.1)")
+    p.add_argument("--seeds", type=_positive_int,
+                   help="turnip-determinism: noisy runs per point, order and noise level (10)")
+    p.add_argument("--fixed", choices=tuple(FIXED_SHOWN),
+                   help="turnip-determinism: the fixed order (planned, TURNIP's; or replay, "
+                        "as for ablate determinism)")
     p.add_argument("--solver", choices=("auto", "cbc", "highs"), default="auto",
                    help="MILP solver (auto: HiGHS if installed, else CBC)")
     p.add_argument("--time-limit", type=_nonnegative_float, default=60.0, metavar="S",

@@ -203,14 +203,18 @@ def estimate_plot(found, path: str | Path | None = None, title: str = "") -> Fig
 def ablation_plot(table: pd.DataFrame, path: str | Path | None = None, title: str = ""
                   ) -> Figure:
     """``offloadlab ablate determinism``'s figure: each planner's mean speedup of ``dynamic``
-    over ``fixed`` dispatch (percent) against the noise level, with 95% confidence bars."""
+    over the fixed order (percent) against the noise level, with 95% confidence bars (a line
+    per planner and fixed order where the table has several orders)."""
     fig = figure(figsize=(7, 4))
     ax = fig.subplots()
     simulated = table[table["source"] == "sim"] if "source" in table else table
-    for planner, rows in simulated.groupby("planner", sort=False):
+    orders = "fixed" in simulated and simulated["fixed"].nunique() > 1
+    for key, rows in simulated.groupby(["planner", "fixed"] if orders else ["planner"],
+                                       sort=False):
         mean = 100 * rows["mean_speedup"]
         err = [mean - 100 * rows["ci_low"], 100 * rows["ci_high"] - mean]
-        ax.errorbar(rows["noise"], mean, yerr=err, marker="o", capsize=3, label=str(planner))
+        label = f"{key[0]}, {key[1]} order" if orders else str(key[0])
+        ax.errorbar(rows["noise"], mean, yerr=err, marker="o", capsize=3, label=label)
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xlabel("noise (sigma of the lognormal factor on each duration)")
     ax.set_ylabel("dynamic over fixed (% faster)")
