@@ -113,7 +113,7 @@ def test_traffic_grows_as_memory_shrinks_and_opt_moves_no_more_than_lru(workload
     """21 capacities from twice the tightest down to it: where only chunks move, OPT's traffic
     never falls, and LRU, where it can plan, never moves less; the tightest moves more than
     twice the tightest.  (Once non-model data move too, the traffic is not monotone: on the
-    MLP 97.2 MB at 1.4x the tightest, 94.6 MB at 1.4x less 1/20; and the layout can refuse a
+    MLP 97.2 MB at 1.45x the tightest, 94.6 MB at 1.40x; and the layout can refuse a
     capacity above one that plans: BERT, docs/gemini.md.)"""
     graph = build_workload(workload)
     low = tightest(graph, spec).gpu_memory
