@@ -1,8 +1,8 @@
 """Gemini against BuildMemGraph on the 8 training workloads of ``tests/test_gemini.py``, from
 the tightest memory BuildMemGraph plans in to generous memory (issue 43's goal).
 
-    python bench/bench_gemini.py                          # print the table (markdown)
-    python bench/bench_gemini.py --docs docs/gemini.md    # and regenerate the page's table
+    PYTHONPATH=. python bench/bench_gemini.py                        # the table (markdown)
+    PYTHONPATH=. python bench/bench_gemini.py --docs docs/gemini.md  # and the page's table
 
 Each workload is planned on ``p100x4`` GPUs (as many as it uses) with ``factor`` times
 :func:`~offloadlab.planner.buildmemgraph.min_capacity` (the least memory BuildMemGraph plans
