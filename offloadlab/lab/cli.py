@@ -1167,7 +1167,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         plot(table, tmp)
     args.outputs.commit()
     shown = table.drop(columns=["workload", "machine", "planners", "version"])
-    for column in ("sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount"):
+    for column in ("sum_u", "ilp", "greedy", "l2l", "greedy_nodiscount", "first_last"):
         shown[column] = (1000 * shown[column]).round(1)
     shown["bandwidth"] = shown["bandwidth"] / 1e9
     shown["memory"] = shown["memory"].map(fmt_bytes)

@@ -12,7 +12,11 @@ batch and targets, which the toolkit keeps in host RAM beside the weights); the 
 updates keep no optimizer state (fresh moments).  Everything else is non-model data
 (activations, temporaries, tensors living on a GPU before the run such as a training chain's
 batches) and stays on its GPU from its writer to its last reader (to the end for the graph's
-outputs).
+outputs), unless an operator cannot run even with every HOLD chunk in host RAM: then non-model
+tensors it does not use go there too, the one read again latest first (Belady's rule), and
+come back before their next reader.  Gemini itself has no such fallback (it runs out of
+memory); the toolkit's other planners move activations, and this lets ``gemini`` plan where
+they do, at the cost of the moves.
 
 *Scope*: training steps, TaskGraphs with an optimizer update on a GPU (``training-chain``,
 ``gpt2-train``, ``bert-train``, the traced ``model:...,mode=train``, ``import-torch --train``):
@@ -37,22 +41,40 @@ location.
 writes are COMPUTE and brought to its GPU on demand; the others are HOLD, on the GPU or in host
 RAM; a chunk with no live tensor is FREE.  Operators run in the TaskGraph's order (the program
 order), each GPU's one after the other, and the chunk movements made for an operator run after
-the GPU's previous operator and before it (memory edges): no look-ahead prefetch, no
-reordering, and every on-demand load is waited for.
+the GPU's previous operator and before it (memory edges): no reordering, and every on-demand
+load is waited for.
+
+*Prefetch* (Colossal-AI's GeminiDDP ``max_prefetch``, its ``AutoPlacementPolicy``'s
+``get_prefetch_chunks``): with ``max_prefetch`` > 0, once an operator's COMPUTE chunks are in,
+the chunks of its GPU that the next operators need and that are in host RAM are loaded ahead,
+in order of next use, while fewer than ``max_prefetch`` chunks loaded ahead are still unused
+and the next one fits in the memory the warm-up's statistics leave to model data until its
+use; the first that does not fit ends the prefetch (Colossal-AI stops there too, and checks
+only the current period: here the non-model peaks up to the use count, so that a prefetch
+never forces an eviction).  A prefetch waits for the GPU's previous operator, like the
+operator's own loads, but the operator does not wait for it: it overlaps the operators before
+its use, which waits for it through its data edge.  The warm-up does not prefetch (Colossal-AI
+needs the warm-up's order of chunks for it).  Prefetch is best effort: where the plan with it
+does not fit (its layout), the plan loads on demand (``graph["prefetched"]`` says which).
 
 *Warm-up* ("Design Details", "MemStatsCollector", "Tensor Eviction Strategy"): a first pass
 runs the same manager with model data capped at ``warmup_share`` of GPU memory (the page's
 30%; Colossal-AI's ``AutoPlacementPolicy`` leaves it 20%), evicting HOLD chunks in the order
 they were registered (nothing is known of their next uses yet), and samples for each operator
 and GPU the memory in use while it runs less the model data: the non-model peak of its period.
-An operator whose chunks exceed the cap makes the warm-up fail, as Gemini's does ("Adjust
-layout failed").  The plan is the non-warm-up iteration: before each operator, HOLD chunks are
-moved to host RAM until the operator's non-model peak and its COMPUTE chunks fit (the page's
-S2), choosing by ``eviction``: ``opt``, the page's OPT policy, moves the chunk needed latest
-(first those never needed again), ``lru`` the least recently used.  An evicted tensor is
-offloaded unless host RAM holds it already (a weight as loaded, or a version offloaded before:
-tensors are never written twice).  If an operator cannot run even with every HOLD chunk in
-host RAM, planning fails naming it.
+Where an operator's own chunks exceed the cap, the cap rises to them for that operator
+(Gemini's warm-up fails there, "Adjust layout failed"), and where they do not fit beside the
+non-model data at all the warm-up samples the operator all the same: the non-model data, and
+so the statistics, do not depend on where the model data are, and the planned iteration
+decides what fits.  The plan is the non-warm-up iteration, placed by those statistics (Colossal-AI's
+auto placement): before each operator, HOLD chunks are moved to host RAM until the operator's
+non-model peak and its COMPUTE chunks fit (the page's S2), choosing by ``eviction``: ``opt``,
+the page's OPT policy, moves the chunk needed latest (first those never needed again), ``lru``
+the least recently used; so the non-model peak of each step decides how many chunks stay on
+the GPU.  An evicted tensor is offloaded unless host RAM holds it already (a weight as loaded,
+or a version offloaded before: tensors are never written twice).  If an operator cannot run
+even with every HOLD chunk and every non-model tensor it does not use in host RAM, planning
+fails naming it.
 
 *Layout*: Gemini decides in bytes and leaves addresses to PyTorch's caching allocator.  Here
 the planned pass records when each copy of a tensor is placed and freed; :func:`pack` lays the
@@ -69,7 +91,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NoReturn
 
 from ..core.devices import CPU, HOST
@@ -95,6 +117,9 @@ class GeminiOptions(Options):
                                       "iteration, in (0, 1] (Gemini's 30%)")
     eviction: str = option("opt", "which HOLD chunk moves to host RAM: opt (needed latest, "
                                   "Gemini's) or lru (least recently used)")
+    max_prefetch: int = option(0, "chunks per GPU whose loads may be in flight ahead of the "
+                                  "operators that need them (GeminiDDP's max_prefetch; 0: "
+                                  "every load on demand, Colossal-AI's default)")
 
     def __post_init__(self) -> None:
         if type(self.chunk_size) is not int or self.chunk_size <= 0:
@@ -106,6 +131,9 @@ class GeminiOptions(Options):
         if self.eviction not in EVICTIONS:
             raise PlanError(f"gemini: unknown eviction {self.eviction!r}; use "
                             f"{' or '.join(EVICTIONS)}")
+        if type(self.max_prefetch) is not int or self.max_prefetch < 0:
+            raise PlanError(f"gemini: max_prefetch must be a number of chunks >= 0, got "
+                            f"{self.max_prefetch!r}")
 
 
 @dataclass(eq=False)
@@ -122,14 +150,14 @@ class Chunk:
 @dataclass(frozen=True)
 class Program:
     """What the program order fixes: the operators, what each reads, its COMPUTE chunks, the
-    chunks of the model data and the last reader of each slot."""
+    chunks of the model data and the readers of each slot."""
 
     ops: list[str]
     reads: list[list[Slot]]            # per operator: the slots it reads, each once
     compute: list[list[Chunk]]         # per operator: its COMPUTE chunks
     chunks: list[Chunk]
     chunk_of: dict[Slot, Chunk]        # the model data's slots
-    last_read: dict[Slot, int]
+    readers: dict[Slot, list[int]]     # per slot: the operators that read it, in order
 
 
 def applies(graph: TaskGraph) -> None:
@@ -170,12 +198,12 @@ def program(graph: TaskGraph, chunk_size: int) -> Program:
     reads: list[list[Slot]] = []
     touched: list[list[Slot]] = []                 # per operator: its model slots
     members: dict[tuple[str, str], list[Slot]] = {}     # (parameter, GPU) -> its slots
-    last_read: dict[Slot, int] = {}
+    readers: dict[Slot, list[int]] = {}
     for i, t in enumerate(ops):
         task = graph[t]
         reads.append([(u, task.read_device) for u in dict.fromkeys(task.inputs)])
         for slot in reads[i]:
-            last_read[slot] = i
+            readers.setdefault(slot, []).append(i)
         slots = [s for s in (*reads[i], (t, task.out_device)) if s[0] in param]
         touched.append(slots)
         for slot in slots:
@@ -197,7 +225,7 @@ def program(graph: TaskGraph, chunk_size: int) -> Program:
     for i, used in enumerate(compute):
         for chunk in used:
             chunk.uses.append(i)
-    return Program(ops, reads, compute, chunks, chunk_of, last_read)
+    return Program(ops, reads, compute, chunks, chunk_of, readers)
 
 
 @dataclass(eq=False)
@@ -238,6 +266,12 @@ class Manager:
         self.kept = set(graph.outputs())
         self.last_op: dict[str, str] = {}       # device -> its operator run last
         self.last_use = [-1] * len(prog.chunks)     # chunk -> the operator that used it last
+        self.on_gpu: dict[str, list[Chunk]] = {dev: [] for dev in gpus}
+        for chunk in prog.chunks:
+            self.on_gpu[chunk.device].append(chunk)
+        self.inflight: dict[str, set[Chunk]] = {dev: set() for dev in gpus}  # prefetched, unused
+        self.spilled = dict.fromkeys(gpus, 0)   # non-model bytes of each GPU in host RAM
+        self.spills = 0                         # non-model tensors moved to host RAM
         self.mg = MemGraph()
         self.sequence = itertools.count()
         self.moves = itertools.count()
@@ -265,9 +299,17 @@ class Manager:
         for dev in devices:
             self._make_room(i, dev, moves)
         for chunk in self.prog.compute[i]:
-            for slot in chunk.slots:
-                if slot not in self.resident and self._live(slot):
-                    moves.append(self._load(slot))
+            for slot in self._missing(chunk):
+                moves.append(self._load(slot))
+            self.inflight[chunk.device].discard(chunk)
+        for slot in self.prog.reads[i]:
+            if slot not in self.resident:                   # non-model data spilled before
+                moves.append(self._load(slot))
+                self.spilled[slot[1]] -= self.g[slot[0]].bytes
+        ahead: list[str] = []
+        if not self.warmup:
+            for dev in devices:
+                self._prefetch(i, dev, ahead)
         self._add(MemVertex(t, task.kind, task.device, task.bytes, task=t, op=task.op,
                             flops=task.flops, time=task.time))
         self._place((t, task.out_device), t)
@@ -277,7 +319,7 @@ class Manager:
         previous = self.last_op.get(task.device)
         if previous is not None:
             self.mg.add_edges([previous], t, "memory")
-            for m in moves:
+            for m in moves + ahead:
                 self.mg.add_edge(previous, m, "memory")
         self.mg.add_edges(moves, t, "memory")
         self.last_op[task.device] = t
@@ -288,14 +330,15 @@ class Manager:
             self.last_use[chunk.index] = i
         for slot in self.prog.reads[i]:
             self.resident[slot].readers.append(t)
-            if self.prog.last_read[slot] == i and slot[0] not in self.kept:
+            if self.prog.readers[slot][-1] == i and slot[0] not in self.kept:
                 self._free(slot)
                 self.dead.add(slot)
 
     def _make_room(self, i: int, dev: str, moves: list[str]) -> None:
         """Evict HOLD chunks from ``dev`` until operator ``i``'s COMPUTE chunks fit beside its
         non-model peak; in the warm-up, until they fit within the model data's share of
-        memory and, with the operator's output, in memory."""
+        memory, or within the operator's own chunks where those exceed it (the cap adapts
+        rather than fail), and, with the operator's output, in memory."""
         t = self.prog.ops[i]
         task = self.g[t]
         mine = [c for c in self.prog.compute[i] if c.device == dev]
@@ -305,33 +348,89 @@ class Manager:
             output = task.bytes if task.out_device == dev and (t, dev) not in self.prog.chunk_of \
                 else 0
             nonmodel = self.used[dev] - self.model[dev] + output
-            share = int(self.options.warmup_share * self.capacity)
-            room = min(share, self.capacity - nonmodel) - self.model[dev]
+            own = incoming + sum(self.resident[s].size for c in mine for s in c.slots
+                                 if s in self.resident)
+            cap = max(int(self.options.warmup_share * self.capacity), own)
+            room = min(cap, self.capacity - nonmodel) - self.model[dev]
         else:
-            nonmodel = self.peaks[i, dev]
+            back = sum(self.g[u].bytes for u, d in self.prog.reads[i]
+                       if d == dev and (u, d) not in self.resident
+                       and (u, d) not in self.prog.chunk_of)
+            nonmodel = self.peaks[i, dev] - self.spilled[dev] + back
             room = self.budget[dev] - nonmodel - self.model[dev]
         while incoming > room:
             victim = self._victim(i, dev)
-            if victim is None:
+            if victim is not None:
+                room += self._evict(victim, moves)
+                continue
+            if self.warmup:             # only statistics: they do not need the operator to fit
+                return
+            spill = self._spill_victim(i, dev)
+            if spill is None:
                 self._refuse(i, dev, incoming, nonmodel)
-            room += self._evict(victim, moves)
+            room += self._to_host(spill, moves)
+            self.spilled[dev] += spill.size
+            self.spills += 1
+            nonmodel -= spill.size
+
+    def _prefetch(self, i: int, dev: str, ahead: list[str]) -> None:
+        """GeminiDDP's prefetch: after operator ``i``'s chunks are in, load the chunks of
+        ``dev`` needed next (in order of next use) that are in host RAM, while fewer than
+        ``max_prefetch`` prefetched chunks are unused and the next one fits beside the
+        warm-up's non-model peaks until its use; the first that does not fit ends it.  Its
+        loads wait for the GPU's previous operator, not for operator ``i``."""
+        slots = self.options.max_prefetch - len(self.inflight[dev])
+        if slots <= 0:
+            return
+        compute = self.prog.compute[i]
+        wanted = sorted((_next_use(c, i), c.index, c) for c in self.on_gpu[dev]
+                        if c not in compute and c not in self.inflight[dev] and self._missing(c))
+        t = self.prog.ops[i]
+        output = self.g[t].bytes if (t, dev) in self.prog.chunk_of else 0   # placed after this
+        free = self.budget[dev] - self.model[dev] - output
+        peak, scanned = 0, i
+        for use, _, chunk in wanted[:slots]:
+            if use == NEVER:
+                return
+            for k in range(scanned, use):
+                peak = max(peak, self.peaks.get((k, dev), 0))
+            scanned = max(scanned, use)
+            missing = self._missing(chunk)
+            size = sum(self.g[u].bytes for u, _ in missing)
+            if size > free - peak:
+                return
+            ahead.extend(self._load(slot) for slot in missing)
+            free -= size
+            self.inflight[dev].add(chunk)
+
+    def _missing(self, chunk: Chunk) -> list[Slot]:
+        """The chunk's tensors that live, in host RAM only."""
+        return [s for s in chunk.slots if s not in self.resident and self._live(s)]
 
     def _refuse(self, i: int, dev: str, incoming: int, nonmodel: int) -> NoReturn:
         t = self.prog.ops[i]
         chunks = incoming + sum(self.resident[s].size for c in self.prog.compute[i]
                                 for s in c.slots if s in self.resident and s[1] == dev)
-        share = self.options.warmup_share
-        if self.warmup and chunks > share * self.capacity:
-            raise PlanError(
-                f"the warm-up iteration cannot run operator {t!r}: its chunks need {chunks} "
-                f"bytes on {dev}, more than warmup_share={share} of its {self.capacity} bytes; "
-                f"raise warmup_share or lower chunk_size")
         lost = self.capacity - self.budget[dev]
         raise PlanError(
-            f"operator {t!r} needs {nonmodel} bytes of non-model data, which stays on the GPU, "
-            f"and {chunks} bytes of chunks on {dev}: more than its {self.capacity} bytes"
+            f"operator {t!r} needs {nonmodel} bytes of non-model data and {chunks} bytes of "
+            f"chunks on {dev}: more than its {self.capacity} bytes"
             + (f" less {lost} lost to fragmentation" if lost else "")
-            + " even with every HOLD chunk in host RAM")
+            + " even with every HOLD chunk and every tensor it does not use in host RAM")
+
+    def _spill_victim(self, i: int, dev: str) -> Copy | None:
+        """The non-model tensor of ``dev`` to move to host RAM when moving every HOLD chunk
+        there is not enough, or None: of those operator ``i`` does not read, the one read
+        again latest (first those never read again, the graph's outputs)."""
+        t = self.prog.ops[i]
+        reads = set(self.prog.reads[i])
+        held = [c for slot, c in self.resident.items()
+                if slot[1] == dev and slot not in self.prog.chunk_of and slot not in reads
+                and slot[0] != t]
+        if not held:
+            return None
+        return max(held, key=lambda c: (_next_read(self.prog.readers.get(c.slot, []), i),
+                                        -c.born))
 
     def _victim(self, i: int, dev: str) -> Chunk | None:
         """The HOLD chunk of ``dev`` to move to host RAM, or None: in the warm-up the first
@@ -350,22 +449,23 @@ class Manager:
 
     def _evict(self, chunk: Chunk, moves: list[str]) -> int:
         """Move a chunk's tensors to host RAM, offloading those host RAM lacks; its bytes."""
-        freed = 0
-        for slot in chunk.slots:
-            copy = self.resident.get(slot)
-            if copy is None:
-                continue
-            t, dev = slot
-            if t not in self.host_copy:
-                off = self._add(MemVertex(f"offload:{t}@{dev}#{next(self.moves)}", "offload",
-                                          dev, copy.size, of=t, inputs=(copy.writer,)))
-                self.mg.add_edge(copy.writer, off, "data")
-                copy.readers.append(off)
-                self.host_copy[t] = off
-                moves.append(off)
-            freed += copy.size
-            self._free(slot)
-        return freed
+        self.inflight[chunk.device].discard(chunk)
+        return sum(self._to_host(self.resident[slot], moves) for slot in chunk.slots
+                   if slot in self.resident)
+
+    def _to_host(self, copy: Copy, moves: list[str]) -> int:
+        """Free a tensor's GPU copy, offloading it first unless host RAM holds it; its
+        bytes."""
+        t, dev = copy.slot
+        if t not in self.host_copy:
+            off = self._add(MemVertex(f"offload:{t}@{dev}#{next(self.moves)}", "offload",
+                                      dev, copy.size, of=t, inputs=(copy.writer,)))
+            self.mg.add_edge(copy.writer, off, "data")
+            copy.readers.append(off)
+            self.host_copy[t] = off
+            moves.append(off)
+        self._free(copy.slot)
+        return copy.size
 
     def _load(self, slot: Slot) -> str:
         """Bring a chunk's tensor from host RAM: a ``load`` of a host input, else a
@@ -407,8 +507,13 @@ class Manager:
 
 def _next_use(chunk: Chunk, i: int) -> int:
     """The first operator after ``i`` that the chunk is COMPUTE for."""
-    k = bisect.bisect_right(chunk.uses, i)
-    return chunk.uses[k] if k < len(chunk.uses) else NEVER
+    return _next_read(chunk.uses, i)
+
+
+def _next_read(uses: list[int], i: int) -> int:
+    """The first of ``uses`` (operators, ascending) after ``i``; NEVER if none."""
+    k = bisect.bisect_right(uses, i)
+    return uses[k] if k < len(uses) else NEVER
 
 
 def pack(copies: list[Copy]) -> dict[str, int]:
@@ -420,8 +525,12 @@ def pack(copies: list[Copy]) -> dict[str, int]:
     for c in copies:
         by_gpu.setdefault(c.slot[1], []).append(c)
     for dev, mine in by_gpu.items():
+        # lifetimes counted in this GPU's events, so that a GPU's layout does not depend on
+        # what the others do
+        rank = {e: k for k, e in enumerate(sorted({e for c in mine for e in (c.born, c.freed)}))}
         layouts = [_first_fit(mine, lambda c: (-c.size, c.born)),
-                   _first_fit(mine, lambda c: (-c.size * (c.freed - c.born), c.born))]
+                   _first_fit(mine, lambda c: (-c.size * (rank[c.freed] - rank[c.born]),
+                                               c.born))]
         offsets, need[dev] = min(layouts, key=lambda layout: layout[1])
         for c, offset in zip(mine, offsets):
             c.offset = offset
@@ -477,6 +586,8 @@ def fitted(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Pro
         settled = True
         for dev, n in need.items():
             (fits if n <= cap else fails)[dev] = budget[dev]
+            if n > cap and fits.get(dev, -1) >= budget[dev]:
+                del fits[dev]       # no longer fits where it did: step down again
             if dev not in fails:
                 continue
             if dev not in fits:
@@ -497,7 +608,16 @@ def gemini(graph: TaskGraph, machine: Machine, options: GeminiOptions, hooks: Ho
     prog = program(graph, options.chunk_size)
     warmup = Manager(graph, machine, options, prog)
     warmup.run()
-    planned = fitted(graph, machine, options, prog, warmup.peaks, hooks)
+    try:
+        planned = fitted(graph, machine, options, prog, warmup.peaks, hooks)
+    except PlanError:
+        if not options.max_prefetch:
+            raise
+        # prefetch is best effort: where its layout does not fit, load on demand
+        planned = fitted(graph, machine, replace(options, max_prefetch=0), prog, warmup.peaks,
+                         hooks)
+    planned.mg.graph["prefetched"] = planned.options.max_prefetch > 0
     locate(planned, machine.gpu_memory)
     planned.mg.graph["chunks"] = len(prog.chunks)
+    planned.mg.graph["spills"] = planned.spills
     return planned.mg
