@@ -4,7 +4,8 @@ A runnable example is a line ``$ offloadlab ARGS`` (continued by a trailing ``\\
 ```` ```console ```` block; the lines after it, up to the next ``$`` line or the block's end,
 are its output as the page shows it.  Examples too slow for the test suite go in ```` ```text
 ```` blocks, which nothing runs.  The examples of one page run in order in one folder, so that
-a page may plan a file and then simulate it.
+a page may plan a file and then simulate it.  What a command prints on stdout and stderr is
+one output, in the order printed, as a terminal shows it.
 
 The shape of an output (:func:`shape_errors`): the exit status (2 where the page shows
 ``offloadlab: error: ...``, else 0), the first line with its numbers masked, and every line
@@ -98,13 +99,27 @@ def examples(page: Path, fence: str = "console") -> list[Example]:
     return found
 
 
+class _Tee(io.StringIO):
+    """A stream that also writes into ``both``, so that stdout and stderr keep their order."""
+
+    def __init__(self, both: io.StringIO):
+        super().__init__()
+        self.both = both
+
+    def write(self, text: str) -> int:
+        self.both.write(text)
+        return super().write(text)
+
+
 def run(argv: list[str]) -> tuple[int, list[str], list[str]]:
-    """``offloadlab ARGV`` in this process: its status, stdout's and stderr's lines."""
+    """``offloadlab ARGV`` in this process: its status, and the lines it printed on stdout and
+    stderr together, in order, and on stderr alone."""
     from offloadlab.lab.cli import main
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    both = io.StringIO()
+    err = _Tee(both)
+    with contextlib.redirect_stdout(_Tee(both)), contextlib.redirect_stderr(err):
         status = main(argv)
-    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
+    return status, both.getvalue().splitlines(), err.getvalue().splitlines()
 
 
 def mask(line: str) -> str:
@@ -112,18 +127,18 @@ def mask(line: str) -> str:
     return " ".join(NUMBER.sub("#", HASH.sub("#", line)).split())
 
 
-def shape_errors(example: Example, status: int, out: list[str], err: list[str]) -> list[str]:
-    """How the output of a run of ``example`` differs in shape from what its page shows."""
+def shape_errors(example: Example, status: int, printed: list[str], err: list[str]) -> list[str]:
+    """How the output of a run of ``example`` (``printed``: stdout and stderr in order;
+    ``err``: stderr) differs in shape from what its page shows."""
     errors = []
     if status != example.status:
         errors.append(f"exit status {status}, the page implies {example.status}: {err[-1:]}")
     shown = [line for line in example.output if line.strip()]
-    got = (out if example.status == 0 else err) or out + err
-    if shown and (not got or mask(got[0]) != mask(shown[0])):
-        errors.append(f"first line {got[:1]}, the page shows {shown[0]!r}")
-    printed = {mask(line) for line in out + err}
+    if shown and (not printed or mask(printed[0]) != mask(shown[0])):
+        errors.append(f"first line {printed[:1]}, the page shows {shown[0]!r}")
+    masked = {mask(line) for line in printed}
     for line in shown[1:]:
-        if WORDS.fullmatch(line.strip()) and mask(line) not in printed:
+        if WORDS.fullmatch(line.strip()) and mask(line) not in masked:
             errors.append(f"no line {line.strip()!r} in the output")
     return errors
 
@@ -148,9 +163,9 @@ def write(page: Path, fence: str = "console") -> None:
     with folder():
         outputs = []
         for example in found:
-            status, out, err = run(example.argv)
+            status, printed, _ = run(example.argv)
             print(f"{example}: exit {status}", file=sys.stderr)
-            outputs.append(out + err)
+            outputs.append(printed)
     for example, output in reversed(list(zip(found, outputs))):
         start = example.end - len(example.output)
         lines[start:example.end] = output

@@ -27,8 +27,8 @@ def test_site_builds_strict(tmp_path):
 def test_command_examples_give_the_output_shown(page):
     with folder():
         for example in examples(page):
-            status, out, err = run(example.argv)
-            errors = shape_errors(example, status, out, err)
+            status, printed, err = run(example.argv)
+            errors = shape_errors(example, status, printed, err)
             assert not errors, f"{example}:\n  " + "\n  ".join(errors)
 
 
@@ -56,7 +56,7 @@ def test_shape_check_catches_a_changed_header_status_or_first_line(tmp_path):
     assert example.output == ["planners:", "  name  options"]
     assert shape_errors(example, 0, ["planners:", "name   options"], []) == []
     assert len(shape_errors(example, 0, ["planners:", "name size"], [])) == 1
-    assert len(shape_errors(example, 2, [], ["offloadlab: error: x"])) == 3
+    assert len(shape_errors(example, 2, ["offloadlab: error: x"], ["offloadlab: error: x"])) == 3
     assert len(shape_errors(example, 0, ["workloads:", "name options"], [])) == 1
     assert mask("12 points in sweep-random-6cbea727df9e.sqlite, 0.4021 s") == \
         mask("7 points in sweep-random-0123456789ab.sqlite, 12 s")
@@ -99,3 +99,17 @@ def test_readme_is_a_front_door():
         text = page.read_text(encoding="utf-8")
         assert not re.search(r"\bcommits? [0-9a-f]{7,40}\b", text), page
         assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), page
+
+
+SCRIPTS = ["README.md", "docs/getting-started.md", "docs/api/index.md"]
+"""Pages whose ```python blocks are whole scripts (the other pages' are fragments)."""
+
+
+@pytest.mark.parametrize("page", SCRIPTS)
+def test_python_examples_run(page, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / page).read_text(encoding="utf-8"), re.S)
+    assert blocks, f"{page}: no python block"
+    with folder():
+        for block in blocks:
+            exec(compile(block, page, "exec"), {})
+    assert float(capsys.readouterr().out.split()[0]) > 0       # each prints a makespan first
