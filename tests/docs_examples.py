@@ -8,9 +8,9 @@ a page may plan a file and then simulate it.  What a command prints on stdout an
 one output, in the order printed, as a terminal shows it.
 
 The shape of an output (:func:`shape_errors`): the exit status (2 where the page shows
-``offloadlab: error: ...``, else 0), the first line with its numbers masked, and every line
-of the page's output made of words only (a table's column headers, ``wrote FILE``), which must
-appear in the output, spaces aside.
+``offloadlab: error: ...``, else 0), the first line with its numbers masked (unless the page
+shows ``...`` there: lines left out), and every line of the page's output made of words only
+(a table's column headers, ``wrote FILE``), which must appear in the output, spaces aside.
 
 To refresh the outputs a page shows after a change (run from the repository root; add
 ``--fence text`` for the slow examples)::
@@ -39,6 +39,7 @@ NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
 HASH = re.compile(r"\b[0-9a-f]{12,}\b")
 WORDS = re.compile(r"[A-Za-z_][\w.:>/-]*(?:\s+[A-Za-z_][\w.:>/-]*)+")
 ERROR = "offloadlab: error:"
+ELIDED = "..."
 
 
 @dataclass
@@ -134,7 +135,8 @@ def shape_errors(example: Example, status: int, printed: list[str], err: list[st
     if status != example.status:
         errors.append(f"exit status {status}, the page implies {example.status}: {err[-1:]}")
     shown = [line for line in example.output if line.strip()]
-    if shown and (not printed or mask(printed[0]) != mask(shown[0])):
+    if shown and shown[0].strip() != ELIDED and (not printed
+                                                 or mask(printed[0]) != mask(shown[0])):
         errors.append(f"first line {printed[:1]}, the page shows {shown[0]!r}")
     masked = {mask(line) for line in printed}
     for line in shown[1:]:

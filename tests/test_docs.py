@@ -60,6 +60,8 @@ def test_shape_check_catches_a_changed_header_status_or_first_line(tmp_path):
     assert len(shape_errors(example, 0, ["planners:", "name size"], [])) == 1
     assert len(shape_errors(example, 2, ["offloadlab: error: x"], ["offloadlab: error: x"])) == 3
     assert len(shape_errors(example, 0, ["workloads:", "name options"], [])) == 1
+    example.output = ["...", "  name  options"]                 # lines left out
+    assert shape_errors(example, 0, ["workloads:", "name options"], []) == []
     assert mask("12 points in sweep-random-6cbea727df9e.sqlite, 0.4021 s") == \
         mask("7 points in sweep-random-0123456789ab.sqlite, 12 s")
 
