@@ -26,12 +26,14 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PURE_ENV = "OFFLOADLAB_PURE"
 BUILD_REQUIRES = ["mypy>=1.10", "setuptools>=61"]
-GROUP = "offloadlab"     # the shared library of the compiled modules: offloadlab__mypyc.*.so
+# Each module is compiled on its own (``separate=True``: a ``<module>__mypyc`` library beside
+# each module's shim), so that the C compiler runs on every core (``build_ext -j``) instead of
+# compiling one 7 MB C file on one.
 SETUP = """\
 from setuptools import setup
 from mypyc.build import mypycify
 
-setup(name="offloadlab-mypyc", ext_modules=mypycify({args!r}, group_name={group!r}))
+setup(name="offloadlab-mypyc", ext_modules=mypycify({args!r}, separate=True))
 """
 
 
@@ -110,11 +112,13 @@ class MypycIfPossible(BuildHookInterface):
                                                           "*.pyc", "*.c", "build"))
         args = [*self.config.get("mypy-args", []), *modules]
         with open(os.path.join(src, "setup_mypyc.py"), "w", encoding="utf-8") as f:
-            f.write(SETUP.format(args=args, group=GROUP))
+            f.write(SETUP.format(args=args))
         with open(os.path.join(src, "mypy.ini"), "w", encoding="utf-8") as f:
             f.write("[mypy]\n")      # found first: no user or parent-directory mypy config
         env = {k: v for k, v in os.environ.items() if k not in ("MYPY_CACHE_DIR", "MYPYPATH")}
-        proc = subprocess.run([sys.executable, "setup_mypyc.py", "build_ext", "--inplace"],
+        jobs = str(os.cpu_count() or 1)
+        proc = subprocess.run([sys.executable, "setup_mypyc.py", "build_ext", "--inplace",
+                               "--parallel", jobs],
                               cwd=src, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         if proc.returncode:
@@ -122,14 +126,11 @@ class MypycIfPossible(BuildHookInterface):
         ext = ".pyd" if sys.platform == "win32" else ".so"
         built: dict[str, str] = {}
         for module in modules:
-            found = glob.glob(os.path.join(src, module[:-3] + ".*" + ext))
-            if len(found) != 1:
-                raise RuntimeError(f"expected one compiled file for {module}, found {found}")
-            built[found[0]] = os.path.relpath(found[0], src).replace(os.sep, "/")
-        libs = glob.glob(os.path.join(src, f"{GROUP}__mypyc.*{ext}"))
-        if len(modules) > 1 and len(libs) != 1:     # the modules' shared library
-            raise RuntimeError(f"expected one {GROUP}__mypyc.*{ext}, found {libs}")
-        built.update((lib, os.path.basename(lib)) for lib in libs)
+            for name in (module[:-3], module[:-3] + "__mypyc"):   # the shim, its library
+                found = glob.glob(os.path.join(src, name + ".*" + ext))
+                if len(found) != 1:
+                    raise RuntimeError(f"expected one compiled {name}.*{ext}, found {found}")
+                built[found[0]] = os.path.relpath(found[0], src).replace(os.sep, "/")
         return built
 
     def _cleanup(self) -> None:

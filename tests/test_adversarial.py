@@ -28,6 +28,8 @@ from offloadlab.core.spec import apply_options, parse_spec
 from offloadlab.core.workloads import build_workload, estimated_vertices, workload_options
 from offloadlab.lab.cli import main
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 LIMIT = 3 * 2**29                   # 1.5 GiB of address space for the runaway cases
 PEAK = 2**30                        # what a refusal may peak at

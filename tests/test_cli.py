@@ -728,6 +728,7 @@ def test_progress_bars_on_stderr_for_every_long_phase(capsys, tmp_path):
     assert code == 0 and err == ""
 
 
+@pytest.mark.slow
 def test_planner_and_simulator_report_progress(disco):
     from offloadlab.core.machine import machine_from_spec
     from offloadlab.core.workloads import build_workload

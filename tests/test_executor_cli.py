@@ -11,6 +11,8 @@ from test_cli import _program, fails, run
 from offloadlab.core.machine import Machine, machine_from_spec
 from offloadlab.core.memgraph import MemGraph
 
+pytestmark = pytest.mark.slow
+
 WORKLOAD = "matmul-chain:layers=3,batch=64,hidden=256"
 MACHINE = "disco-example:gpu_memory=400KB,h2d_bandwidth=1e9,d2h_bandwidth=1e9,host_bus_bandwidth=0"
 

@@ -7,6 +7,8 @@ from kernel_cases import KERNEL_SHAPES, kernel_case
 
 from offloadlab.executor import kernels
 
+pytestmark = pytest.mark.slow
+
 
 def test_every_kernel_has_a_case():
     assert set(KERNEL_SHAPES) == set(kernels.KERNELS)

@@ -306,6 +306,7 @@ TINY = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", TINY, ids=lambda o: ",".join(f"{k}={v}"
                                                                  for k, v in o.items()))
 def test_tiny_llama_executes_to_the_numpy_model_under_every_planner_and_policy(options):

@@ -352,6 +352,7 @@ def test_the_reference_evaluation_equals_the_numpy_step(options, checkpoint):
         check_step(reference_outputs(graph), options, optimizer, rtol, optimizer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", TINY[:2], ids=["gpus=2", "gpus=4,batch=2"])
 def test_tiny_lora_step_executes_to_the_numpy_step_under_every_planner_and_policy(options):
     from offloadlab.core.machine import Machine

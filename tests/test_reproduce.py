@@ -84,6 +84,7 @@ def test_json_rows_and_bound_below_every_strategy(capsys):
             assert r["ilp"] <= r[strategy] + 1e-9
 
 
+@pytest.mark.slow
 def test_writes_csv_and_plot(capsys, tmp_path):
     assert main(["reproduce", "beaumont-bandwidth", "--only", "gpt2-38x16",
                  "--weights", "hyperparameters", "--out", str(tmp_path)]) == 0

@@ -433,3 +433,25 @@ def test_unread_load_overwritten_through_a_path_is_not_resident_to_the_end():
     assert result.peak_memory["gpu0"] == 120        # a, X and C at the end; L gone
     used = result.memory[result.memory["device"] == "gpu0"]
     assert used["bytes"].max() <= 150
+
+
+def test_the_contract_numbers_vertices_by_planner_order_and_lists_what_each_holds():
+    """core/contract.py: the structure the simulator and the executor both run."""
+    from offloadlab.core.contract import contract, slots
+    mg = _two_loads()
+    for i, v in enumerate(reversed(list(mg))):     # planner order against insertion order
+        v.order = i
+    structure = contract(mg, machine(h2d_bandwidth=2.0, host_bus_bandwidth=2.0))
+    ids = [v.id for v in structure.vertices]
+    assert ids == sorted(ids, key=lambda t: mg[t].order)
+    at = {t: i for i, t in enumerate(ids)}
+    assert structure.holds[at["x"]] == ()                       # an input holds nothing
+    assert structure.holds[at["L1"]] == ("h2d:gpu1", "bus:h2d")  # the engine, then the bus
+    assert structure.sequences["bus:h2d"] == sorted([at["L0"], at["L1"]])
+    assert structure.waiting[at["x"]] == 0 and structure.waiting[at["L0"]] == 1
+    assert sorted(structure.succ[at["x"]]) == sorted([at["L0"], at["L1"]])
+    assert [slots(r, 4) for r in ("gpu0", "h2d:gpu0", "gpu0->gpu1", "bus:h2d", "cpu")] == \
+        [4, 1, 1, 1, 1]
+    add(mg, "k", "compute", "gpu5", 1, ["x"], flops=1.0, loc=("gpu5", 0, 1))
+    with pytest.raises(SpecError, match="gpu5"):
+        contract(mg, machine())

@@ -133,6 +133,7 @@ def test_each_sweep_has_a_store_of_its_own_by_default(tmp_path, monkeypatch, cap
     assert not (tmp_path / "sweep.sqlite").exists()
 
 
+@pytest.mark.slow
 def test_two_hundred_points_on_a_local_cluster(tmp_path):
     pytest.importorskip("dask.distributed")
     ps = points(",".join(["machine.h2d_bandwidth=" + ",".join(f"{b}e9" for b in range(1, 11))]),

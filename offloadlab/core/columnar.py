@@ -49,7 +49,7 @@ from . import nodelink
 from .checks import MAX_COUNT, non_finite, number, short
 from .devices import is_gpu_name
 from .errors import GraphError, OffloadlabError
-from .memgraph import EDGE_KINDS, Loc, MemGraph, MemVertex, _device_problem
+from .memgraph import EDGE_KINDS, Loc, MemGraph, MemVertex, vertex_device_problem
 from .ops import DTYPES, op_problem
 from .util import no_gc
 
@@ -413,7 +413,7 @@ class _Columns:
 def _check_kinds(kind: list[str], device: list[str], vertex: Callable[[int], str]) -> None:
     """Each distinct (kind, device) once: what the JSON reader checks per vertex."""
     for i in _firsts(list(zip(kind, device))):
-        problem = _device_problem(kind[i], device[i])
+        problem = vertex_device_problem(kind[i], device[i])
         if problem is not None:
             raise GraphError(f"{vertex(i)}: {problem}")
 

@@ -276,7 +276,7 @@ class MemGraph:
             fine = devices[kind]
             device = fine.get(n.device)
             if device is None:
-                if _device_problem(kind, n.device) is not None:
+                if vertex_device_problem(kind, n.device) is not None:
                     raise GraphError("")
                 device = fine[n.device] = intern(n.device)
             op = n.op
@@ -362,7 +362,7 @@ class MemGraph:
         return cls.from_json(Path(path))
 
 
-def _device_problem(kind: str, device: str) -> str | None:
+def vertex_device_problem(kind: str, device: str) -> str | None:
     """What is wrong with a MemGraph vertex of ``kind`` on ``device``, or None."""
     if kind in MOVE_KINDS:
         return None if is_gpu_name(device) else \
@@ -386,7 +386,7 @@ def _read_vertex(n: object, where: str, devices: dict[tuple[str, str], str | Non
         strings(n, f"{where}: vertex {nid!r}", ("kind", "device"), ("kind", "device"))
     problem = devices.get((kind, device), "")
     if problem == "":
-        problem = devices[kind, device] = _device_problem(kind, device)
+        problem = devices[kind, device] = vertex_device_problem(kind, device)
     if problem is not None:
         raise GraphError(f"{where}: vertex {nid!r}: {problem}")
     task: Any = n.get("task")

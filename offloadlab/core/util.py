@@ -45,3 +45,11 @@ def no_gc() -> Iterator[None]:
                 _promoted = 0
         if enabled:
             gc.enable()
+
+
+def fmt_bytes(n: float) -> str:
+    """``67108864`` -> ``"64 MiB"``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{int(n)} B"

@@ -27,9 +27,9 @@ from ..core.memory import memory_and_peaks
 from ..core.taskgraph import TaskGraph
 from ..core.trace import busy_time, run_trace
 from ..core.verify import verify as verify_plan
-from .device import Backend
+from .device import Backend, ExecutionError, StallError
 from .kernels import KERNELS, KernelError, check_runnable
-from .loop import EventLoop, ExecutionError, StallError
+from .loop import EventLoop
 from .races import RaceError
 from .reference import reference_outputs, reference_spread, taskgraph_of
 
@@ -79,27 +79,75 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
             watchdog: float = 60.0, run: int = 0,
             progress: Callable[[int], None] | None = None, verify: bool = True,
             check_races: bool = False) -> ExecResult:
-    """Run ``memgraph`` on ``machine`` with real data.
+    """Run ``memgraph`` on ``machine`` with real data (TURNIP Sec. 5).
 
-    ``verify`` first checks the MemGraph against ``machine`` (docs/design.md rules 1, 3 and 4
-    and the order; :class:`VerificationError` names the rule and the vertex); pass False only
-    to run a plan known to be broken.  ``check_races`` runs the race detector
-    (:mod:`.races`): a vertex that reads bytes another vertex overwrote stops the run with a
-    :class:`RaceError` naming the three (slower: every tensor is checksummed as it is
-    written, read and offloaded).
-    ``policy`` is one of :data:`offloadlab.core.dispatch.POLICIES` (``dynamic``, ``fixed``,
-    ``random``, ``adversarial``; the last two seeded by ``seed``); ``streams``
-    overrides ``machine.streams``; ``poison`` fills every location with NaN bytes before it is
-    written and host ranges when freed; ``rate_limit`` paces the numpy backend's copies to the
-    machine's bandwidths; ``host_memory`` caps the host block (default: the host inputs plus
-    every offload, which never runs out); ``watchdog`` is how long the run may go without a
-    completion before it stops naming the vertices it waits for; ``progress`` is called with
-    the number of vertices done, at most four times a second and once at the end.
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        Its GPUs and links (the numpy backend paces copies to its bandwidths).
+    backend : str
+        ``numpy`` (the CPU) or ``cupy`` (NVIDIA GPUs).
+    policy : str
+        One of :data:`offloadlab.core.dispatch.POLICIES` (``dynamic``, ``fixed``, ``random``,
+        ``adversarial``; the last two seeded by ``seed``).
+    seed : int
+        Seeds the seeded policies.
+    streams : int, optional
+        Overrides ``machine.streams``.
+    poison : bool
+        Fill every location with NaN bytes before it is written, and host ranges when freed,
+        so that a race shows up as a wrong answer.
+    rate_limit : bool
+        Pace the numpy backend's copies to the machine's bandwidths.
+    host_memory : int, optional
+        Caps the host block (default: the host inputs plus every offload, which never runs
+        out).
+    watchdog : float
+        Seconds the run may go without a completion before it stops, naming the vertices it
+        waits for.
+    run : int
+        Labels the trace rows.
+    progress : callable, optional
+        Called with the number of vertices done, at most four times a second and once at
+        the end.
+    verify : bool
+        First check the MemGraph against ``machine`` (docs/design.md rules 1, 3 and 4 and the
+        order); pass False only to run a plan known to be broken.
+    check_races : bool
+        Run the race detector (:mod:`.races`): a vertex that reads bytes another vertex
+        overwrote stops the run naming the three (slower: every tensor is checksummed as it
+        is written, read and offloaded).
 
-    Raises VerificationError (before anything is set up) for an incorrect MemGraph,
-    ExecutionError (naming the vertex) if a kernel fails or memory does not suffice,
-    StallError if no vertex can make progress, RaceError for a race the detector saw,
-    KernelError for an op without a kernel (a ``generic:...`` op before anything is set up).
+    Returns
+    -------
+    ExecResult
+        The measured trace, makespan, busy times and memory, and the graph's outputs.
+
+    Raises
+    ------
+    VerificationError
+        An incorrect MemGraph (before anything is set up), naming the rule and the vertex.
+    ExecutionError
+        A kernel failed or memory does not suffice (naming the vertex).
+    StallError
+        No vertex can make progress.
+    RaceError
+        The race detector saw a race.
+    KernelError
+        An op without a kernel (a ``generic:...`` op), before anything is set up.
+
+    Examples
+    --------
+    >>> from offloadlab.core.machine import machine_from_spec
+    >>> from offloadlab.core.workloads import build_workload
+    >>> from offloadlab.planner import plan
+    >>> graph = build_workload("matmul-chain:layers=4,batch=64,hidden=256")
+    >>> machine = machine_from_spec("disco-example:gpu_memory=400KB")
+    >>> result = execute(plan(graph, machine), machine, rate_limit=False)
+    >>> check_outputs(result.outputs, reference_outputs(graph)) is None   # all correct
+    True
     """
     check_runnable(memgraph)
     check_policy(policy)

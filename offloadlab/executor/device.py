@@ -19,11 +19,22 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..core.errors import OffloadlabError
+
 Array = Any
 
 
 class Cancelled(Exception):
     """Raised inside a job when the run is being stopped."""
+
+
+class ExecutionError(OffloadlabError):
+    """A run failed: a kernel raised, memory does not suffice, or the loop stalled."""
+
+
+class StallError(ExecutionError):
+    """No vertex can make progress: a cycle, a ``fixed`` order that contradicts the edges, or
+    a job that has not completed within the watchdog's time."""
 
 
 class Backend(Protocol):

@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from ..core.budget import ram_available
+from ..core.contract import Contract, contract, slots
 from ..core.devices import HOST, is_bus
 from ..core.dispatch import Queues, ReadyQueue
-from ..core.errors import OffloadlabError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
-from .device import Array, Backend, Cancelled, Done, Lane, WarmUp
+from .device import Array, Backend, Cancelled, Done, ExecutionError, Lane, StallError, WarmUp
 from .hostblock import HostAllocator, fill
 from .kernels import KernelError, aligned, initial_value, kernel, tensor_shape, view
 
@@ -54,15 +54,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 POISON = 0xFF
 JOIN_SECONDS = 5.0
-
-
-class ExecutionError(OffloadlabError):
-    """A run failed: a kernel raised, memory does not suffice, or the loop stalled."""
-
-
-class StallError(ExecutionError):
-    """No vertex can make progress: a cycle, a ``fixed`` order that contradicts the edges, or
-    a job that has not completed within the watchdog's time."""
 
 
 @dataclass(eq=False)
@@ -84,14 +75,13 @@ class EventLoop:
                  seed: int, streams: int, poison: bool, outputs: set[str],
                  host_memory: int | None, watchdog: float,
                  progress: Callable[[int], None] | None = None, check_races: bool = False):
-        machine.check_devices({d for v in memgraph for d in v.device.split("->")})
+        structure = contract(memgraph, machine)
         self.backend, self.poison, self.watchdog = backend, poison, watchdog
         self.progress = progress
-        self.vertices: list[MemVertex] = sorted(memgraph, key=lambda v: v.order)
+        self.vertices: list[MemVertex] = structure.vertices
         n = len(self.vertices)
         index = {v.id: i for i, v in enumerate(self.vertices)}
-        self.succ = [[index[w] for w in memgraph.succ[v.id]] for v in self.vertices]
-        self.waiting = [len(memgraph.pred[v.id]) for v in self.vertices]
+        self.succ, self.waiting = structure.succ, structure.waiting
         self.inputs = [[index[u] for u in v.inputs] for v in self.vertices]
         self.distinct_inputs = [list(dict.fromkeys(us)) for us in self.inputs]
         self.readers = [sum(1 for k in memgraph.succ[v.id].values() if k == "data")
@@ -111,7 +101,7 @@ class EventLoop:
         self.lock = threading.Lock()         # held by the thread taking the loop's turn
         self.over = threading.Event()        # set when every vertex is done or the run fails
         self.error: BaseException | None = None
-        self._build_resources(machine, policy, seed, streams)
+        self._build_resources(structure, policy, seed, streams)
         self._allocate(machine, host_memory)
         self.races: RaceDetector | None = None     # the race detector, if asked for
         if check_races:
@@ -119,34 +109,25 @@ class EventLoop:
             self.races = RaceDetector(self)
 
     # -- set-up -----------------------------------------------------------------------------
-    def _build_resources(self, machine: Machine, policy: str, seed: int, streams: int) -> None:
-        held: list[tuple[str, ...]] = []
-        cache: dict[tuple[str, str], tuple[str, ...]] = {}
-        sequences: dict[str, list[int]] = {}
-        for i, v in enumerate(self.vertices):
-            key = (v.kind, v.device)
-            if key not in cache:
-                cache[key] = machine.resources(*key)
-            held.append(cache[key])
-            for name in cache[key]:
-                sequences.setdefault(name, []).append(i)
+    def _build_resources(self, structure: Contract, policy: str, seed: int,
+                         streams: int) -> None:
         queues = Queues(policy, self.vertices, self.succ, seed)
         self.resources: dict[str, Resource] = {}
         self.lanes: list[Lane] = []
-        for name, sequence in sequences.items():
-            slots = streams if name.startswith("gpu") and "->" not in name else 1
+        for name, sequence in structure.sequences.items():
+            n = slots(name, streams)
             if is_bus(name):
                 lanes = []
             elif self.backend.serial_streams:   # the engine's streams share one thread
-                lanes = [Lane(name, self.backend, self._report)] * slots
+                lanes = [Lane(name, self.backend, self._report)] * n
             else:
-                lanes = [Lane(f"{name}#{s}", self.backend, self._report) for s in range(slots)]
+                lanes = [Lane(f"{name}#{s}", self.backend, self._report) for s in range(n)]
             self.lanes += dict.fromkeys(lanes)
             wake = lambda name=name: self._mark(self.resources[name])   # noqa: E731
             self.resources[name] = Resource(name, queues.new(sequence, wake), lanes,
-                                           list(range(slots))[::-1])
-        self.engine = [self.resources[h[0]] if h else None for h in held]
-        self.bus = [self.resources[h[1]] if len(h) > 1 else None for h in held]
+                                           list(range(n))[::-1])
+        self.engine = [self.resources[h[0]] if h else None for h in structure.holds]
+        self.bus = [self.resources[h[1]] if len(h) > 1 else None for h in structure.holds]
         for name, r in self.resources.items():
             r.streams = [self.backend.stream(name, s) for s in range(len(r.lanes))]
         self._dirty: list[Resource] = []

@@ -37,8 +37,7 @@ from ..core.intervals import LastWriter
 from ..core.machine import Machine
 from ..core.memgraph import MOVE_KINDS, MemGraph
 from ..core.verify import verify
-from .device import Array
-from .loop import ExecutionError
+from .device import Array, ExecutionError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

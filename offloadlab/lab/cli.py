@@ -30,6 +30,7 @@ from ..core.devices import lane_key
 from ..core.dispatch import POLICIES
 from ..core.errors import GraphError, OffloadlabError, PlanError, SpecError, VerificationError
 from ..core.ops import GENERIC, op_name
+from ..core.util import fmt_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,14 +47,6 @@ specifications:
 
 
 # -- helpers ------------------------------------------------------------------------------
-def fmt_bytes(n: float) -> str:
-    """``67108864`` -> ``"64 MiB"``."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{int(n)} B"
-
-
 class Outputs:
     """A command's output files, written all or none.
 
@@ -496,10 +489,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "busy": {k: float(v) for k, v in result.busy.items()},
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
     }
+    why = _explained(args, summary, result.trace, mg)
     if args.json:
         print(_json_text(summary))
     else:
         _print_summary(summary, machine.gpu_memory)
+        if why:
+            print(why)
         for path in written:
             print(f"wrote {path}")
     return 0
@@ -598,6 +594,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "busy": {k: float(v) for k, v in result.busy.items()},
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
     }
+    why = _explained(args, summary, result.trace, mg)
     if args.json:
         print(_json_text(summary))
     else:
@@ -610,6 +607,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                  for r, t in busy))
         if args.check:
             print("outputs:", "equal to the reference" if wrong is None else f"WRONG: {wrong}")
+        if why:
+            print(why)
         for path in written:
             print(f"wrote {path}")
     if wrong is not None:
@@ -693,6 +692,66 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for _, row in table[failed].iterrows():
         print(f"{row['planner']}: {row['error']}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """The smallest GPU memory each planner needs, the host RAM it then needs, and makespan
+    against GPU memory beside the lower bound."""
+    from ..core.machine import machine_from_spec
+    from ..planner.registry import check_spec
+    from .estimate import curve_table, estimate
+
+    _check_writable(args, "out", "plot")
+    _check_table_suffix(args.out)
+    for spec in args.planner or ():
+        check_spec(spec)
+    graph = _taskgraph(args)
+    machine = machine_from_spec(args.machine)
+    say = (lambda line: print(line, file=sys.stderr)) if _progress(args) else None
+    found = estimate(graph, machine, args.planner, points=args.points,
+                     precision=args.precision, progress=say)
+    if found.smallest["error"].notna().all():
+        raise PlanError("no planner can plan it at any GPU memory: " + "; ".join(
+            f"{row['planner']}: {row['error']}" for _, row in found.smallest.iterrows()))
+    title = f"{graph.name} on {args.machine}"
+    written = []
+    if args.out:
+        with args.outputs.file(args.out) as tmp:
+            if args.out.lower().endswith(".parquet"):
+                found.curve.to_parquet(tmp, index=False)
+            else:
+                found.curve.to_csv(tmp, index=False)
+        written.append(args.out)
+    if args.plot:
+        from .plots import estimate_plot
+        with args.outputs.file(args.plot) as tmp:
+            estimate_plot(found, tmp, title=title)
+        written.append(args.plot)
+    args.outputs.commit()
+    if args.json:
+        def rows(table):
+            return table.astype(object).where(table.notna(), None).to_dict("records")
+        print(_json_text({"workload": args.workload or args.taskgraph, "machine": args.machine,
+                          "bound": found.bound, "smallest": rows(found.smallest),
+                          "curve": rows(found.curve)}))
+        return 0
+    print(f"{title} ({machine.gpus} GPU(s)); no plan can beat {found.bound:.4g} s")
+    shown = found.smallest.copy()
+    for column in ("smallest_gpu_memory", "host_peak"):
+        shown[column] = shown[column].map(lambda b: fmt_bytes(int(b)) if b == b else "-")
+    print(shown.drop(columns="error").rename(columns={
+        "smallest_gpu_memory": "smallest GPU memory", "host_peak": "host RAM there",
+        "makespan": "makespan there (s)"}).to_string(index=False,
+                                                    float_format=lambda x: f"{x:.4g}"))
+    for _, row in found.smallest[found.smallest["error"].notna()].iterrows():
+        print(f"{row['planner']}: {row['error']}")
+    wide = curve_table(found)
+    wide["gpu_memory"] = wide["gpu_memory"].map(lambda b: fmt_bytes(int(b)))
+    print("makespan (s) against GPU memory:")
+    print(wide.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-"))
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -1018,6 +1077,47 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in results) else 1
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Two MemGraph files of one TaskGraph: the moves only one makes, both simulated makespans,
+    and where the timelines part."""
+    from ..core.machine import machine_from_spec
+    from ..core.memgraph import MemGraph
+    from .diff import check_same_taskgraph, diff, text
+
+    names = (args.a, args.b)
+    plans = []
+    for path in names:
+        with _phases(args).phase(f"reading {path}"):
+            plans.append(MemGraph.read(path))
+    a, b = plans
+    _leave(a, b)
+    check_same_taskgraph(a, b, names)
+    machine = machine_from_spec(args.machine) if args.machine else _stored_machine(a, args.a)
+    for mg, path in zip(plans, names):
+        with _verifying(args, mg, None, machine, path, beside=False):
+            pass
+    with _phases(args).phase(f"simulating both ({args.policy})"):
+        found = diff(a, b, machine, args.policy, names)
+    if args.json:
+        from dataclasses import asdict
+        print(_json_text({"a": args.a, "b": args.b, "machine": machine.name,
+                          "policy": args.policy, **asdict(found)}))
+    else:
+        print(text(found, names))
+    return 0
+
+
+def _explained(args: argparse.Namespace, summary: dict, trace, mg) -> str:
+    """With ``--explain``: each GPU's overlap and idle causes (lab/explain.py) into the
+    summary, and as the text to print."""
+    if not args.explain:
+        return ""
+    from .explain import explain, records, text
+    table = explain(trace, mg)
+    summary["explain"] = records(table)
+    return text(table)
+
+
 def _print_summary(summary: dict, capacity: int) -> None:
     """The human-readable form of ``simulate``'s summary."""
     span = summary["makespan"]
@@ -1292,6 +1392,20 @@ def build_parser() -> argparse.ArgumentParser:
     _measured_options(p)
     _table_options(p, "draw each planner's makespan and bounds")
 
+    p = add("estimate", cmd_estimate, "the smallest GPU memory each planner can plan a "
+            "problem in, the host RAM it then needs, and makespan against GPU memory beside "
+            "the lower bound")
+    _problem_options(p)
+    p.add_argument("--machine", required=True, metavar="SPEC",
+                   help="the GPUs and links (its gpu_memory is varied), e.g. v100")
+    p.add_argument("--planner", action="append", metavar="SPEC",
+                   help="planner and its options (repeatable; default: every planner)")
+    p.add_argument("--points", type=_positive_int, default=8,
+                   help="GPU memories on the curve (8)")
+    p.add_argument("--precision", type=_positive_float, default=0.01,
+                   help="the bisection's relative precision (0.01)")
+    _table_options(p, "draw makespan against GPU memory")
+
     p = add("ablate", cmd_ablate, "determinism: dynamic dispatch against a fixed order under "
             "noise, with confidence intervals (TURNIP's ablation); parts: BuildMemGraph with "
             "one part changed at a time")
@@ -1362,6 +1476,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "a graph")
     p.add_argument("--name", help="the TaskGraph's name (default: the factory's)")
 
+    p = add("diff", cmd_diff, "two MemGraphs of one TaskGraph: what each moves that the other "
+            "does not, and where their simulated timelines part")
+    p.add_argument("a", metavar="A", help="a MemGraph file")
+    p.add_argument("b", metavar="B", help="another MemGraph file of the same TaskGraph")
+    p.add_argument("--machine", metavar="SPEC",
+                   help="simulate both on this machine (default: the one A stores)")
+    p.add_argument("--policy", choices=POLICIES, default="dynamic",
+                   help="dispatch policy of both simulations (dynamic)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
     p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file")
     p.add_argument("memgraph", metavar="MEMGRAPH",
                    help="MemGraph file written by 'plan' (JSON or Parquet)")
@@ -1378,6 +1502,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+    p.add_argument("--explain", action="store_true",
+                   help="say why the run is fast or slow: per GPU, the share of host copies "
+                        "hidden under compute and the idle time by cause (docs/explain.md)")
     p.add_argument("--flows", action="store_true",
                    help="draw the data edges as flow arrows in the --chrome trace (off: they "
                         "crowd the view of large graphs)")
@@ -1416,6 +1543,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flows", action="store_true",
                    help="draw the data edges as flow arrows in the --chrome trace (off: they "
                         "crowd the view of large graphs)")
+    p.add_argument("--explain", action="store_true",
+                   help="say why the run is fast or slow: per GPU, the share of host copies "
+                        "hidden under compute and the idle time by cause (docs/explain.md)")
 
     p = add("calibrate", cmd_calibrate, "measure a backend's kernel rates, copy bandwidths, "
             "duplex factor and dispatch overhead through the executor; write a Machine JSON")

@@ -3,6 +3,7 @@ the outcome: the building block of the demo and of sweeps."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -128,8 +129,12 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
                      progress: Callable[[str], None] | None = None, workload: str | None = None,
                      machine_text: str | None = None) -> pd.DataFrame:
     """Every planner (default: all registered, with their default options) on one problem,
-    simulated with ``policy``: one row each with the makespan, each GPU's idle share
-    (``idle_gpu0``, ...), bytes moved host->GPU and GPU->host, the offload/reload/load counts,
+    simulated with ``policy`` (``offloadlab compare``).
+
+    One row each with the makespan, each GPU's idle share
+    (``idle_gpu0``, ...), the share of host copies hidden under compute (``overlap``) and of
+    the GPUs' time idle on each cause (``wait_load``, ... :func:`why`), bytes moved
+    host->GPU and GPU->host, the offload/reload/load counts,
     peak GPU and host memory, planning seconds, the plan's own lower bound
     (:func:`offloadlab.core.bound.lower_bound`) and its gap to the problem's
     (:func:`offloadlab.core.bound.problem_bound`, the same in every row).  A planner that cannot
@@ -146,7 +151,53 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     ``milp_time_limit`` seconds: the best proven bound) and ``milp_gap``.  The MILP bounds
     schedules of Beaumont et al.'s model, each iteration's operations in sequence; a plan of
     the unrolled graph that overlaps iterations (BuildMemGraph runs ``B_1``, whose result
-    nobody reads, beside the next forward) can beat it: a negative ``milp_gap``."""
+    nobody reads, beside the next forward) can beat it: a negative ``milp_gap``.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The problem's computation.
+    machine : Machine
+        The problem's machine.
+    planners : iterable of str, optional
+        Planner specs (``NAME[:key=value,...]``); default every registered planner.
+    policy : str
+        The dispatch policy of every simulation (and measured run).
+    measured : bool
+        Also run each plan on the executor.
+    backend : str
+        The executor's backend, with ``measured``.
+    rate_limit : bool
+        Pace the numpy backend's copies to the machine's bandwidths, with ``measured``.
+    milp_time_limit : float
+        Seconds for the MILP bound on a training chain.
+    progress : callable, optional
+        ``progress(planner)`` hears each planner as its row starts.
+    workload, machine_text : str, optional
+        The specs as the caller gave them, for the provenance columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per planner, in the order given.
+
+    Raises
+    ------
+    SpecError
+        An unknown planner, option or value (before any work).
+
+    Examples
+    --------
+    >>> from offloadlab.core.machine import machine_from_spec
+    >>> from offloadlab.core.workloads import build_workload
+    >>> table = compare_planners(build_workload("training-chain"),
+    ...                          machine_from_spec("v100:gpu_memory=1.5GB"),
+    ...                          ["buildmemgraph", "levelwise"])
+    >>> print(table[["planner", "makespan", "offloads"]].round(4).to_string(index=False))
+          planner  makespan  offloads
+    buildmemgraph    3.6667        11
+        levelwise    3.7667        11
+    """
     import time
 
     import pandas as pd
@@ -195,7 +246,8 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
             lower_bound=lower_bound(mg, machine),
             gap=span / best.value - 1 if best.value > 0 else 0.0,
             **{f"idle_{gpu}": 1 - result.busy.get(gpu, 0.0) / span if span > 0 else 0.0
-               for gpu in machine.gpu_names()})
+               for gpu in machine.gpu_names()},
+            **why(result.trace, mg, len(machine.gpu_names())))
         if milp is not None:
             from ..planner.weight_offload import steady_state_iteration_time
             period = steady_state_iteration_time(result, graph)
@@ -211,6 +263,19 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     table = pd.DataFrame(rows)
     table["error"] = table.pop("error") if "error" in table else None   # always, and last
     return stamped(typed(table), provenance(graph, machine, workload, machine_text))
+
+
+def why(trace: pd.DataFrame, memgraph: MemGraph, gpus: int) -> dict[str, float]:
+    """:mod:`.explain`'s answer in a row: ``overlap``, the share of all host copies' time
+    hidden under compute (NaN if nothing is copied), and ``wait_<cause>``, the share of the
+    GPUs' time (each GPU for the whole makespan) idle for each cause."""
+    from .explain import CAUSES, explain
+    table = explain(trace, memgraph)
+    transfer = float(table["transfer"].sum())
+    total = float(table["makespan"].max()) * gpus if len(table) else 0.0
+    return {"overlap": float(table["hidden"].sum()) / transfer if transfer > 0 else math.nan,
+            **{f"wait_{c}": float(table[f"idle_{c}"].sum()) / total if total > 0 else 0.0
+               for c in CAUSES}}
 
 
 def typed(table: pd.DataFrame) -> pd.DataFrame:

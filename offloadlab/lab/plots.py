@@ -179,6 +179,27 @@ def compare_plot(table: pd.DataFrame, path: str | Path | None = None, title: str
     return save(fig, path)
 
 
+def estimate_plot(found, path: str | Path | None = None, title: str = "") -> Figure:
+    """``offloadlab estimate``'s figure: each planner's simulated makespan against GPU memory,
+    its smallest memory marked, and the problem's lower bound dashed."""
+    fig = figure(figsize=(7, 4))
+    ax = fig.subplots()
+    for planner, rows in found.curve.groupby("planner", sort=False):
+        ok = rows[rows["makespan"].notna()]
+        line, = ax.plot(ok["gpu_memory"] / 2**30, ok["makespan"], marker="o", label=planner)
+        smallest = found.smallest[found.smallest["planner"] == planner]
+        if len(smallest) and smallest["makespan"].notna().all():
+            ax.scatter(smallest["smallest_gpu_memory"] / 2**30, smallest["makespan"],
+                       marker="x", s=80, color=line.get_color())
+    ax.axhline(found.bound, linestyle="--", color="grey", label="lower bound")
+    ax.set_xlabel("GPU memory (GiB; x: each planner's smallest)")
+    ax.set_ylabel("makespan (s, simulated)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, loc="left", fontsize=10)
+    return save(fig, path)
+
+
 def ablation_plot(table: pd.DataFrame, path: str | Path | None = None, title: str = ""
                   ) -> Figure:
     """``offloadlab ablate determinism``'s figure: each planner's mean speedup of ``dynamic``

@@ -119,11 +119,45 @@ def check_spec(spec: str) -> None:
 def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
          progress: Callable[[int], None] | None = None, evaluate: Evaluate | None = None,
          **options: object) -> MemGraph:
-    """Plan ``graph`` on ``machine`` with the planner ``spec`` (``NAME[:key=value,...]``);
-    keyword ``options`` override the spec's.  ``progress(done)``, if given, hears now and then
-    how many of the TaskGraph's vertices are planned (BuildMemGraph and the planners built on
-    it report it); ``evaluate`` scores candidate plans for planners that search
-    (``buildmemgraph:search=N``)."""
+    """Plan ``graph`` on ``machine``: a MemGraph that places every tensor (TURNIP Sec. 4).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The GPUs, their memory and the links the plan must fit.
+    spec : str
+        The planner and its options, ``NAME[:key=value,...]`` (``offloadlab list`` shows
+        every planner and option).
+    progress : callable, optional
+        ``progress(done)`` hears now and then how many TaskGraph vertices are planned
+        (BuildMemGraph and the planners built on it report it).
+    evaluate : callable, optional
+        Scores candidate plans, for planners that search (``buildmemgraph:search=N``).
+    **options
+        Override the spec's options.
+
+    Returns
+    -------
+    MemGraph
+        The plan, stamped with the planner, its options and the TaskGraph's content hash.
+
+    Raises
+    ------
+    SpecError
+        An unknown planner, option or value, or a GPU the machine lacks.
+    PlanError
+        The planner cannot fit ``graph`` into ``machine``'s memory, or does not apply to it.
+
+    Examples
+    --------
+    >>> from offloadlab.core.machine import machine_from_spec
+    >>> from offloadlab.core.workloads import build_workload
+    >>> graph = build_workload("training-chain")
+    >>> plan(graph, machine_from_spec("v100:gpu_memory=1.5GB")).counts()
+    {'input': 7, 'load': 7, 'compute': 48, 'offload': 11, 'reload': 12}
+    """
     planner, chosen = parse_options(spec, **options)
     if planner.applies is not None:
         planner.applies(graph)

@@ -52,15 +52,53 @@ class SimResult:
 def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", noise: float = 0.0,
              seed: int = 0, streams: int | None = None, run: int = 0,
              progress: Callable[[int], None] | None = None) -> SimResult:
-    """Simulate ``memgraph`` on ``machine``.
+    """Simulate ``memgraph`` on ``machine`` (docs/design.md, Execution semantics).
 
-    ``noise`` > 0 multiplies each duration by ``exp(noise * z - noise**2 / 2)``, z ~ N(0, 1)
-    drawn from ``numpy.random.default_rng(seed)`` in planner order (mean factor 1).
-    ``streams`` overrides ``machine.streams``; ``run`` labels the trace rows; ``progress(done)``
-    hears now and then how many vertices have finished.
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        Its GPUs, links and cost model.
+    policy : str
+        The dispatch policy (:data:`offloadlab.core.dispatch.POLICIES`).
+    noise : float
+        If > 0, each duration is multiplied by ``exp(noise * z - noise**2 / 2)``,
+        z ~ N(0, 1) drawn from ``numpy.random.default_rng(seed)`` in planner order (mean
+        factor 1).
+    seed : int
+        Seeds the noise and the seeded policies.
+    streams : int, optional
+        Overrides ``machine.streams``.
+    run : int
+        Labels the trace rows.
+    progress : callable, optional
+        ``progress(done)`` hears now and then how many vertices have finished.
 
-    Raises PolicyError (a ValueError) for an unknown policy, DeadlockError if some vertices
-    can never start, and RuntimeError if a GPU's memory in use exceeds ``machine.gpu_memory``.
+    Returns
+    -------
+    SimResult
+        The trace (a row per vertex), the makespan, each resource's busy time and each
+        GPU's memory in use over time.
+
+    Raises
+    ------
+    PolicyError
+        An unknown policy (a ValueError).
+    DeadlockError
+        Some vertices can never start (a cycle, or a ``fixed`` order against the edges).
+    RuntimeError
+        A GPU's memory in use exceeds ``machine.gpu_memory``.
+
+    Examples
+    --------
+    >>> from offloadlab.core.machine import machine_from_spec
+    >>> from offloadlab.core.workloads import build_workload
+    >>> from offloadlab.planner import plan
+    >>> machine = machine_from_spec("v100:gpu_memory=1.5GB")
+    >>> memgraph = plan(build_workload("training-chain"), machine)
+    >>> round(simulate(memgraph, machine).makespan, 4)
+    3.6667
     """
     check_policy(policy)
     if noise < 0:

@@ -20,6 +20,7 @@ import simpy
 from simpy.core import EmptySchedule
 
 from ..core.bound import durations as cost_durations
+from ..core.contract import Contract, contract, slots
 from ..core.devices import is_bus
 from ..core.dispatch import Queues
 from ..core.errors import GraphError
@@ -38,13 +39,11 @@ class Model:
 
     def __init__(self, memgraph: MemGraph, machine: Machine, policy: str, noise: float,
                  seed: int, streams: int, progress: Callable[[int], None] | None = None):
-        machine.check_devices({d for v in memgraph for d in v.device.split("->")})
+        structure = contract(memgraph, machine)
         self.env = simpy.Environment()
-        self.vertices = sorted(memgraph, key=lambda v: v.order)
+        self.vertices, self.succ, self.waiting = (structure.vertices, structure.succ,
+                                                  structure.waiting)
         n = len(self.vertices)
-        index = {v.id: i for i, v in enumerate(self.vertices)}
-        self.succ = [list(map(index.__getitem__, memgraph.succ[v.id])) for v in self.vertices]
-        self.waiting = [len(memgraph.pred[v.id]) for v in self.vertices]
         self.duration = self._durations(memgraph, machine, noise, seed)
         self.start = [math.nan] * n
         self.end = [math.nan] * n
@@ -52,7 +51,7 @@ class Model:
         self.finished = 0
         self.progress = progress    # hears now and then how many vertices have finished
         self._dirty: list[Resource] = []
-        self._build_resources(machine, policy, streams, seed)
+        self._build_resources(structure, machine, policy, streams, seed)
 
     def _durations(self, memgraph: MemGraph, machine: Machine, noise: float,
                    seed: int) -> list[float]:
@@ -63,18 +62,9 @@ class Model:
             durations = [d * f for d, f in zip(durations, factors)]
         return durations
 
-    def _build_resources(self, machine: Machine, policy: str, streams: int, seed: int) -> None:
-        cache: dict[tuple[str, str], tuple[str, ...]] = {}
-        names = []
-        for v in self.vertices:
-            key = (v.kind, v.device)
-            if key not in cache:
-                cache[key] = machine.resources(*key)
-            names.append(cache[key])
-        sequences: dict[str, list[int]] = {}
-        for i, held in enumerate(names):
-            for name in held:
-                sequences.setdefault(name, []).append(i)
+    def _build_resources(self, structure: Contract, machine: Machine, policy: str,
+                         streams: int, seed: int) -> None:
+        sequences = structure.sequences
         queues = Queues(policy, self.vertices, self.succ, seed)
 
         def queue(name):
@@ -87,14 +77,14 @@ class Model:
                 buses[name] = Bus(self.env, name, queue(name), granted=self._begin,
                                   changed=self.mark)
             else:
-                slots = streams if name.startswith("gpu") and "->" not in name else 1
-                engines[name] = Engine(self.env, name, slots, queue(name), taken=self._taken,
+                n = slots(name, streams)
+                engines[name] = Engine(self.env, name, n, queue(name), taken=self._taken,
                                        began=self._began, released=self._released,
                                        finished=self.finish, changed=self.mark,
-                                       fifo=slots > 1 and machine.engine == "fifo")
+                                       fifo=n > 1 and machine.engine == "fifo")
         self.resources: dict[str, Resource] = {**engines, **buses}
-        self.engine = [engines[held[0]] if held else None for held in names]
-        self.bus = [buses[held[1]] if len(held) > 1 else None for held in names]
+        self.engine = [engines[held[0]] if held else None for held in structure.holds]
+        self.bus = [buses[held[1]] if len(held) > 1 else None for held in structure.holds]
         if machine.duplex < 1:
             for name, engine in engines.items():
                 if name.startswith("h2d:"):

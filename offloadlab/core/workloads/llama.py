@@ -73,7 +73,7 @@ def llama_prefill(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: int 
     tensor-parallel over ``gpus``, attention in query/key blocks of ``block`` tokens;
     ``dtype`` defaults to float16 (float32 for ``tiny``)."""
     config, dtype = check_options("llama-prefill", model, seq, batch, gpus, block, dtype)
-    return _Builder(config, model, seq, batch, gpus, min(block, seq), dtype).build()
+    return LlamaBuilder(config, model, seq, batch, gpus, min(block, seq), dtype).build()
 
 
 def check_options(workload: str, model: str, seq: int, batch: int, gpus: int, block: int,
@@ -97,7 +97,7 @@ def check_options(workload: str, model: str, seq: int, batch: int, gpus: int, bl
     return config, dtype
 
 
-class _Builder:
+class LlamaBuilder:
     """Adds the vertices in the order they would run (the planners' serial order): layer by
     layer, row block by row block."""
 

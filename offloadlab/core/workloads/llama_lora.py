@@ -35,7 +35,7 @@ from collections import defaultdict
 from ..errors import SpecError
 from ..ops import op_call
 from ..taskgraph import TaskGraph
-from .llama import DEFAULT_BLOCK, LlamaConfig, Shape, _Builder, check_options
+from .llama import DEFAULT_BLOCK, LlamaBuilder, LlamaConfig, Shape, check_options
 
 OPTIMIZERS = {"adam": "adam_update", "sgd": "sgd_update"}
 
@@ -61,7 +61,7 @@ def llama_lora_train(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: i
     return builder.build()
 
 
-class _LoraBuilder(_Builder):
+class _LoraBuilder(LlamaBuilder):
     """The prefill builder with adapters on its projections, a loss, and the backward pass."""
 
     def __init__(self, config: LlamaConfig, model: str, seq: int, batch: int, gpus: int,

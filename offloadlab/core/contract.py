@@ -1,0 +1,68 @@
+"""The execution contract of a MemGraph on a Machine, built once for the simulator and the
+executor alike (docs/design.md, Execution semantics).
+
+Vertices are numbered by planner order.  A vertex may start when its ``waiting`` count of
+predecessors (data and memory edges alike) has dropped to zero and the resources it ``holds``
+are free: its engine (a GPU's compute engine, a link direction, a GPU->GPU link, the CPU) and,
+for host copies on a machine with host buses, its bus after the engine.  Each resource runs the
+vertices of its ``sequence``; a GPU's compute engine has ``streams`` slots, any other resource
+one.  How long a vertex runs and which ready vertex goes first are left to the caller (the
+cost model and :mod:`offloadlab.core.dispatch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .devices import is_gpu
+from .machine import Machine
+from .memgraph import MemGraph, MemVertex
+
+
+@dataclass(eq=False)
+class Contract:
+    """A MemGraph's run structure as integer lists indexed by vertex number.
+
+    Attributes
+    ----------
+    vertices : the vertices in planner order (vertex ``i`` is ``vertices[i]``).
+    succ : each vertex's successors.
+    waiting : each vertex's number of predecessors.
+    holds : the resources each vertex holds while it runs: ``()`` for an input (it needs
+        none and finishes the moment it is ready), ``(engine,)``, or ``(engine, bus)``.
+    sequences : each resource's vertices, in planner order.
+    """
+
+    vertices: list[MemVertex]
+    succ: list[list[int]]
+    waiting: list[int]
+    holds: list[tuple[str, ...]]
+    sequences: dict[str, list[int]]
+
+
+def contract(memgraph: MemGraph, machine: Machine) -> Contract:
+    """The run structure of ``memgraph`` on ``machine``; refuses a vertex on a device the
+    machine lacks (:meth:`Machine.check_devices`)."""
+    machine.check_devices({d for v in memgraph for d in v.device.split("->")})
+    vertices = sorted(memgraph, key=lambda v: v.order)
+    index = {v.id: i for i, v in enumerate(vertices)}
+    succ = [list(map(index.__getitem__, memgraph.succ[v.id])) for v in vertices]
+    waiting = [len(memgraph.pred[v.id]) for v in vertices]
+    cache: dict[tuple[str, str], tuple[str, ...]] = {}
+    holds: list[tuple[str, ...]] = []
+    sequences: dict[str, list[int]] = {}
+    for i, v in enumerate(vertices):
+        key = (v.kind, v.device)
+        held = cache.get(key)
+        if held is None:
+            held = cache[key] = machine.resources(*key)
+        holds.append(held)
+        for name in held:
+            sequences.setdefault(name, []).append(i)
+    return Contract(vertices, succ, waiting, holds, sequences)
+
+
+def slots(resource: str, streams: int) -> int:
+    """How many vertices ``resource`` runs at once: ``streams`` on a GPU's compute engine,
+    one on a link, a bus or the CPU."""
+    return streams if is_gpu(resource) else 1

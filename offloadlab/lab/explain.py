@@ -1,0 +1,179 @@
+"""Why a plan is fast or slow: each GPU's overlap of copies with compute, and its idle time
+attributed to a cause, from any trace, simulated or measured (issue 45).
+
+Offloading lives on overlap: a copy between host RAM and a GPU costs nothing while the GPU
+computes beside it.  Per GPU, from the trace of a run:
+
+- ``busy``: the time at least one of its kernels runs (the union of their intervals);
+- ``transfer``: the time at least one of its host copies (load, reload, offload) runs, and
+  ``hidden``: the part of it during which a kernel runs too; ``overlap`` = hidden / transfer;
+- ``idle`` = makespan - busy, split by cause.  A gap in the GPU's compute ends when a kernel
+  starts; of that kernel's predecessors in the MemGraph, the last to finish is what the GPU
+  waited for, up to the moment it finished: ``load`` (a load or reload of something it reads),
+  ``memory`` (a memory edge: the location it writes was still in use), ``dependency`` (a result
+  from another GPU, a GPU->GPU copy or the CPU); from then (or from the gap's start, if every
+  predecessor had finished before it) until the kernel starts, ``launch`` (it was ready: the
+  dispatch's latency, a ``fixed`` order, a kernel queued behind it on a ``fifo`` engine); after
+  the GPU's last kernel, ``done`` (nothing left to do on it).  An idle GPU has every stream
+  slot free, so a slot never causes idle time.
+
+By construction ``busy`` + the five idle parts = the makespan, on every GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..core.devices import is_gpu
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..core.memgraph import MemGraph
+
+CAUSES = ("load", "memory", "dependency", "launch", "done")
+COPIES = ("load", "reload", "offload")
+COLUMNS = ["gpu", "makespan", "busy", "transfer", "hidden", "overlap",
+           *(f"idle_{c}" for c in CAUSES)]
+
+Intervals = list[tuple[float, float]]
+
+
+def union(intervals: Sequence[tuple[float, float]]) -> Intervals:
+    """The disjoint, sorted intervals covering ``intervals`` (empty ones dropped)."""
+    merged: Intervals = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def length(intervals: Intervals) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def overlap(a: Intervals, b: Intervals) -> float:
+    """The length of the intersection of two disjoint sorted interval lists."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        low, high = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if high > low:
+            total += high - low
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def explain(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
+    """One row per GPU of ``trace`` (a run of ``memgraph``): :data:`COLUMNS`, in seconds
+    (``overlap`` a share, NaN where the GPU copies nothing).
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        A simulated or measured trace (:data:`offloadlab.core.trace.TRACE_COLUMNS`).
+    memgraph : MemGraph
+        The MemGraph that ran: its edges name what each kernel waited for.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A row per GPU that ran a kernel or a copy, sorted by GPU.
+
+    Raises
+    ------
+    KeyError
+        A trace vertex that is not in ``memgraph``.
+
+    Examples
+    --------
+    >>> from offloadlab.core.machine import machine_from_spec
+    >>> from offloadlab.core.workloads import build_workload
+    >>> from offloadlab.planner import plan
+    >>> from offloadlab.simulator import simulate
+    >>> machine = machine_from_spec("v100:gpu_memory=1.5GB")
+    >>> memgraph = plan(build_workload("training-chain"), machine)
+    >>> row = explain(simulate(memgraph, machine).trace, memgraph).iloc[0]
+    >>> print(f"busy {row.busy:.4g} s, copies {row.transfer:.4g} s, {row.overlap:.0%} hidden, "
+    ...       f"idle on loads {row.idle_load:.4g} s")
+    busy 3.6 s, copies 0.8336 s, 92% hidden, idle on loads 0.06669 s
+    """
+    import pandas as pd
+
+    end = dict(zip(trace["vertex"], trace["end"]))
+    makespan = float(trace["end"].max()) if len(trace) else 0.0
+    kernels: dict[str, list[tuple[float, float, str]]] = {}
+    copies: dict[str, list[tuple[float, float]]] = {}
+    for v, kind, device, s, e in zip(trace["vertex"], trace["kind"], trace["device"],
+                                     trace["start"], trace["end"]):
+        if not is_gpu(device):
+            continue
+        if kind == "compute":
+            kernels.setdefault(device, []).append((s, e, v))
+        elif kind in COPIES:
+            copies.setdefault(device, []).append((s, e))
+    rows = []
+    for gpu in sorted(set(kernels) | set(copies), key=lambda g: int(g[3:])):
+        runs = sorted(kernels.get(gpu, []))
+        busy = union([(s, e) for s, e, _ in runs])
+        moved = union(copies.get(gpu, []))
+        idle = dict.fromkeys(CAUSES, 0.0)
+        at = 0.0                                  # the end of the compute seen so far
+        for s, e, v in runs:
+            if s > at:
+                _attribute(idle, at, s, v, memgraph, end)
+            at = max(at, e)
+        idle["done"] += max(makespan - at, 0.0)
+        transfer, hidden = length(moved), overlap(busy, moved)
+        rows.append({"gpu": gpu, "makespan": makespan, "busy": length(busy),
+                     "transfer": transfer, "hidden": hidden,
+                     "overlap": hidden / transfer if transfer > 0 else float("nan"),
+                     **{f"idle_{c}": t for c, t in idle.items()}})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _attribute(idle: dict[str, float], gap_start: float, gap_end: float, vertex: str,
+               memgraph: MemGraph, end: dict[str, float]) -> None:
+    """Split the gap [gap_start, gap_end) before ``vertex`` started between what it waited
+    for last and ``launch``."""
+    last, cause = gap_start, "launch"
+    for u, kind in memgraph.pred[vertex].items():
+        finished = end.get(u, 0.0)               # an input exists from the start
+        if finished > last:
+            last, cause = finished, _cause(memgraph, u, kind)
+    last = min(last, gap_end)
+    idle[cause] += last - gap_start
+    idle["launch"] += gap_end - last
+
+
+def _cause(memgraph: MemGraph, u: str, edge: str) -> str:
+    """What waiting for predecessor ``u`` (over an edge of kind ``edge``) is called."""
+    if edge == "memory":
+        return "memory"
+    if memgraph[u].kind in ("load", "reload"):
+        return "load"
+    return "dependency"
+
+
+def records(table: pd.DataFrame) -> list[dict]:
+    """The rows of :func:`explain` as JSON-ready dicts (an undefined overlap is None)."""
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+            for row in table.to_dict("records")]
+
+
+def text(table: pd.DataFrame) -> str:
+    """The rows of :func:`explain` as a printed table: seconds, and shares of the makespan."""
+    lines = ["why, per GPU: busy, idle by cause, host copies and the share of them hidden "
+             "under compute (seconds)"]
+    shown = table.copy()
+    shown["overlap"] = [f"{100 * x:.0f}%" if x == x else "-" for x in table["overlap"]]
+    shown = shown.drop(columns="makespan").rename(
+        columns={f"idle_{c}": c for c in CAUSES} | {"transfer": "copies"})
+    lines.append(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    return "\n".join(lines)
