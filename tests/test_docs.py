@@ -10,8 +10,11 @@ import pytest
 from docs_examples import REPO, Example, examples, folder, mask, pages, run, shape_errors
 
 RUNNABLE = [page for page in pages() if examples(page)]
+# The site and the examples test the manual, not the build: the compiled pass of CI skips them.
+slow = pytest.mark.slow
 
 
+@slow
 def test_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install '.[docs]'")
     pytest.importorskip("mkdocstrings_handlers.python",
@@ -25,6 +28,7 @@ def test_site_builds_strict(tmp_path):
     assert (tmp_path / "site" / "commands" / "plan" / "index.html").is_file()
 
 
+@slow
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: str(p.relative_to(REPO)))
 def test_command_examples_give_the_output_shown(page):
     with folder():
@@ -109,6 +113,7 @@ SCRIPTS = ["README.md", "docs/getting-started.md", "docs/api/index.md"]
 """Pages whose ```python blocks are whole scripts (the other pages' are fragments)."""
 
 
+@slow
 @pytest.mark.parametrize("page", SCRIPTS)
 def test_python_examples_run(page, capsys):
     blocks = re.findall(r"```python\n(.*?)```", (REPO / page).read_text(encoding="utf-8"), re.S)
