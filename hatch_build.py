@@ -1,5 +1,5 @@
 """Wheel build hook: compile the planner core with mypyc where this machine can, else ship it
-as pure Python (README, The compiled build).
+as pure Python (docs/install.md, The compiled build).
 
 A wheel (``pip install .``) gets the modules listed under ``include`` in ``pyproject.toml``
 compiled when a C compiler and the Python headers are present; if they are not, if

@@ -16,7 +16,7 @@ compared on the same machine at the same time.  With ``--ending``, each command 
 ``--repeat`` more times through a driver that notes when the verifier's verdict arrives (the
 commands verify beside writing or simulating, in a child process), and the seconds from
 then to the process's end are reported: what the command does after its work, exiting
-included (README, Performance: no teardown at exit).
+included (CHANGELOG.md: no teardown at exit).
 """
 
 from __future__ import annotations

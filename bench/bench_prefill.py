@@ -1,7 +1,7 @@
 """Seconds to build, plan, verify and simulate LLaMA prefill and LoRA training at the papers'
 sizes (issue 19).
 
-    python bench/bench_prefill.py                          # the README's prefill table (a100x8)
+    python bench/bench_prefill.py                          # docs/results/performance.md (a100x8)
     python bench/bench_prefill.py --machines p100x4 --seqs 1024,32768 --models 65b
     python bench/bench_prefill.py --workload llama-lora-train --models 65b --seqs 1024 \\
         --batches 8                                         # TURNIP's 65B LoRA point

@@ -1,6 +1,6 @@
 """BuildMemGraph against levelwise and the paper's Belady rule (issue 17's table).
 
-    python bench/bench_quality.py                       # the README's table
+    python bench/bench_quality.py                       # docs/results/quality.md
     python bench/bench_quality.py --factors 1.1 --planners "buildmemgraph;levelwise" --csv out.csv
 
 Every workload is planned at ``factor`` times the tightest feasible GPU memory

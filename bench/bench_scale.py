@@ -1,6 +1,6 @@
 """How each stage of the pipeline scales with the number of vertices (issue 16's table).
 
-    python bench/bench_scale.py                                   # the README's table
+    python bench/bench_scale.py                                   # docs/results/performance.md
     python bench/bench_scale.py --vertices 10000,100000 --factors 1.5 --workloads host
 
 For every workload, machine, memory factor and size, two fresh processes do what the two

@@ -1,4 +1,4 @@
-"""Planning and simulation throughput (issue 3's benchmark; results go in the README).
+"""Planning and simulation throughput (issue 3's benchmark; results in docs/results/performance.md).
 
     python bench/bench_throughput.py                      # 100k-vertex random DAG, 4 GPUs
     python bench/bench_throughput.py --vertices 300000 --memory-factor 1.2 --policy fixed
@@ -7,7 +7,7 @@ Plans a ``random`` TaskGraph (inputs in host RAM) with ``buildmemgraph`` on an a
 machine whose GPU memory is ``--memory-factor`` times the tightest feasible capacity
 (:func:`min_capacity`), then simulates the MemGraph.  Reports the best of ``--repeat`` runs in
 TaskGraph vertices planned per second and MemGraph vertices simulated per second, and whether
-the planner core ran as pure Python or compiled (README, Performance: the compiled build).
+the planner core ran as pure Python or compiled (docs/install.md, The compiled build).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A fingerprint of every plan in a grid of planning cases, to show that a change to a planner
-(or to how MemGraphs are written) leaves its MemGraphs the same (README, Issue 16's goals: the
+(or to how MemGraphs are written) leaves its MemGraphs the same (CHANGELOG.md: the
 integer-indexed planner).
 
     python bench/plan_hashes.py > new.txt                 # in the changed install

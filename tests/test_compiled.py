@@ -1,4 +1,4 @@
-"""The two builds of the core (README, The compiled build): ``pip install .`` compiles the
+"""The two builds of the core (docs/install.md, The compiled build): ``pip install .`` compiles the
 planner core (``planner/allocator.py``, ``planner/buildmemgraph.py``), the MemGraph, its
 readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``, ``core/columnar.py``,
 ``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the simulator's model

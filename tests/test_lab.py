@@ -135,35 +135,6 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert script.stat().st_mode & 0o111, ".ci/run must be executable"
 
 
-def _readme_sample(command: str) -> list[str]:
-    """The lines of the README's sample that starts with ``$ offloadlab COMMAND``."""
-    readme = (REPO / "README.md").read_text()
-    start = readme.index(f"$ offloadlab {command} ")
-    return readme[start:readme.index("```", start)].splitlines()
-
-
-def test_readme_compare_sample_has_every_planner():
-    from offloadlab.planner import PLANNERS
-    lines = _readme_sample("compare")[3:]
-    named = {line.split()[0].rstrip(":") for line in lines}
-    assert named == set(PLANNERS)
-
-
-def test_readme_sweep_sample_is_what_the_sweep_gives(tmp_path):
-    """Two of its points, rerun: the same figures, and the store the sweep names."""
-    from offloadlab.lab.sweep import Store, default_store, grid, sweep
-    lines = _readme_sample("sweep")
-    ps = grid("random:vertices=1000,gpus=4,seed=2", None, "p100x4:gpu_memory=300MB",
-              ["levelwise", "buildmemgraph"], ["dynamic"],
-              ["machine.h2d_bandwidth=2e9,4e9,8e9,12e9,16e9,25e9"])
-    assert lines[2] == f"12 points: 0 already in {default_store(ps)}, 12 to run"
-    rows = [line.split() for line in lines[4:16]]
-    table = sweep([ps[0], ps[11]], Store(tmp_path / "s.sqlite"), workers=0)
-    for row, (_, got) in zip((rows[0], rows[11]), table.iterrows()):
-        assert row[:2] == [f"{got['machine.h2d_bandwidth'] / 1e9:g}e9", got.planner]
-        assert row[3:6] == [f"{got.makespan:.4g}", f"{got.problem_bound:.4g}", f"{got.gap:.4g}"]
-
-
 # -- offloadlab compare (issue 18) ----------------------------------------------------------
 def test_compare_planners_rows_bounds_and_errors():
     from offloadlab.lab.compare import compare_planners

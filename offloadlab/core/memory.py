@@ -1,7 +1,7 @@
 """Memory in use over time, per GPU and in host (pinned) RAM, derived from a trace and the
 MemGraph it ran (docs/design.md, Trace), and its peaks: what the simulator and the executor
-report, and what the simulator checks against the machine's memory.  Compiled (README, The
-compiled build): its loops run once per vertex and data edge of every simulated run."""
+report, and what the simulator checks against the machine's memory.  Compiled (docs/install.md,
+The compiled build): its loops run once per vertex and data edge of every simulated run."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ The ``plan`` and ``simulate`` commands verify every MemGraph before they keep an
 but what they do next (writing the file, simulating) does not depend on the verdict, only
 whether they keep the result does.  :func:`verifying` runs the verifier in a forked child
 process while the command goes on, and raises the child's :class:`VerificationError` before
-the command can commit anything (README, Performance: at 1M vertices, verifying and writing
-took 13.4 s beside each other, 19-20 s one after the other).
+the command can commit anything (at 1M vertices, verifying and writing took 13.4 s beside
+each other, 19-20 s one after the other).
 
 The child shares the parent's memory copy-on-write, and copies the pages whose reference
 counts it touches: it forks only on Linux, for graphs of :data:`BESIDE_AT` vertices or more

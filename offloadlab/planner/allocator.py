@@ -55,7 +55,7 @@ below a quarter of that)."""
 
 VICTIM_SCAN = 128
 """Window starts that :meth:`GpuMemory.find_victims` judges per eviction (its clock hand's
-reach); 64 to 512 were measured (README, Scaling)."""
+reach); 64 to 512 were measured (docs/results/quality.md, the victim search)."""
 
 PINNED = 2**61
 """The badness of an occupant that must stay (:class:`Victims`)."""

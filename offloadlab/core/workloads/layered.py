@@ -1,5 +1,5 @@
 """The drawing loop behind :func:`~offloadlab.core.workloads.random_dag.random_dag`, in a
-module of its own so that it is compiled (README, The compiled build) while ``random_dag``,
+module of its own so that it is compiled (docs/install.md, The compiled build) while ``random_dag``,
 whose signature and docstring are the workload's options and description, stays Python."""
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ CONFIGS: dict[str, LlamaConfig] = {
 FLOATS = ("float16", "float32", "float64")
 DEFAULT_BLOCK = 8192
 """Query/key block in tokens: one head's score block is then at most 128 MiB in float16, and
-65B at 32K tokens on 8 GPUs is a graph of about 280k vertices (README, Workloads)."""
+65B at 32K tokens on 8 GPUs is a graph of about 280k vertices (docs/workloads.md)."""
 
 
 def llama_prefill(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: int = 1,
