@@ -47,9 +47,10 @@ EXPERIMENTS: dict[str, Experiment] = {"inference": PREFILL, "training": LORA}
 PLANNER = "buildmemgraph"
 
 #: The points of each experiment by default and with ``quick``; every point on both servers.
-POINTS = {"inference": tuple(Point(model, s, m) for m in MACHINES
-                             for model, s in (("7b", 1024), ("7b", 4096), ("7b", 16384),
-                                              ("65b", 1024))),
+POINTS = {"inference": tuple(Point(model, s, m, b) for m in MACHINES
+                             for model, s, b in (("7b", 1024, 1), ("7b", 4096, 1),
+                                                 ("7b", 16384, 1), ("65b", 1024, 1),
+                                                 ("7b", 1024, 8))),
           "training": tuple(Point("7b", s, m, b) for m in MACHINES
                             for s, b in ((1024, 1), (4096, 1), (1024, 2)))}
 QUICK = {e: tuple(Point("7b", 1024, m) for m in MACHINES) for e in EXPERIMENTS}
