@@ -12,19 +12,21 @@ JSON, as written and then with its keys sorted (the same for two writers that or
 fields differently), or the planner's error.  640 cases: 8 workloads, ``p100x4`` and
 ``a100x8`` at 1.0x, 1.1x, 1.5x and 10x, and BuildMemGraph with each victim policy, ``ahead``,
 ``reserve``, ``order`` and ``retry`` changed in turn, ``levelwise`` and ``cotrain`` (about
-40 s compiled).
+40 s compiled).  The machines' host memory is unlimited, as it was before machines had
+``host_memory`` (docs/host-memory.md): the plans then are the same byte for byte.
 Run it outside the repository so that the install, not the source tree, is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import itertools
 import json
 
 from offloadlab.core.errors import PlanError
-from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.machine import Machine, machine_from_spec
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import plan
@@ -52,6 +54,8 @@ def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str) -> 
     """The first 12 hex digits of the SHA-1 of the case's MemGraph JSON with its keys sorted, or
     its PlanError."""
     spec = f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}"
+    if "host_memory" in {f.name for f in dataclasses.fields(Machine)}:   # an install before
+        spec += ",host_memory=unlimited"                                  # it has none
     try:
         mg = plan(graph, machine_from_spec(spec), planner)
     except PlanError as exc:

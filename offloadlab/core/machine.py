@@ -1,8 +1,8 @@
 """Machine: GPUs, host links, GPU<->GPU links, the CPU, and the cost model (docs/design.md).
 
 Named presets reproduce the papers' servers; each carries a one-line source.  Select one as
-``NAME`` or ``NAME:key=value,...`` (e.g. ``disco-example:gpu_memory=64MiB``) with
-:func:`machine_from_spec`.
+``NAME`` or ``NAME:key=value,...`` (e.g. ``disco-example:gpu_memory=64MiB``,
+``a100x8:host_memory=512GB``) with :func:`machine_from_spec`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .devices import CPU, gpu_index, gpu_name, is_gpu
 from .errors import GraphError, SpecError
 from .nodelink import check_input
 from .ops import op_name
-from .spec import apply_options, parse_spec
+from .spec import apply_options, parse_bytes, parse_spec
 
 MiB = 2**20
 GiB = 2**30
@@ -37,6 +37,9 @@ launch order: the numpy backend, whose GPU is one core)."""
 
 MAY_BE_ZERO = frozenset({"host_bus_bandwidth", "gpus_per_bus", "gpu_half_flops"})
 """Fields where 0 is allowed and means "none" or "as the related field" (see :class:`Machine`)."""
+
+UNLIMITED_WORDS = ("unlimited", "none", "inf")
+"""How a spec override says that ``host_memory`` is unlimited (``a100x8:host_memory=unlimited``)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Machine:
     gpu_gpu_bandwidth: float = 25e9
     gpu_gpu_latency: float = 10e-6
     cpu_flops: float = 0.5e12
+    host_memory: int | None = None
     op_rates: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self):
@@ -159,11 +163,14 @@ class Machine:
     # -- interchange ------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The fields as JSON values; an unlimited (infinite) rate is ``None`` (JSON ``null``),
-        which :meth:`from_dict` reads back as unlimited."""
+        which :meth:`from_dict` reads back as unlimited.  An unlimited ``host_memory`` is left
+        out, so that a machine without host memory records what it did before the field."""
         data = asdict(self)
         for key in UNLIMITED:
             if data[key] == INF:
                 data[key] = None
+        if data["host_memory"] is None:
+            del data["host_memory"]
         return data
 
     @classmethod
@@ -184,7 +191,8 @@ class Machine:
         for key, value in data.items():
             if value is None and key in UNLIMITED:
                 data[key] = INF
-            elif types[key] == "int" and type(value) is float and value.is_integer():
+            elif types[key] in ("int", "int | None") and type(value) is float \
+                    and value.is_integer():
                 data[key] = int(value)
         if "op_rates" in data:
             rates = data["op_rates"]
@@ -242,11 +250,15 @@ _FIELD_TYPES = {f.name: f.type for f in fields(Machine)}
 def _check_fields(values: dict, where: str) -> None:
     """Check Machine field ``values`` (all or some), naming ``where`` and the field: strings,
     positive integers, numbers >= 0 (> 0 for rates; 0 allowed for :data:`MAY_BE_ZERO`;
-    infinite only for :data:`UNLIMITED`), ``engine`` one of :data:`ENGINES`,
-    ``duplex`` in (0, 1], ``op_rates`` as ``(op, written, read)`` with finite positive rates."""
+    infinite only for :data:`UNLIMITED`), ``host_memory`` a positive integer or None,
+    ``engine`` one of :data:`ENGINES`, ``duplex`` in (0, 1], ``op_rates`` as
+    ``(op, written, read)`` with finite positive rates."""
     for key, value in values.items():
         kind = _FIELD_TYPES[key]
-        if kind == "str":
+        if key == "host_memory":
+            if value is not None:
+                number(value, where, key, count=True, positive=True, error=SpecError)
+        elif kind == "str":
             if type(value) is not str:
                 raise SpecError(f"{where}: {key} must be a string, got {short(value)}")
         elif kind == "int":
@@ -303,19 +315,22 @@ PRESETS: dict[str, Machine] = {
         "tensor cores) and 732 GB/s from NVIDIA's P100 PCIe datasheet; PCIe 3.0 x16 at 12 GB/s "
         "(bandwidthTest on a P100 PCIe: 12.2 GB/s in, 12.9 out); the paper gives no topology: "
         "assumed the common 4-GPU layout of one PCIe switch per socket, two GPUs behind each "
-        "sharing its x16 uplink (12 GB/s)",
+        "sharing its x16 uplink (12 GB/s); host RAM: the text's 22 64 GB DDR4 modules, "
+        "22 x 64 GiB = 1408 GiB (its total: '1.3TB')",
         gpus=4, gpu_memory=16 * GiB, gpu_flops=9.3e12, gpu_half_flops=18.7e12,
         gpu_mem_bandwidth=732e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9,
-        host_bus_bandwidth=12e9, gpus_per_bus=2, gpu_gpu_bandwidth=10e9),
+        host_bus_bandwidth=12e9, gpus_per_bus=2, gpu_gpu_bandwidth=10e9, host_memory=1408 * GiB),
     "a100x8": Machine(
         name="a100x8", source="TURNIP Sec. 8: AWS p4d.24xlarge, 8x A100 40 GB; 19.5 TFLOP/s fp32, "
         "312 TFLOP/s fp16 on tensor cores (dense) and 1.55 TB/s from NVIDIA's A100 datasheet; "
         "host->GPU measured at ~25 GB/s on p4d, falling to 11-13 GB/s while GPU->host runs "
         "(docs/design.md, Vocabulary); the HGX A100 8-GPU board's 4 PCIe Gen4 switches, 2 GPUs "
-        "behind each, their x16 uplink taken at a GPU link's 25 GB/s",
+        "behind each, their x16 uplink taken at a GPU link's 25 GB/s; host RAM: the text's "
+        "1.15 TB, AWS's 1152 GiB for p4d.24xlarge",
         gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_half_flops=312e12,
         gpu_mem_bandwidth=1555e9, h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48,
-        host_bus_bandwidth=25e9, gpus_per_bus=2, gpu_gpu_bandwidth=300e9, cpu_flops=2e12),
+        host_bus_bandwidth=25e9, gpus_per_bus=2, gpu_gpu_bandwidth=300e9, cpu_flops=2e12,
+        host_memory=1152 * GiB),
     "titan-rtx": Machine(
         name="titan-rtx", source="CoTrain's evaluation server (its slides): one TITAN RTX, PCIe "
         "3.0, a 14-core Xeon E5-2683 at 2.0 GHz; 24 GB GDDR6 at 672 GB/s and 16.3 TFLOP/s fp32 "
@@ -323,9 +338,11 @@ PRESETS: dict[str, Machine] = {
         "tensor cores (NVIDIA's TITAN RTX page; at full rate with fp32 accumulate, as the "
         "Quadro RTX 8000's datasheet gives for the same TU102: 130.5); PCIe 3.0 x16 at "
         "~12 GB/s each way in practice (15.75 GB/s raw); the CPU's AVX2 peak 14 x 2.0 GHz x 32 "
-        "fp32 flop/cycle = 896 GFLOP/s",
+        "fp32 flop/cycle = 896 GFLOP/s; host RAM: the slides' 128 GB of DDR4-2133, taken as "
+        "128 GiB",
         gpus=1, gpu_memory=24 * GiB, gpu_flops=16.3e12, gpu_half_flops=130e12,
-        gpu_mem_bandwidth=672e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9, cpu_flops=896e9),
+        gpu_mem_bandwidth=672e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9, cpu_flops=896e9,
+        host_memory=128 * GiB),
     "h100-pcie": Machine(
         name="h100-pcie", source="one H100 PCIe 80 GB: 51 TFLOP/s fp32, 756 TFLOP/s fp16 on "
         "tensor cores (dense; 1,513 with sparsity) and 2.0 TB/s HBM2e from NVIDIA's H100 PCIe "
@@ -386,7 +403,23 @@ def machine_from_spec(spec: str | Machine) -> Machine:
         base = PRESETS[name]
     defaults = {f.name: getattr(base, f.name) for f in fields(Machine)
                 if f.name not in ("name", "source", "op_rates")}
+    options = dict(options)
+    host = options.pop("host_memory", None)      # bytes or unlimited: read by its own rule
     merged = apply_options(defaults, options, f"machine {name!r}", unlimited=UNLIMITED)
+    if host is not None:
+        merged["host_memory"] = host_memory_option(host, f"machine {name!r} option host_memory")
     machine = replace(base, **merged)  # type: ignore[arg-type]  # apply_options checked each
     check_machine_ram(machine, f"machine {spec!r}")
     return machine
+
+
+def host_memory_option(text: str, where: str) -> int | None:
+    """A ``host_memory=`` override: a byte size (``512GB``, ``1.5TiB``, ``4096``) or one of
+    :data:`UNLIMITED_WORDS` (None); anything else raises :class:`SpecError` naming ``where``."""
+    if text.strip().lower() in UNLIMITED_WORDS:
+        return None
+    try:
+        return parse_bytes(text)
+    except SpecError:
+        raise SpecError(f"{where}: cannot read {text!r} as a byte size (e.g. 512GB) or "
+                        f"unlimited") from None

@@ -495,6 +495,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "makespan": float(result.makespan),
         "busy": {k: float(v) for k, v in result.busy.items()},
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
+        "host_peak": result.host_peak, "host_memory": machine.host_memory,
+        "outcome": "ok" if result.out_of_memory is None else "OOM",
     }
     if args.json:
         print(_json_text(summary))
@@ -502,6 +504,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         _print_summary(summary, machine.gpu_memory)
         for path in written:
             print(f"wrote {path}")
+    if result.out_of_memory is not None:
+        print(f"offloadlab: {result.out_of_memory}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -688,11 +693,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     shown = table[~failed].drop(columns=["workload", "machine", "policy", "problem_bound",
                                          "bound_limit", "version", "error"], errors="ignore")
     if len(shown):
-        for column in ("bytes_h2d", "bytes_d2h", "peak_memory", "peak_host_memory"):
+        for column in ("bytes_h2d", "bytes_d2h", "peak_memory", "host_peak"):
             shown[column] = shown[column].map(lambda b: fmt_bytes(int(b)))
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for _, row in table[failed].iterrows():
         print(f"{row['planner']}: {row['error']}")
+    if machine.host_memory is not None and (table["outcome"] == "OOM").any():
+        print(f"OOM: a host peak above the machine's host_memory "
+              f"({fmt_bytes(machine.host_memory)}) does not fit in host RAM")
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -1031,6 +1039,10 @@ def _print_summary(summary: dict, capacity: int) -> None:
     peaks = sorted(summary["peak_memory"].items(), key=lambda kv: lane_key(kv[0]))
     print("peak memory:", ", ".join(f"{d} {fmt_bytes(b)}" for d, b in peaks),
           f"(GPU capacity {fmt_bytes(capacity)})")
+    limit = summary["host_memory"]
+    print(f"host peak: {fmt_bytes(summary['host_peak'])} of "
+          f"{'unlimited' if limit is None else fmt_bytes(limit)} host memory"
+          f"{': OUT OF MEMORY' if summary['outcome'] == 'OOM' else ''}")
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -1087,7 +1099,7 @@ def _reproduce_grid(args: argparse.Namespace) -> int:
         _check_out_dir(args.out)
     table = turnip_grid.run(experiment, points, progress=not args.json and _progress(args))
     if args.json:
-        print(_json_text(table.to_dict(orient="records")))
+        print(_json_text(table.astype(object).where(table.notna(), None).to_dict("records")))
         return 0
     out = args.outputs.directory(args.out)
     with args.outputs.file(out / f"{args.what}.csv") as tmp:
@@ -1096,14 +1108,17 @@ def _reproduce_grid(args: argparse.Namespace) -> int:
         turnip_grid.plot(experiment, table, tmp)
     args.outputs.commit()
     shown = table.drop(columns=["workload", "policy", "version"])
-    for column in (experiment.time, "paper"):
+    for column in (experiment.time, "paper", "ratio"):
         shown[column] = shown[column].map(lambda t: "" if t != t else f"{t:.3g}")
     shown.loc[table[experiment.time].isna(), experiment.time] = "OOM"
+    shown["host_peak"] = [fmt_bytes(int(b)) if notna else ""
+                          for b, notna in zip(table["host_peak"], table["host_peak"].notna())]
+    shown["paper_outcome"] = shown["paper_outcome"].fillna("")
     for column in turnip_grid.STAGES:
         shown[column] = shown[column].round(2)
     shown["status"] = shown["status"].str.slice(0, 60)
-    if table["paper"].isna().all():
-        shown = shown.drop(columns=["paper"])
+    if table["paper_outcome"].isna().all():
+        shown = shown.drop(columns=["paper", "paper_outcome", "ratio"])
     print(f"{experiment.time}: {experiment.label}, simulated; build/plan/verify/simulate in "
           f"seconds of this machine")
     print(shown.to_string(index=False))
@@ -1142,7 +1157,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         from ..core.machine import PRESETS
         print("machine presets (--machine NAME:field=value,...):")
         for name, m in PRESETS.items():
-            print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}; {m.source}")
+            host = "unlimited" if m.host_memory is None else fmt_bytes(m.host_memory)
+            print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}, host memory "
+                  f"{host}; {m.source}")
     if what in ("all", "planners"):
         from dataclasses import fields
 
