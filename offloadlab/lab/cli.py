@@ -1379,7 +1379,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "a graph")
     p.add_argument("--name", help="the TaskGraph's name (default: the factory's)")
 
-    p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file")
+    p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file (exit 1 if the run "
+            "holds more in host RAM than the machine's host_memory)")
     p.add_argument("memgraph", metavar="MEMGRAPH",
                    help="MemGraph file written by 'plan' (JSON or Parquet)")
     p.add_argument("--machine", metavar="SPEC",
