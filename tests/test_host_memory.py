@@ -17,7 +17,7 @@ from test_properties import PLANNERS, SETTINGS, machine_for, task_graphs
 
 from offloadlab.core.errors import HostMemoryError, PlanError, SpecError
 from offloadlab.core.host import planned_host_peak
-from offloadlab.core.machine import PRESETS, GiB, Machine, machine_from_spec
+from offloadlab.core.machine import HOST_MEMORY, PRESETS, GiB, Machine, machine_from_spec
 from offloadlab.core.workloads import build_workload, random_dag
 from offloadlab.lab.cli import main
 from offloadlab.planner import plan
@@ -32,8 +32,9 @@ def test_presets_hold_the_host_ram_the_papers_state():
     assert PRESETS["titan-rtx"].host_memory == 128 * GiB         # CoTrain's slides
     for name in ("disco-example", "v100", "h100-pcie", "h100-sxm", "h200", "rtx4090"):
         assert PRESETS[name].host_memory is None, name           # not stated: unlimited
-    for name in ("p100x4", "a100x8", "titan-rtx"):
-        assert "host RAM" in PRESETS[name].source
+    assert set(HOST_MEMORY) == {"p100x4", "a100x8", "titan-rtx"}
+    for name, (host_memory, source) in HOST_MEMORY.items():
+        assert PRESETS[name].host_memory == host_memory and source
 
 
 @pytest.mark.parametrize("spec, expected", [

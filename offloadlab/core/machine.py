@@ -301,6 +301,18 @@ def _disco_example() -> Machine:
 
 H100_ALLOCATABLE = 80_000 * MiB   # h100-sxm's source: what an H100 80GB lets a process use
 
+HOST_MEMORY: dict[str, tuple[int, str]] = {
+    "p100x4": (22 * 64 * GiB, "TURNIP Sec. 8: 22 64 GB DDR4-2666 modules, 22 x 64 GiB = "
+                              "1408 GiB (the text's total: '1.3TB')"),
+    "a100x8": (1152 * GiB, "TURNIP Sec. 8: the p4d.24xlarge's '1.15TB of RAM'; AWS lists "
+                           "1152 GiB"),
+    "titan-rtx": (128 * GiB, "CoTrain's slides: 'CPU Mem 128GB 2133MHz DDR4', taken as "
+                             "128 GiB"),
+}
+"""The presets' host RAM (``host_memory``) where a paper states it, with its source; the
+other presets' is unlimited (docs/host-memory.md).  Kept out of their ``source``, which
+every plan records: a plan on an unlimited host stays as it was."""
+
 PRESETS: dict[str, Machine] = {
     "disco-example": _disco_example(),
     "v100": Machine(
@@ -315,22 +327,21 @@ PRESETS: dict[str, Machine] = {
         "tensor cores) and 732 GB/s from NVIDIA's P100 PCIe datasheet; PCIe 3.0 x16 at 12 GB/s "
         "(bandwidthTest on a P100 PCIe: 12.2 GB/s in, 12.9 out); the paper gives no topology: "
         "assumed the common 4-GPU layout of one PCIe switch per socket, two GPUs behind each "
-        "sharing its x16 uplink (12 GB/s); host RAM: the text's 22 64 GB DDR4 modules, "
-        "22 x 64 GiB = 1408 GiB (its total: '1.3TB')",
+        "sharing its x16 uplink (12 GB/s)",
         gpus=4, gpu_memory=16 * GiB, gpu_flops=9.3e12, gpu_half_flops=18.7e12,
         gpu_mem_bandwidth=732e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9,
-        host_bus_bandwidth=12e9, gpus_per_bus=2, gpu_gpu_bandwidth=10e9, host_memory=1408 * GiB),
+        host_bus_bandwidth=12e9, gpus_per_bus=2, gpu_gpu_bandwidth=10e9,
+        host_memory=HOST_MEMORY["p100x4"][0]),
     "a100x8": Machine(
         name="a100x8", source="TURNIP Sec. 8: AWS p4d.24xlarge, 8x A100 40 GB; 19.5 TFLOP/s fp32, "
         "312 TFLOP/s fp16 on tensor cores (dense) and 1.55 TB/s from NVIDIA's A100 datasheet; "
         "host->GPU measured at ~25 GB/s on p4d, falling to 11-13 GB/s while GPU->host runs "
         "(docs/design.md, Vocabulary); the HGX A100 8-GPU board's 4 PCIe Gen4 switches, 2 GPUs "
-        "behind each, their x16 uplink taken at a GPU link's 25 GB/s; host RAM: the text's "
-        "1.15 TB, AWS's 1152 GiB for p4d.24xlarge",
+        "behind each, their x16 uplink taken at a GPU link's 25 GB/s",
         gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_half_flops=312e12,
         gpu_mem_bandwidth=1555e9, h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48,
         host_bus_bandwidth=25e9, gpus_per_bus=2, gpu_gpu_bandwidth=300e9, cpu_flops=2e12,
-        host_memory=1152 * GiB),
+        host_memory=HOST_MEMORY["a100x8"][0]),
     "titan-rtx": Machine(
         name="titan-rtx", source="CoTrain's evaluation server (its slides): one TITAN RTX, PCIe "
         "3.0, a 14-core Xeon E5-2683 at 2.0 GHz; 24 GB GDDR6 at 672 GB/s and 16.3 TFLOP/s fp32 "
@@ -338,11 +349,10 @@ PRESETS: dict[str, Machine] = {
         "tensor cores (NVIDIA's TITAN RTX page; at full rate with fp32 accumulate, as the "
         "Quadro RTX 8000's datasheet gives for the same TU102: 130.5); PCIe 3.0 x16 at "
         "~12 GB/s each way in practice (15.75 GB/s raw); the CPU's AVX2 peak 14 x 2.0 GHz x 32 "
-        "fp32 flop/cycle = 896 GFLOP/s; host RAM: the slides' 128 GB of DDR4-2133, taken as "
-        "128 GiB",
+        "fp32 flop/cycle = 896 GFLOP/s",
         gpus=1, gpu_memory=24 * GiB, gpu_flops=16.3e12, gpu_half_flops=130e12,
         gpu_mem_bandwidth=672e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9, cpu_flops=896e9,
-        host_memory=128 * GiB),
+        host_memory=HOST_MEMORY["titan-rtx"][0]),
     "h100-pcie": Machine(
         name="h100-pcie", source="one H100 PCIe 80 GB: 51 TFLOP/s fp32, 756 TFLOP/s fp16 on "
         "tensor cores (dense; 1,513 with sparsity) and 2.0 TB/s HBM2e from NVIDIA's H100 PCIe "

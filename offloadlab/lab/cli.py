@@ -1154,10 +1154,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         for name, fn in WORKLOADS.items():
             print(f"  {name:<14} {_first_line(fn)}\n  {'':<14} {_options(workload_options(name))}")
     if what in ("all", "machines"):
-        from ..core.machine import PRESETS
+        from ..core.machine import HOST_MEMORY, PRESETS
         print("machine presets (--machine NAME:field=value,...):")
         for name, m in PRESETS.items():
             host = "unlimited" if m.host_memory is None else fmt_bytes(m.host_memory)
+            if name in HOST_MEMORY:
+                host += f" ({HOST_MEMORY[name][1]})"
             print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}, host memory "
                   f"{host}; {m.source}")
     if what in ("all", "planners"):
