@@ -14,18 +14,21 @@ fields differently), or the planner's error.  640 cases: 8 workloads, ``p100x4``
 ``reserve``, ``order`` and ``retry`` changed in turn, ``levelwise`` and ``cotrain`` (about
 40 s compiled).  ``--roofline`` prices every machine's kernels by the roofline, as every
 preset did before the fitted model (docs/cost-model.md): its lines are those of an older install.
+The machines' host memory is unlimited, as it was before machines had ``host_memory``
+(docs/host-memory.md): the plans then are the same byte for byte.
 Run it outside the repository so that the install, not the source tree, is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import itertools
 import json
 
 from offloadlab.core.errors import PlanError
-from offloadlab.core.machine import machine_from_spec
+from offloadlab.core.machine import Machine, machine_from_spec
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import plan
@@ -55,6 +58,8 @@ def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str,
     its PlanError; ``cost`` overrides the machine's cost model."""
     spec = f"{machine}:gpu_memory={int(min_capacity(graph) * factor)}"
     spec += f",cost={cost}" if cost else ""
+    if "host_memory" in {f.name for f in dataclasses.fields(Machine)}:   # an install before
+        spec += ",host_memory=unlimited"                                  # it has none
     try:
         mg = plan(graph, machine_from_spec(spec), planner)
     except PlanError as exc:

@@ -131,8 +131,12 @@ def reference_memory_over_time(trace, memgraph):
                                                                  -v.loc.size)]
             else:
                 unread[v.id] = (begin, v.loc.device, v.loc.size)
-        if v.kind == "offload":
-            changes += [("host", begin, v.bytes), ("host", run_end, -v.bytes)]
+        if v.kind == "input" and v.device == "host":         # host RAM: the whole run
+            changes += [("host", 0.0, v.bytes), ("host", run_end, -v.bytes)]
+        elif v.kind == "offload" or v.device == "cpu":        # until its last reader ends
+            ends = [end[w] for w, kind in memgraph.succ[v.id].items()
+                    if kind == "data" and w in end]
+            changes += [("host", begin, v.bytes), ("host", max([end[v.id], *ends]), -v.bytes)]
     writers = sorted((start.get(v.id, 0.0), v.order, i, v.id, v.loc)
                      for i, v in enumerate(memgraph)
                      if v.loc is not None and (v.id in start or v.kind == "input"))

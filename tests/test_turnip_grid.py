@@ -26,8 +26,13 @@ def test_points_parse_with_and_without_batch_and_server():
         Point("65b", 1024, "a100x8", 8)]
     assert str(Point("65b", 1024, "a100x8", 8)) == "65b-1024x8@a100x8"
     assert str(Point("7b", 2048, "p100x4")) == "7b-2048@p100x4"
-    assert len(PREFILL.grid) == 2 * 2 * 6 and {p.batch for p in PREFILL.grid} == {1}
-    assert len(LORA.grid) == 2 * 4 * 3 + 1 and PAPER_65B in LORA.grid
+    # Fig. 12: one sequence, 1K-32K; Figs. 10-11: batch 8 at 1K-16K and 16 at 1K-8K
+    assert len(PREFILL.grid) == 2 * 2 * (6 + 5 + 4)
+    assert {p.batch for p in PREFILL.grid} == {1, 8, 16}
+    assert max(p.seq for p in PREFILL.grid if p.batch == 8) == 16384
+    assert max(p.seq for p in PREFILL.grid if p.batch == 16) == 8192
+    assert len(LORA.grid) == 2 * 4 * 3 + 2 and PAPER_65B in LORA.grid
+    assert set(LORA.paper) <= set(LORA.grid) and not LORA.paper_oom & set(LORA.paper)
 
 
 @pytest.mark.parametrize("bad", ["8b-1024", "7b-0", "7b-1k", "7b-1024@h100", "7b-1024x0",
@@ -52,8 +57,8 @@ def test_reproduce_turnip_lora_writes_the_table_and_a_plot(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "turnip-lora.csv")
     assert list(table.columns) == [
         "workload", "model", "seq", "batch", "machine", "planner", "policy", "step", "status",
-        "taskgraph", "memgraph", "offloads", "loads", "build_s", "plan_s", "verify_s",
-        "simulate_s", "paper", "version"]
+        "host_peak", "taskgraph", "memgraph", "offloads", "loads", "build_s", "plan_s",
+        "verify_s", "simulate_s", "paper", "paper_outcome", "ratio", "version"]
     assert set(table["workload"]) == {"llama-lora-train:model=tiny,seq=64,batch=2,gpus=4",
                                       "llama-lora-train:model=tiny,seq=128,batch=1,gpus=4"}
     assert set(table["policy"]) == {"dynamic"} and set(table["version"]) == {"0.1.0"}
@@ -62,7 +67,8 @@ def test_reproduce_turnip_lora_writes_the_table_and_a_plot(tmp_path, capsys):
         (128, 1, "buildmemgraph"), (128, 1, "levelwise")]
     assert (table["status"] == "ok").all() and (table["step"] > 0).all()
     assert (table[["build_s", "plan_s", "verify_s", "simulate_s"]] > 0).all().all()
-    assert table["paper"].isna().all()
+    assert table["paper"].isna().all() and table["paper_outcome"].isna().all()
+    assert (table["host_peak"] > 0).all() and table["ratio"].isna().all()
     # the same tokens in two sequences: a row block each, so more vertices
     assert table["taskgraph"][0] > table["taskgraph"][2]
 
@@ -85,9 +91,13 @@ def test_a_point_without_a_plan_is_marked_oom():
 
 def test_the_papers_seconds_go_beside_their_point_only():
     point = Point("tiny", 64, "p100x4", 2)
-    table = run(replace(LORA, paper={point: 58.5}),
-                [point, Point("tiny", 64, "p100x4")], progress=False)
+    failed = Point("tiny", 128, "p100x4")
+    table = run(replace(LORA, paper={point: 58.5}, paper_oom=frozenset({failed})),
+                [point, Point("tiny", 64, "p100x4"), failed], progress=False)
     assert list(table["paper"][:2]) == [58.5, 58.5] and table["paper"][2:].isna().all()
+    assert list(table["ratio"][:2]) == [s / 58.5 for s in table["step"][:2]]
+    assert table["ratio"][2:].isna().all()
+    assert list(table["paper_outcome"].fillna("")) == ["ok", "ok", "", "", "OOM", "OOM"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -13,6 +13,10 @@ class PlanError(OffloadlabError):
     """A planner cannot produce a MemGraph (for example a vertex does not fit on its GPU)."""
 
 
+class HostMemoryError(PlanError):
+    """A plan holds more in host RAM at once than the machine's ``host_memory``."""
+
+
 class SpecError(OffloadlabError):
     """A ``NAME:key=value,...`` specification names an unknown thing or a bad value."""
 

@@ -1,8 +1,8 @@
 """Machine: GPUs, host links, GPU<->GPU links, the CPU, and the cost model (docs/design.md).
 
 Named presets reproduce the papers' servers; each carries a one-line source.  Select one as
-``NAME`` or ``NAME:key=value,...`` (e.g. ``disco-example:gpu_memory=64MiB``) with
-:func:`machine_from_spec`.
+``NAME`` or ``NAME:key=value,...`` (e.g. ``disco-example:gpu_memory=64MiB``,
+``a100x8:host_memory=512GB``) with :func:`machine_from_spec`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .kernel_model import (
 )
 from .nodelink import check_input
 from .ops import op_name
-from .spec import apply_options, parse_spec
+from .spec import apply_options, parse_bytes, parse_spec
 
 MiB = 2**20
 GiB = 2**30
@@ -54,6 +54,9 @@ NOT_OPTIONS = ("name", "source", "op_rates", "kernel_fit")
 
 MAY_BE_ZERO = frozenset({"host_bus_bandwidth", "gpus_per_bus", "gpu_half_flops"})
 """Fields where 0 is allowed and means "none" or "as the related field" (see :class:`Machine`)."""
+
+UNLIMITED_WORDS = ("unlimited", "none", "inf")
+"""How a spec override says that ``host_memory`` is unlimited (``a100x8:host_memory=unlimited``)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Machine:
     gpu_gpu_bandwidth: float = 25e9
     gpu_gpu_latency: float = 10e-6
     cpu_flops: float = 0.5e12
+    host_memory: int | None = None
     op_rates: tuple[tuple[str, float, float], ...] = ()
     cost: str = "roofline"
     kernel_fit: KernelFit = ()
@@ -193,13 +197,16 @@ class Machine:
     # -- interchange ------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The fields as JSON values; an unlimited (infinite) rate is ``None`` (JSON ``null``),
-        which :meth:`from_dict` reads back as unlimited."""
+        which :meth:`from_dict` reads back as unlimited.  An unlimited ``host_memory`` is left
+        out, so that a machine without host memory records what it did before the field."""
         data = asdict(self)
         for key in UNLIMITED:
             if data[key] == INF:
                 data[key] = None
         if self.cost == "roofline":
             del data["cost"], data["kernel_fit"]
+        if data["host_memory"] is None:
+            del data["host_memory"]
         return data
 
     @classmethod
@@ -220,7 +227,8 @@ class Machine:
         for key, value in data.items():
             if value is None and key in UNLIMITED:
                 data[key] = INF
-            elif types[key] == "int" and type(value) is float and value.is_integer():
+            elif types[key] in ("int", "int | None") and type(value) is float \
+                    and value.is_integer():
                 data[key] = int(value)
         if "op_rates" in data:
             rates = data["op_rates"]
@@ -281,12 +289,16 @@ _FIELD_TYPES = {f.name: f.type for f in fields(Machine)}
 def _check_fields(values: dict, where: str) -> None:
     """Check Machine field ``values`` (all or some), naming ``where`` and the field: strings,
     positive integers, numbers >= 0 (> 0 for rates; 0 allowed for :data:`MAY_BE_ZERO`;
-    infinite only for :data:`UNLIMITED`), ``engine`` one of :data:`ENGINES`,
-    ``duplex`` in (0, 1], ``op_rates`` as ``(op, written, read)`` with finite positive rates,
-    ``cost`` one of :data:`COSTS` with a valid ``kernel_fit`` if ``fitted`` and none if not."""
+    infinite only for :data:`UNLIMITED`), ``host_memory`` a positive integer or None,
+    ``engine`` one of :data:`ENGINES`, ``duplex`` in (0, 1], ``op_rates`` as
+    ``(op, written, read)`` with finite positive rates, ``cost`` one of :data:`COSTS` with a
+    valid ``kernel_fit`` if ``fitted`` and none if not."""
     for key, value in values.items():
         kind = _FIELD_TYPES[key]
-        if kind == "str":
+        if key == "host_memory":
+            if value is not None:
+                number(value, where, key, count=True, positive=True, error=SpecError)
+        elif kind == "str":
             if type(value) is not str:
                 raise SpecError(f"{where}: {key} must be a string, got {short(value)}")
         elif kind == "int":
@@ -353,6 +365,18 @@ def _disco_example() -> Machine:
 
 H100_ALLOCATABLE = 80_000 * MiB   # h100-sxm's source: what an H100 80GB lets a process use
 
+HOST_MEMORY: dict[str, tuple[int, str]] = {
+    "p100x4": (22 * 64 * GiB, "TURNIP Sec. 8: 22 64 GB DDR4-2666 modules, 22 x 64 GiB = "
+                              "1408 GiB (the text's total: '1.3TB')"),
+    "a100x8": (1152 * GiB, "TURNIP Sec. 8: the p4d.24xlarge's '1.15TB of RAM'; AWS lists "
+                           "1152 GiB"),
+    "titan-rtx": (128 * GiB, "CoTrain's slides: 'CPU Mem 128GB 2133MHz DDR4', taken as "
+                             "128 GiB"),
+}
+"""The presets' host RAM (``host_memory``) where a paper states it, with its source; the
+other presets' is unlimited (docs/host-memory.md).  Kept out of their ``source``, which
+every plan records: a plan on an unlimited host stays as it was."""
+
 PRESETS: dict[str, Machine] = {
     "disco-example": _disco_example(),
     "v100": Machine(
@@ -370,7 +394,8 @@ PRESETS: dict[str, Machine] = {
         "sharing its x16 uplink (12 GB/s)",
         gpus=4, gpu_memory=16 * GiB, gpu_flops=9.3e12, gpu_half_flops=18.7e12,
         gpu_mem_bandwidth=732e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9,
-        host_bus_bandwidth=12e9, gpus_per_bus=2, gpu_gpu_bandwidth=10e9),
+        host_bus_bandwidth=12e9, gpus_per_bus=2, gpu_gpu_bandwidth=10e9,
+        host_memory=HOST_MEMORY["p100x4"][0]),
     "a100x8": Machine(
         name="a100x8", source="TURNIP Sec. 8: AWS p4d.24xlarge, 8x A100 40 GB; 19.5 TFLOP/s fp32, "
         "312 TFLOP/s fp16 on tensor cores (dense) and 1.55 TB/s from NVIDIA's A100 datasheet; "
@@ -380,7 +405,7 @@ PRESETS: dict[str, Machine] = {
         gpus=8, gpu_memory=40 * GiB, gpu_flops=19.5e12, gpu_half_flops=312e12,
         gpu_mem_bandwidth=1555e9, h2d_bandwidth=25e9, d2h_bandwidth=25e9, duplex=0.48,
         host_bus_bandwidth=25e9, gpus_per_bus=2, gpu_gpu_bandwidth=300e9, cpu_flops=2e12,
-        cost="fitted", kernel_fit=A100_FIT),
+        cost="fitted", kernel_fit=A100_FIT, host_memory=HOST_MEMORY["a100x8"][0]),
     "titan-rtx": Machine(
         name="titan-rtx", source="CoTrain's evaluation server (its slides): one TITAN RTX, PCIe "
         "3.0, a 14-core Xeon E5-2683 at 2.0 GHz; 24 GB GDDR6 at 672 GB/s and 16.3 TFLOP/s fp32 "
@@ -390,7 +415,8 @@ PRESETS: dict[str, Machine] = {
         "~12 GB/s each way in practice (15.75 GB/s raw); the CPU's AVX2 peak 14 x 2.0 GHz x 32 "
         "fp32 flop/cycle = 896 GFLOP/s",
         gpus=1, gpu_memory=24 * GiB, gpu_flops=16.3e12, gpu_half_flops=130e12,
-        gpu_mem_bandwidth=672e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9, cpu_flops=896e9),
+        gpu_mem_bandwidth=672e9, h2d_bandwidth=12e9, d2h_bandwidth=12e9, cpu_flops=896e9,
+        host_memory=HOST_MEMORY["titan-rtx"][0]),
     "h100-pcie": Machine(
         name="h100-pcie", source="one H100 PCIe 80 GB: 51 TFLOP/s fp32, 756 TFLOP/s fp16 on "
         "tensor cores (dense; 1,513 with sparsity) and 2.0 TB/s HBM2e from NVIDIA's H100 PCIe "
@@ -452,9 +478,25 @@ def machine_from_spec(spec: str | Machine) -> Machine:
         base = PRESETS[name]
     defaults = {f.name: getattr(base, f.name) for f in fields(Machine)
                 if f.name not in NOT_OPTIONS}
+    options = dict(options)
+    host = options.pop("host_memory", None)      # bytes or unlimited: read by its own rule
     merged = apply_options(defaults, options, f"machine {name!r}", unlimited=UNLIMITED)
     if merged["cost"] == "roofline":
         merged["kernel_fit"] = ()       # a roofline machine carries no fit
+    if host is not None:
+        merged["host_memory"] = host_memory_option(host, f"machine {name!r} option host_memory")
     machine = replace(base, **merged)  # type: ignore[arg-type]  # apply_options checked each
     check_machine_ram(machine, f"machine {spec!r}")
     return machine
+
+
+def host_memory_option(text: str, where: str) -> int | None:
+    """A ``host_memory=`` override: a byte size (``512GB``, ``1.5TiB``, ``4096``) or one of
+    :data:`UNLIMITED_WORDS` (None); anything else raises :class:`SpecError` naming ``where``."""
+    if text.strip().lower() in UNLIMITED_WORDS:
+        return None
+    try:
+        return parse_bytes(text)
+    except SpecError:
+        raise SpecError(f"{where}: cannot read {text!r} as a byte size (e.g. 512GB) or "
+                        f"unlimited") from None

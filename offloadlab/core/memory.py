@@ -1,21 +1,23 @@
 """Memory in use over time, per GPU and in host (pinned) RAM, derived from a trace and the
 MemGraph it ran (docs/design.md, Trace), and its peaks: what the simulator and the executor
-report, and what the simulator checks against the machine's memory.  Compiled (docs/install.md,
-The compiled build): its loops run once per vertex and data edge of every simulated run."""
+report, what the simulator checks against the machine's GPU memory and reports against its
+``host_memory`` (docs/host-memory.md).  Compiled (docs/install.md, The compiled build): its
+loops run once per vertex and data edge of every simulated run."""
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from .devices import HOST, is_gpu, split_transfer
+from .host import in_host_ram
 
 if TYPE_CHECKING:
-    from .memgraph import Loc, MemGraph
+    from .memgraph import Loc, MemGraph, MemVertex
 
 
 def memgraph_gpus(memgraph: MemGraph) -> list[str]:
@@ -35,8 +37,8 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     A vertex with a location occupies ``loc.size`` bytes on ``loc.device`` from its start until
     the end of the last of its data successors (its readers, an offload among them); one with
     none stays until the first vertex to start after it writing any of its bytes starts (a copy
-    dropped unread), or to the end of the run (a graph output).  An offload's output occupies
-    ``bytes`` on ``"host"`` from the offload's start to the end of the run.  Inputs start at time 0.
+    dropped unread), or to the end of the run (a graph output).  Host RAM (``"host"``) holds
+    what :func:`host_lifetimes` says.  Inputs start at time 0.
     Vertices missing from the trace (other than inputs) occupy nothing, and missing readers
     are ignored.  One row per device and time where its use changes, giving the use from then
     on; sorted by time, then device.  The trace must hold a single run.
@@ -77,19 +79,63 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     if unread.any():
         order = np.array([vertices[i].order for i in where.tolist()], dtype=np.int64)
         until[unread] = _overwritten(locs, begin[where], order, unread, run_end)
-    offloads = np.array([i for i, v in enumerate(vertices) if v.kind == "offload" and ran[i]],
-                        dtype=np.int64)
-    moved = np.array([vertices[i].bytes for i in offloads.tolist()], dtype=np.int64)
+    held_from, held_until, held = host_lifetimes(vertices, succ, index, begin.tolist(),
+                                                 end.tolist(), run_end)
     changes = (pd.DataFrame({
-        "device": devices * 2 + [HOST] * (2 * len(offloads)),
-        "time": np.concatenate([begin[where], until, begin[offloads],
-                                np.full(len(offloads), run_end)]),
-        "bytes": np.concatenate([size, -size, moved, -moved])})
+        "device": devices * 2 + [HOST] * (2 * len(held)),
+        "time": np.concatenate([begin[where], until, held_from, held_until]),
+        "bytes": np.concatenate([size, -size, held, -held])})
         .groupby(["device", "time"], sort=True)["bytes"].sum())
     changes = changes[changes != 0]
     used = changes.groupby(level="device").cumsum().reset_index()
     return used.sort_values(["time", "device"], kind="stable")[["time", "device", "bytes"]] \
                .reset_index(drop=True)
+
+
+def host_lifetimes(vertices: Sequence[MemVertex], succ: Mapping[str, Mapping[str, str]],
+                   index: Mapping[str, int], start: Sequence[float], end: Sequence[float],
+                   run_end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """When a run holds each tensor in host RAM: ``(since, until, bytes)`` arrays, one entry
+    per host input (from 0 to ``run_end``) and per offload or CPU op that ran (from its start
+    until the end of its last data reader that ran, else its own end).  ``start``/``end``
+    are by position in ``vertices`` (``index``: id -> position), NaN where a vertex did not
+    run; ``succ`` is the MemGraph's."""
+    since: list[float] = []
+    until: list[float] = []
+    size: list[int] = []
+    for i, v in enumerate(vertices):
+        if not in_host_ram(v):
+            continue
+        if v.kind == "input":
+            since.append(0.0)
+            until.append(run_end)
+            size.append(v.bytes)
+            continue
+        began = start[i]
+        if began != began:                      # NaN: it did not run
+            continue
+        last = end[i]
+        for w, kind in succ[v.id].items():
+            if kind == "data":
+                t = end[index[w]]
+                if t > last:                    # False for NaN: a reader that did not run
+                    last = t
+        since.append(began)
+        until.append(last)
+        size.append(v.bytes)
+    return (np.array(since, dtype=float), np.array(until, dtype=float),
+            np.array(size, dtype=np.int64))
+
+
+def run_host_peak(since: np.ndarray, until: np.ndarray, size: np.ndarray) -> int:
+    """The most bytes :func:`host_lifetimes`' tensors hold at once; one freed at the instant
+    another is allocated makes room for it (the executor frees before it launches)."""
+    if not len(size):
+        return 0
+    times = np.concatenate([since, until])
+    change = np.concatenate([size, -size])
+    order = np.lexsort((change, times))          # at one instant, frees first
+    return max(int(np.cumsum(change[order]).max()), 0)
 
 
 def _overwritten(locs: list[Loc], begin: np.ndarray, order: np.ndarray, unread: np.ndarray,

@@ -490,6 +490,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "makespan": float(result.makespan),
         "busy": {k: float(v) for k, v in result.busy.items()},
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
+        "host_peak": result.host_peak, "host_memory": machine.host_memory,
+        "outcome": "ok" if result.out_of_memory is None else "OOM",
     }
     why = _explained(args, summary, result.trace, mg)
     if args.json:
@@ -500,6 +502,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             print(why)
         for path in written:
             print(f"wrote {path}")
+    if result.out_of_memory is not None:
+        print(f"offloadlab: {result.out_of_memory}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -689,11 +694,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     shown = table[~failed].drop(columns=["workload", "machine", "policy", "problem_bound",
                                          "bound_limit", "version", "error"], errors="ignore")
     if len(shown):
-        for column in ("bytes_h2d", "bytes_d2h", "peak_memory", "peak_host_memory"):
+        for column in ("bytes_h2d", "bytes_d2h", "peak_memory", "host_peak"):
             shown[column] = shown[column].map(lambda b: fmt_bytes(int(b)))
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for _, row in table[failed].iterrows():
         print(f"{row['planner']}: {row['error']}")
+    if machine.host_memory is not None and (table["outcome"] == "OOM").any():
+        print(f"OOM: a host peak above the machine's host_memory "
+              f"({fmt_bytes(machine.host_memory)}) does not fit in host RAM")
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -1135,6 +1143,10 @@ def _print_summary(summary: dict, capacity: int) -> None:
     peaks = sorted(summary["peak_memory"].items(), key=lambda kv: lane_key(kv[0]))
     print("peak memory:", ", ".join(f"{d} {fmt_bytes(b)}" for d, b in peaks),
           f"(GPU capacity {fmt_bytes(capacity)})")
+    limit = summary["host_memory"]
+    print(f"host peak: {fmt_bytes(summary['host_peak'])} of "
+          f"{'unlimited' if limit is None else fmt_bytes(limit)} host memory"
+          f"{': OUT OF MEMORY' if summary['outcome'] == 'OOM' else ''}")
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -1202,14 +1214,17 @@ def _reproduce_grid(args: argparse.Namespace) -> int:
     if out is None:
         return 0
     shown = table.drop(columns=["workload", "policy", "version"])
-    for column in (experiment.time, "paper"):
+    for column in (experiment.time, "paper", "ratio"):
         shown[column] = shown[column].map(lambda t: "" if t != t else f"{t:.3g}")
     shown.loc[table[experiment.time].isna(), experiment.time] = "OOM"
+    shown["host_peak"] = [fmt_bytes(int(b)) if notna else ""
+                          for b, notna in zip(table["host_peak"], table["host_peak"].notna())]
+    shown["paper_outcome"] = shown["paper_outcome"].fillna("")
     for column in turnip_grid.STAGES:
         shown[column] = shown[column].round(2)
     shown["status"] = shown["status"].str.slice(0, 60)
-    if table["paper"].isna().all():
-        shown = shown.drop(columns=["paper"])
+    if table["paper_outcome"].isna().all():
+        shown = shown.drop(columns=["paper", "paper_outcome", "ratio"])
     print(f"{experiment.time}: {experiment.label}, simulated; build/plan/verify/simulate in "
           f"seconds of this machine")
     print(shown.to_string(index=False))
@@ -1224,7 +1239,7 @@ def _reproduction_written(args: argparse.Namespace, table: pd.DataFrame,
     """``--json``: print the table's rows, and None; else write ``WHAT.csv`` and ``WHAT.png``
     (``plot(path)``) into ``--out``, and return that directory."""
     if args.json:
-        print(_json_text(table.to_dict(orient="records")))
+        print(_json_text(table.astype(object).where(table.notna(), None).to_dict("records")))
         return None
     out = args.outputs.directory(args.out)
     with args.outputs.file(out / f"{args.what}.csv") as tmp:
@@ -1305,11 +1320,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {name:<14} {_first_line(fn)}\n  {'':<14} {_options(workload_options(name))}")
     if what in ("all", "machines"):
         from ..core.kernel_model import FIT_SOURCE
-        from ..core.machine import PRESETS
+        from ..core.machine import HOST_MEMORY, PRESETS
         print("machine presets (--machine NAME:field=value,...):")
         for name, m in PRESETS.items():
+            host = "unlimited" if m.host_memory is None else fmt_bytes(m.host_memory)
+            if name in HOST_MEMORY:
+                host += f" ({HOST_MEMORY[name][1]})"
             fitted = f"; cost=fitted: {FIT_SOURCE}" if m.cost == "fitted" else ""
-            print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}; {m.source}{fitted}")
+            print(f"  {name:<14} {m.gpus} GPU(s) x {fmt_bytes(m.gpu_memory)}, host memory "
+                  f"{host}; {m.source}{fitted}")
     if what in ("all", "planners"):
         from dataclasses import fields
 
@@ -1557,7 +1576,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dispatch policy of both simulations (dynamic)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
-    p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file")
+    p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file (exit 1 if the run "
+            "holds more in host RAM than the machine's host_memory)")
     p.add_argument("memgraph", metavar="MEMGRAPH",
                    help="MemGraph file written by 'plan' (JSON or Parquet)")
     p.add_argument("--machine", metavar="SPEC",

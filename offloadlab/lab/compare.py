@@ -135,7 +135,8 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     (``idle_gpu0``, ...), the share of host copies hidden under compute (``overlap``) and of
     the GPUs' time idle on each cause (``wait_load``, ... :func:`why`), bytes moved
     host->GPU and GPU->host, the offload/reload/load counts,
-    peak GPU and host memory, planning seconds, the plan's own lower bound
+    peak GPU memory, the host peak (``host_peak``: the most bytes the run held in host RAM at
+    once, docs/host-memory.md), planning seconds, the plan's own lower bound
     (:func:`offloadlab.core.bound.lower_bound`) and its gap to the problem's
     (:func:`offloadlab.core.bound.problem_bound`, the same in every row).  A planner that cannot
     plan the problem gets a row with ``error`` and no figures; an unknown planner or option
@@ -144,6 +145,9 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     less one) and ``correct`` (its outputs against a NumPy evaluation of the graph).  Each
     row starts with the :func:`provenance` columns (``workload`` and ``machine_text``: the
     specs as the caller gave them) and ends with the version and ``error`` (empty if none).
+    ``outcome`` is ``ok``, ``OOM`` (the planner refused a plan over the machine's
+    ``host_memory``, with ``error`` saying so, or the simulated host peak exceeds it, with the
+    figures as simulated) or ``error`` (the planner failed otherwise).
 
     On an unrolled training chain (``training-chain``, ``gpt2-train``, ``bert-train``), where
     Beaumont et al.'s MILP applies, each row also has ``iteration_time`` (the simulated
@@ -203,7 +207,7 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     import pandas as pd
 
     from ..core.bound import lower_bound, problem_bound
-    from ..core.errors import OffloadlabError
+    from ..core.errors import HostMemoryError, OffloadlabError
     from ..core.verify import verify
     from ..planner import PLANNERS, plan
     from ..planner.registry import check_spec
@@ -222,15 +226,16 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     milp = _milp_bound(graph, machine, milp_time_limit, say)
     rows: list[dict[str, object]] = []
     for spec in specs:
-        row: dict[str, object] = {"planner": spec, "policy": policy, "problem_bound": best.value,
-                                  "bound_limit": best.limit}
+        row: dict[str, object] = {"planner": spec, "policy": policy, "outcome": "ok",
+                                  "problem_bound": best.value, "bound_limit": best.limit}
         say(f"{spec}: planning ...")
         start = time.perf_counter()
         try:
             mg = plan(graph, machine, spec, evaluate=makespan)
         except OffloadlabError as exc:
             say(f"{spec}: {exc}")
-            rows.append(row | {"error": str(exc)})
+            rows.append(row | {"error": str(exc), "outcome": "OOM" if isinstance(
+                exc, HostMemoryError) else "error"})
             continue
         seconds = time.perf_counter() - start
         verify(mg, graph, machine)
@@ -242,7 +247,8 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
             makespan=span, bytes_h2d=moved["load"] + moved["reload"], bytes_d2h=moved["offload"],
             offloads=mg.count("offload"), reloads=mg.count("reload"), loads=mg.count("load"),
             peak_memory=max((b for d, b in result.peak_memory.items() if is_gpu(d)), default=0),
-            peak_host_memory=result.peak_memory.get("host", 0), plan_seconds=seconds,
+            host_peak=result.host_peak, plan_seconds=seconds,
+            outcome="ok" if result.out_of_memory is None else "OOM",
             lower_bound=lower_bound(mg, machine),
             gap=span / best.value - 1 if best.value > 0 else 0.0,
             **{f"idle_{gpu}": 1 - result.busy.get(gpu, 0.0) / span if span > 0 else 0.0
@@ -314,4 +320,4 @@ def _milp_bound(graph: TaskGraph, machine: Machine, time_limit: float,
 
 #: The integer columns of :func:`compare_planners`.
 COUNTS = ("bytes_h2d", "bytes_d2h", "offloads", "reloads", "loads", "peak_memory",
-          "peak_host_memory")
+          "host_peak")

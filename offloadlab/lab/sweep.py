@@ -188,7 +188,8 @@ def run_point(point: Point) -> dict[str, object]:
 
 def coordinate_values(point: Point) -> dict[str, object]:
     """The point's grid coordinates as the values they set: a machine field in its unit
-    (bytes, bytes/s, seconds; an unlimited rate ``None``), a workload option as its type."""
+    (bytes, bytes/s, seconds; an unlimited rate or host memory ``None``), a workload option as
+    its type."""
     from ..core.machine import machine_from_spec
     from ..core.spec import apply_options
     from ..core.workloads import workload_options
@@ -198,7 +199,7 @@ def coordinate_values(point: Point) -> dict[str, object]:
     if point.workload:
         name, given = parse_spec(point.workload)
         options = apply_options(workload_options(name), given, f"workload {name!r}")
-    return {key: machine[key[len("machine."):]] if key.startswith("machine.")
+    return {key: machine.get(key[len("machine."):]) if key.startswith("machine.")
             else options[key[len("workload."):]] for key, _ in point.coordinates}
 
 

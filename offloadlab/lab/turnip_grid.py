@@ -6,9 +6,14 @@ A point is a model, a sequence length, a batch and one of the paper's two server
 (``p100x4``: 4x P100 16 GB; ``a100x8``: 8x A100 40 GB).  Each point builds the experiment's
 workload with ``model=M,seq=S,batch=B,gpus=G`` (G the server's GPUs, the default block), plans
 it with BuildMemGraph (TURNIP, simulated with dynamic dispatch) and with the level-wise baseline
-(DISCO), verifies each MemGraph and simulates it; a planner that finds no plan marks the point
-``OOM`` with its reason.  Each row gives the seconds this machine spent building, planning,
-verifying and simulating, and the paper's own seconds where its text gives them.
+(DISCO), verifies each MemGraph and simulates it.  A point is ``OOM``, with its reason, where
+the planner finds no plan in GPU memory, where its plan holds more in host RAM than the
+server's ``host_memory`` (the RAM the paper states; docs/host-memory.md), or where the
+simulated run does (``host_peak``: the most bytes the run held in host RAM at once).  Each
+row gives the seconds this machine spent building, planning, verifying and simulating, and
+the paper's outcome where its text gives one: its seconds (``paper``, with ``ratio``: ours
+over the paper's) or ``OOM`` (``paper_outcome``).  The rows take the cost model each server's
+preset has.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.errors import PlanError, SpecError
+from ..core.host import host_overflow
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,7 +53,8 @@ class Point:
 @dataclass(frozen=True)
 class Experiment:
     """A grid of the paper's: its workload, the name of its simulated time's column, its
-    default points and the paper's seconds where its text gives them."""
+    default points, the paper's seconds where its text gives them and the points where its
+    text says TURNIP ran out of memory."""
 
     name: str                   # the reproduction: "turnip-prefill"
     workload: str               # the builder: "llama-prefill"
@@ -55,12 +62,20 @@ class Experiment:
     label: str                  # the plot's y axis
     grid: tuple[Point, ...]
     paper: Mapping[Point, float] = field(default_factory=dict)
+    paper_oom: frozenset[Point] = frozenset()
 
     @property
     def columns(self) -> list[str]:
         return ["workload", "model", "seq", "batch", "machine", "planner", "policy", self.time,
-                "status", "taskgraph", "memgraph", "offloads", "loads", *STAGES, "paper",
-                "version"]
+                "status", "host_peak", "taskgraph", "memgraph", "offloads", "loads", *STAGES,
+                "paper", "paper_outcome", "ratio", "version"]
+
+    def paper_outcome(self, point: Point) -> str | None:
+        """``"ok"`` where the paper gives the point's seconds, ``"OOM"`` where it says TURNIP
+        ran out of memory, None where its text says nothing of the point."""
+        if point in self.paper:
+            return "ok"
+        return "OOM" if point in self.paper_oom else None
 
 
 def parse_points(experiment: Experiment, text: str) -> list[Point]:
@@ -90,14 +105,15 @@ def parse_points(experiment: Experiment, text: str) -> list[Point]:
 
 def evaluate(experiment: Experiment, point: Point,
              planners: Iterable[str] = PLANNERS) -> list[dict]:
-    """A row per planner: the simulated seconds (NaN and ``OOM: why`` if there is no plan),
-    graph sizes and the seconds of each stage."""
+    """A row per planner: the simulated seconds (NaN and ``OOM: why`` if there is no plan,
+    or if the run's host peak exceeds the machine's ``host_memory``), the host peak, graph
+    sizes, the seconds of each stage and the paper's outcome."""
     from .. import __version__
     from ..core.machine import machine_from_spec
     from ..core.verify import verify
     from ..core.workloads import build_workload
     from ..planner import plan
-    from ..simulator import makespan
+    from ..simulator import makespan_and_host_peak
     machine = machine_from_spec(point.machine)
     start = time.perf_counter()
     workload = f"{experiment.workload}:model={point.model},seq={point.seq}," \
@@ -108,8 +124,10 @@ def evaluate(experiment: Experiment, point: Point,
     for planner in planners:
         row: dict = dict(workload=workload, model=point.model, seq=point.seq,
                          batch=point.batch, machine=point.machine, planner=planner,
-                         policy="dynamic", status="ok", taskgraph=len(graph), memgraph=0,
-                         offloads=0, loads=0, paper=experiment.paper.get(point, math.nan),
+                         policy="dynamic", status="ok", host_peak=None,
+                         taskgraph=len(graph), memgraph=0, offloads=0, loads=0,
+                         paper=experiment.paper.get(point, math.nan),
+                         paper_outcome=experiment.paper_outcome(point), ratio=math.nan,
                          version=__version__)
         row.update({experiment.time: math.nan, **dict.fromkeys(STAGES, math.nan)},
                    build_s=built)
@@ -126,8 +144,13 @@ def evaluate(experiment: Experiment, point: Point,
         verify(mg, graph, machine)
         row.update(verify_s=time.perf_counter() - start)
         start = time.perf_counter()
-        row.update({experiment.time: makespan(mg, machine)},
-                   simulate_s=time.perf_counter() - start)
+        span, host_peak = makespan_and_host_peak(mg, machine)
+        row.update(host_peak=host_peak, simulate_s=time.perf_counter() - start)
+        over = host_overflow(host_peak, machine.host_memory)
+        if over is None:
+            row.update({experiment.time: span}, ratio=span / row["paper"])
+        else:
+            row.update(status=f"OOM: the simulated run is {over}")
         rows.append(row)
         del mg
     return rows
@@ -142,13 +165,15 @@ def run(experiment: Experiment, points: Iterable[Point] | None = None, *,
     todo = list(experiment.grid if points is None else points)
     for point in tqdm(todo, disable=not progress, unit="point", desc="points"):
         rows += evaluate(experiment, point)
-    return pd.DataFrame(rows, columns=experiment.columns)
+    table = pd.DataFrame(rows, columns=experiment.columns)
+    table["host_peak"] = table["host_peak"].astype("Int64")     # missing where no plan
+    return table
 
 
 def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
     """Simulated seconds against sequence length, a panel per server with its legend below, a
     line per model, batch and planner; OOM points as crosses on the panel's top edge, the
-    paper's seconds as stars."""
+    paper's seconds as stars and its OOM points as black crosses above them."""
     from .plots import figure
     machines = list(dict.fromkeys(table["machine"]))
     fig = figure(figsize=(6.5 * len(machines), 6))
@@ -170,6 +195,10 @@ def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
         if len(paper):
             ax.plot(paper["seq"], paper["paper"], "*", color="black", markersize=10,
                     label="the paper's TURNIP")
+        failed = rows[rows["paper_outcome"] == "OOM"].drop_duplicates(["model", "seq", "batch"])
+        if len(failed):
+            ax.plot(failed["seq"], [top * 2.2] * len(failed), "X", color="black", markersize=8,
+                    label="the paper's TURNIP: OOM")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length (tokens)")

@@ -5,7 +5,8 @@ name with its options: a frozen dataclass (:class:`Options`) whose fields all ha
 each with a one-line ``doc`` in its metadata, and whose ``__post_init__`` refuses bad values.
 :func:`plan` does what every planner shares: it parses the spec into the options, checks that
 the planner applies to the graph (if it declares ``applies``) and that the machine has the
-graph's GPUs, runs the planner, and closes the MemGraph (the planner's
+graph's GPUs, runs the planner, refuses a plan whose host peak in its own order exceeds the
+machine's ``host_memory`` (docs/host-memory.md), and closes the MemGraph (the planner's
 name, the TaskGraph's, the options and the machine in ``graph``; each tensor's shape and dtype
 on the vertices that write or move it).
 """
@@ -17,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Protocol
 
-from ..core.errors import SpecError
+from ..core.errors import HostMemoryError, SpecError
+from ..core.host import host_overflow, planned_host_peak
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.spec import apply_options, parse_spec
@@ -149,6 +151,9 @@ def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
         An unknown planner, option or value, or a GPU the machine lacks.
     PlanError
         The planner cannot fit ``graph`` into ``machine``'s memory, or does not apply to it.
+    HostMemoryError
+        The plan holds more in host RAM at once, run in its own order, than
+        ``machine.host_memory`` (:func:`offloadlab.core.host.planned_host_peak`; a PlanError).
 
     Examples
     --------
@@ -163,6 +168,11 @@ def plan(graph: TaskGraph, machine: Machine, spec: str = "buildmemgraph",
         planner.applies(graph)
     machine.check_devices(graph.gpus())
     mg = planner.run(graph, machine, chosen, Hooks(progress, evaluate))
+    if machine.host_memory is not None:
+        over = host_overflow(planned_host_peak(mg), machine.host_memory)
+        if over is not None:
+            raise HostMemoryError(f"planner {planner.name!r}: its plan runs {over} (in the "
+                                  f"plan's own order)")
     recorded = mg.graph.pop("options", None)        # a planner may record what it chose
     extras = dict(mg.graph)
     mg.graph.clear()

@@ -17,6 +17,10 @@ its vertices strictly in planner order) and ``random`` (a seeded choice among re
 
 The trace has one row per executed vertex, in planner order; ``input`` vertices take no time
 and no resource, and have no row (their tensors exist from time 0).
+
+Host RAM is a resource too (docs/host-memory.md): a run holds host inputs throughout, and each
+offload's copy and CPU result from its start until its last reader ends; the result reports the
+host peak, and a peak above the machine's ``host_memory`` as an out-of-memory outcome.
 """
 
 from __future__ import annotations
@@ -27,26 +31,41 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.dispatch import POLICIES, PolicyError, check_policy
+from ..core.host import host_overflow
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.memory import memory_and_peaks
+from ..core.memory import host_lifetimes, memory_and_peaks, run_host_peak
 from ..core.trace import run_trace
 from ..core.util import no_gc
 from .model import DeadlockError, Model
 
-__all__ = ["simulate", "makespan", "SimResult", "POLICIES", "DeadlockError", "PolicyError"]
+__all__ = ["simulate", "makespan", "makespan_and_host_peak", "SimResult", "POLICIES",
+           "DeadlockError", "PolicyError"]
 
 
 @dataclass
 class SimResult:
     """A simulated run: its trace, makespan (s), seconds each resource had work running,
-    memory in use over time, and peak bytes per GPU (every GPU of the machine) and host."""
+    memory in use over time, peak bytes per GPU (every GPU of the machine) and host, and the
+    machine's ``host_memory`` (None: unlimited)."""
 
     trace: pd.DataFrame
     makespan: float
     busy: dict[str, float]
     memory: pd.DataFrame
     peak_memory: dict[str, int]
+    host_memory: int | None = None
+
+    @property
+    def host_peak(self) -> int:
+        """The most bytes the run held in host RAM at once."""
+        return self.peak_memory.get("host", 0)
+
+    @property
+    def out_of_memory(self) -> str | None:
+        """Why the run does not fit in the machine's host RAM (one line with the numbers), or
+        None if it does: the papers' out-of-memory outcome."""
+        return host_overflow(self.host_peak, self.host_memory)
 
 
 def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", noise: float = 0.0,
@@ -78,8 +97,9 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     Returns
     -------
     SimResult
-        The trace (a row per vertex), the makespan, each resource's busy time and each
-        GPU's memory in use over time.
+        The trace (a row per vertex), the makespan, each resource's busy time, each GPU's
+        memory in use over time, the host peak and whether it exceeds ``machine.host_memory``
+        (an outcome, not an error: :attr:`SimResult.out_of_memory`).
 
     Raises
     ------
@@ -119,7 +139,7 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
                            f"GPU: peak {over}; the MemGraph's locations or edges are inconsistent")
     return SimResult(trace=trace, makespan=float(max(trace["end"], default=0.0)),
                      busy={name: r.busy for name, r in model.resources.items()},
-                     memory=memory, peak_memory=peaks)
+                     memory=memory, peak_memory=peaks, host_memory=machine.host_memory)
 
 
 def makespan(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", noise: float = 0.0,
@@ -127,10 +147,26 @@ def makespan(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     """The simulated makespan alone (no trace, no memory accounting; ``noise`` and ``seed`` as
     in :func:`simulate`): how planners that search (``buildmemgraph:search=N``) score a
     candidate, passed to them as ``evaluate``, and what ablations repeat many times."""
+    return _run(memgraph, machine, policy, noise, seed).makespan
+
+
+def makespan_and_host_peak(memgraph: MemGraph, machine: Machine, policy: str = "dynamic",
+                           noise: float = 0.0, seed: int = 0) -> tuple[float, int]:
+    """The simulated makespan and host peak (bytes), without a trace or the GPUs' memory
+    accounting (as :func:`makespan`; the host peak as :attr:`SimResult.host_peak`): what the
+    TURNIP grids report per point."""
+    model = _run(memgraph, machine, policy, noise, seed)
+    index = {v.id: i for i, v in enumerate(model.vertices)}
+    since, until, size = host_lifetimes(model.vertices, memgraph.succ, index, model.start,
+                                        model.end, model.makespan)
+    return model.makespan, run_host_peak(since, until, size)
+
+
+def _run(memgraph: MemGraph, machine: Machine, policy: str, noise: float, seed: int) -> Model:
     check_policy(policy)
     if noise < 0:
         raise ValueError(f"noise must be >= 0, got {noise}")
     with no_gc():
         model = Model(memgraph, machine, policy, noise, seed, machine.streams)
         model.run()
-    return max(model.end, default=0.0)
+    return model

@@ -93,6 +93,11 @@ class Model:
                         engine.partner, partner.partner = partner, engine
                         engine.duplex = partner.duplex = machine.duplex
 
+    @property
+    def makespan(self) -> float:
+        """When the last vertex finished (after :meth:`run`)."""
+        return max(self.end, default=0.0)
+
     # -- running ------------------------------------------------------------------------
     def run(self) -> None:
         for i in [i for i, count in enumerate(self.waiting) if count == 0]:

@@ -1,0 +1,67 @@
+"""Host RAM as a resource (docs/host-memory.md): which tensors a plan holds in host RAM, a
+plan's host peak in its own order (what planners check against the machine's
+``host_memory``), and the one-line out-of-memory message.  No numpy: planning imports it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .devices import CPU, HOST
+
+if TYPE_CHECKING:
+    from .memgraph import MemGraph, MemVertex
+
+GiB = 2**30
+
+
+def in_host_ram(v: MemVertex) -> bool:
+    """Whether ``v``'s output lives in host RAM: a host input (for the whole run), an
+    offload's copy or a CPU op's result (from its start until its last reader ends), as the
+    executor's host block holds them (:mod:`offloadlab.executor.loop`)."""
+    return v.kind == "offload" or v.device == CPU or v.device == HOST
+
+
+def planned_host_peak(memgraph: MemGraph) -> int:
+    """The most bytes ``memgraph`` holds in host RAM at once when its vertices run one at a
+    time in planner order (``order``): the host inputs throughout, and each offload's copy and
+    CPU result from its vertex until its last data reader (:func:`in_host_ram`).  What a
+    planner knows of its plan's host memory; a run that overlaps vertices can hold more or
+    less (:func:`offloadlab.core.memory.host_lifetimes`)."""
+    vertices = sorted(memgraph, key=_order)
+    position = {v.id: k for k, v in enumerate(vertices)}
+    succ = memgraph.succ
+    freed = [0] * len(vertices)             # bytes freed once the vertex at k has run
+    held = [0] * len(vertices)              # bytes the vertex at k allocates
+    used = 0
+    for k, v in enumerate(vertices):
+        if not in_host_ram(v):
+            continue
+        if v.kind == "input":
+            used += v.bytes
+            continue
+        last = k
+        for w, kind in succ[v.id].items():
+            if kind == "data" and position[w] > last:
+                last = position[w]
+        held[k] = v.bytes
+        freed[last] += v.bytes
+    peak = used
+    for k in range(len(vertices)):
+        used += held[k]
+        if used > peak:
+            peak = used
+        used -= freed[k]
+    return peak
+
+
+def _order(v: MemVertex) -> int:
+    return v.order
+
+
+def host_overflow(peak: int, host_memory: int | None) -> str | None:
+    """Why a host peak of ``peak`` bytes does not fit in ``host_memory`` (None: unlimited),
+    in one line with the numbers, or None if it fits."""
+    if host_memory is None or peak <= host_memory:
+        return None
+    return (f"out of host memory: a host peak of {peak} bytes ({peak / GiB:.4g} GiB) exceeds "
+            f"the machine's host_memory of {host_memory} bytes ({host_memory / GiB:.4g} GiB)")
