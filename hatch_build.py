@@ -26,14 +26,37 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PURE_ENV = "OFFLOADLAB_PURE"
 BUILD_REQUIRES = ["mypy>=1.10", "setuptools>=61"]
-# Each module is compiled on its own (``separate=True``: a ``<module>__mypyc`` library beside
-# each module's shim), so that the C compiler runs on every core (``build_ext -j``) instead of
-# compiling one 7 MB C file on one.
+GROUP = "offloadlab"     # the shared library of the compiled modules: offloadlab__mypyc.*.so
+# One library for every module (calls between them stay native), its C split into a file per
+# module (``multi_file``), and the files compiled on every core: setuptools compiles an
+# extension's files one by one, and one 7 MB file took a minute of one core.
 SETUP = """\
-from setuptools import setup
-from mypyc.build import mypycify
+import os
+from concurrent.futures import ThreadPoolExecutor
 
-setup(name="offloadlab-mypyc", ext_modules=mypycify({args!r}, separate=True))
+from mypyc.build import mypycify
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+
+class ParallelBuildExt(build_ext):
+    def build_extension(self, ext):
+        one_by_one = self.compiler.compile
+
+        def compile_all(sources, *args, **kwargs):
+            with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+                parts = pool.map(lambda source: one_by_one([source], *args, **kwargs), sources)
+                return [obj for objs in parts for obj in objs]
+
+        self.compiler.compile = compile_all
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.compile = one_by_one
+
+
+setup(name="offloadlab-mypyc", cmdclass={{"build_ext": ParallelBuildExt}},
+      ext_modules=mypycify({args!r}, group_name={group!r}, multi_file=True))
 """
 
 
@@ -112,13 +135,11 @@ class MypycIfPossible(BuildHookInterface):
                                                           "*.pyc", "*.c", "build"))
         args = [*self.config.get("mypy-args", []), *modules]
         with open(os.path.join(src, "setup_mypyc.py"), "w", encoding="utf-8") as f:
-            f.write(SETUP.format(args=args))
+            f.write(SETUP.format(args=args, group=GROUP))
         with open(os.path.join(src, "mypy.ini"), "w", encoding="utf-8") as f:
             f.write("[mypy]\n")      # found first: no user or parent-directory mypy config
         env = {k: v for k, v in os.environ.items() if k not in ("MYPY_CACHE_DIR", "MYPYPATH")}
-        jobs = str(os.cpu_count() or 1)
-        proc = subprocess.run([sys.executable, "setup_mypyc.py", "build_ext", "--inplace",
-                               "--parallel", jobs],
+        proc = subprocess.run([sys.executable, "setup_mypyc.py", "build_ext", "--inplace"],
                               cwd=src, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         if proc.returncode:
@@ -126,11 +147,14 @@ class MypycIfPossible(BuildHookInterface):
         ext = ".pyd" if sys.platform == "win32" else ".so"
         built: dict[str, str] = {}
         for module in modules:
-            for name in (module[:-3], module[:-3] + "__mypyc"):   # the shim, its library
-                found = glob.glob(os.path.join(src, name + ".*" + ext))
-                if len(found) != 1:
-                    raise RuntimeError(f"expected one compiled {name}.*{ext}, found {found}")
-                built[found[0]] = os.path.relpath(found[0], src).replace(os.sep, "/")
+            found = glob.glob(os.path.join(src, module[:-3] + ".*" + ext))
+            if len(found) != 1:
+                raise RuntimeError(f"expected one compiled file for {module}, found {found}")
+            built[found[0]] = os.path.relpath(found[0], src).replace(os.sep, "/")
+        libs = glob.glob(os.path.join(src, f"{GROUP}__mypyc.*{ext}"))
+        if len(modules) > 1 and len(libs) != 1:     # the modules' shared library
+            raise RuntimeError(f"expected one {GROUP}__mypyc.*{ext}, found {libs}")
+        built.update((lib, os.path.basename(lib)) for lib in libs)
         return built
 
     def _cleanup(self) -> None:
