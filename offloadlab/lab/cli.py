@@ -727,14 +727,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise PlanError("no planner can plan it at any GPU memory: " + "; ".join(
             f"{row['planner']}: {row['error']}" for _, row in found.smallest.iterrows()))
     title = f"{graph.name} on {args.machine}"
-    written = []
-    if args.out:
-        with args.outputs.file(args.out) as tmp:
-            if args.out.lower().endswith(".parquet"):
-                found.curve.to_parquet(tmp, index=False)
-            else:
-                found.curve.to_csv(tmp, index=False)
-        written.append(args.out)
+    written = _write_table(args, found.curve)
     if args.plot:
         from .plots import estimate_plot
         with args.outputs.file(args.plot) as tmp:
@@ -894,18 +887,23 @@ def _check_table_suffix(path: str | None) -> None:
         need_pyarrow("Parquet tables", "write .csv")
 
 
+def _write_table(args: argparse.Namespace, table: pd.DataFrame) -> list[str]:
+    """Write ``--out`` (CSV, or Parquet for ``.parquet``), not yet committed; its path."""
+    if not args.out:
+        return []
+    with args.outputs.file(args.out) as tmp:
+        if args.out.lower().endswith(".parquet"):
+            table.to_parquet(tmp, index=False)
+        else:
+            table.to_csv(tmp, index=False)
+    return [args.out]
+
+
 def _write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: str,
                           title: str, **options: object) -> list[str]:
     """Write ``--out`` (CSV or Parquet) and ``--plot`` (``plots.<plot>``); the paths."""
     from . import plots
-    written = []
-    if args.out:
-        with args.outputs.file(args.out) as tmp:
-            if args.out.lower().endswith(".parquet"):
-                table.to_parquet(tmp, index=False)
-            else:
-                table.to_csv(tmp, index=False)
-        written.append(args.out)
+    written = _write_table(args, table)
     if args.plot:
         with args.outputs.file(args.plot) as tmp:
             getattr(plots, plot)(table, tmp, title=title, **options)
