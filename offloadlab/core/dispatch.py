@@ -16,7 +16,8 @@ runs next, or None if it must wait.  Vertices are integers: positions in the pla
   likely to expose a missing memory edge (a test policy for small plans; on a correct plan
   no vertex waits and none goes first, so it is ``random``).
 
-Each policy is a factory in :data:`POLICIES`, registered with :func:`policy`.
+Each policy is a factory in :data:`POLICIES` (a :class:`~offloadlab.core.registry.Registry`),
+registered with :func:`policy` where it is defined.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from .errors import SpecError
 from .intervals import LastWriter
+from .registry import Registry
 
 if TYPE_CHECKING:
     from .memgraph import MemVertex
@@ -49,21 +51,19 @@ Factory = Callable[["Queues", Sequence[int], Callable[[], None]], ReadyQueue]
 vertices in planner order and a callable that has the resource dispatch again (a queue that
 made its resource wait calls it when a vertex may go)."""
 
-POLICIES: dict[str, Factory] = {}
-"""The dispatch policies by name, in the order they are listed."""
+POLICIES: Registry[Factory] = Registry("policy", error=PolicyError, listed="valid policies")
+"""The dispatch policies by name, in the order they are listed; a factory's docstring is its
+description."""
 
 
 def policy(name: str) -> Callable[[Factory], Factory]:
     """Register a policy's queue factory under ``name``."""
-    def deco(factory: Factory) -> Factory:
-        POLICIES[name] = factory
-        return factory
-    return deco
+    return POLICIES.register(name)
 
 
 def check_policy(name: str) -> None:
-    if name not in POLICIES:
-        raise PolicyError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
+    """:class:`PolicyError` listing the policies unless ``name`` is one."""
+    POLICIES.check(name)
 
 
 class Queues:
@@ -269,20 +269,26 @@ class Adversarial(RandomChoice):
 
 @policy("dynamic")
 def _dynamic(queues: Queues, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
+    """Work-conserving, the earliest-ready vertex first, ties by planner order (TURNIP
+    Sec. 5)."""
     return EarliestReady()
 
 
 @policy("fixed")
 def _fixed(queues: Queues, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
+    """Each resource runs its vertices strictly in planner order (the ablation)."""
     return InOrder(sequence, queues.ready)
 
 
 @policy("random")
 def _random(queues: Queues, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
+    """Work-conserving, a seeded uniform choice among the ready vertices (a test policy)."""
     return RandomChoice(queues.rng)
 
 
 @policy("adversarial")
 def _adversarial(queues: Queues, sequence: Sequence[int],
                  wake: Callable[[], None]) -> ReadyQueue:
+    """Seeded as random, a write over bytes others still need first, and a vertex such a write
+    may overtake held until it starts (a test policy for small plans)."""
     return Adversarial(queues.rng, queues.hazards, wake)

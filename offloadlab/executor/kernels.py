@@ -27,6 +27,7 @@ import numpy as np
 
 from ..core.errors import GraphError
 from ..core.ops import FLOAT_DTYPES, GENERIC, OPS, OpError, op_name, parse_op
+from ..core.registry import Registry
 
 Array = Any   # numpy.ndarray or cupy.ndarray
 KernelFn = Callable[[Any, Array, Sequence[Array], Array], None]
@@ -989,7 +990,11 @@ def cross_entropy_backward(xp, out, args, scratch, tokens: int = 1) -> None:
     xp.copyto(out, t)
 
 
-KERNELS: dict[str, Kernel] = {
+KERNELS: Registry[Kernel] = Registry("kernel", error=KernelError, listed="known ops", sort=True,
+                                    within=OPS)
+"""Each op's kernel, registered against the op's name (:data:`~offloadlab.core.ops.OPS`);
+every op but ``generic`` has one (tests/test_kernel_cases.py)."""
+KERNELS.update({
     "linear": Kernel(linear, lambda out, args: (aligned(out.nbytes) if len(args) > 2 else 0)
                      + _shard_bytes(args[:-1], args[-1].T)),
     "swiglu": Kernel(swiglu),
@@ -1038,8 +1043,7 @@ KERNELS: dict[str, Kernel] = {
     "layer_backward": Kernel(combine, _fold_bytes),
     "weight_grad": Kernel(combine, _fold_bytes),
     "mix": Kernel(combine, _fold_bytes),
-}
-assert set(KERNELS) == set(OPS) - {GENERIC}, "every op of core.ops but generic needs a kernel"
+})
 
 
 def check_runnable(vertices: Iterable[Any]) -> None:
@@ -1066,7 +1070,7 @@ def kernel(op: str | None, vertex: str) -> Kernel:
     found = KERNELS.get(name)
     if found is None:
         raise KernelError(f"vertex {vertex!r}: no kernel for op {op!r}; known ops: "
-                          f"{', '.join(sorted(KERNELS))}")
+                          f"{', '.join(KERNELS.names())}")
     return _bound(found, params)
 
 

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from ..core.backends import BACKENDS
 from ..core.devices import lane_key
 from ..core.dispatch import POLICIES
 from ..core.errors import GraphError, OffloadlabError, PlanError, SpecError, VerificationError
@@ -1291,17 +1292,6 @@ def _reproduce_determinism(args: argparse.Namespace) -> int:
     return 0
 
 
-def _first_line(fn: Callable) -> str:
-    """The first paragraph of ``fn``'s docstring, on one line."""
-    return _first_paragraph(fn.__doc__ or "")
-
-
-def _first_paragraph(doc: str) -> str:
-    """The first paragraph of a docstring, on one line."""
-    paragraph = " ".join(doc.strip().split("\n\n", 1)[0].split())
-    return paragraph.rstrip(".;:").replace("``", "")
-
-
 def _options(options: dict[str, object]) -> str:
     """``key=value, ...`` as a spec would write them (``true``, not ``True``)."""
     return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
@@ -1309,13 +1299,14 @@ def _options(options: dict[str, object]) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """List workloads, machine presets and planners with their options."""
+    """List workloads, machine presets and planners with their options (``all``), or the
+    dispatch policies, backends or ops."""
     what = args.what
     if what in ("all", "workloads"):
-        from ..core.workloads import WORKLOADS, workload_options
+        from ..core.workloads import WORKLOADS
         print("workloads (--workload NAME:key=value,...):")
-        for name, fn in WORKLOADS.items():
-            print(f"  {name:<14} {_first_line(fn)}\n  {'':<14} {_options(workload_options(name))}")
+        for entry in WORKLOADS.entries():
+            print(f"  {entry.name:<14} {entry.doc}\n  {'':<14} {_options(dict(entry.options))}")
     if what in ("all", "machines"):
         from ..core.kernel_model import FIT_SOURCE
         from ..core.machine import HOST_MEMORY, PRESETS
@@ -1332,14 +1323,34 @@ def cmd_list(args: argparse.Namespace) -> int:
 
         from ..planner import PLANNERS
         print("planners (--planner NAME:key=value,...):")
-        for name, planner in sorted(PLANNERS.items()):
-            print(f"  {name:<14} {_first_paragraph(planner.doc)}")
-            options = fields(planner.options)
+        for entry in PLANNERS.entries():
+            print(f"  {entry.name:<14} {entry.doc}")
+            options = fields(PLANNERS[entry.name].options)
             if not options:
                 print(f"  {'':<14} (no options)")
             for f in options:
                 print(f"  {'':<14} {_options({f.name: f.default}):<18} {f.metadata['doc']}")
+    if what in ("policies", "backends", "ops"):
+        _list_names(what)
     return 0
+
+
+def _list_names(what: str) -> None:
+    """``list policies``, ``list backends`` or ``list ops``: each name and what it is (an op's
+    parameters with their defaults below it)."""
+    from ..core.dispatch import POLICIES
+    from ..core.ops import OPS
+    from ..core.registry import Registry
+    named: dict[str, tuple[str, Registry]] = {
+        "policies": ("dispatch policies (--policy NAME):", POLICIES),
+        "backends": ("executor backends (--backend NAME):", BACKENDS),
+        "ops": ("ops (a compute vertex's op, NAME or NAME:key=value,...):", OPS)}
+    heading, registry = named[what]
+    print(heading)
+    for entry in registry.entries():
+        print(f"  {entry.name:<14} {entry.doc}")
+        if entry.options:
+            print(f"  {'':<14} {_options(dict(entry.options))}")
 
 
 # -- parser -------------------------------------------------------------------------------
@@ -1359,7 +1370,7 @@ def _measured_options(p: argparse.ArgumentParser) -> None:
     """``--measured`` and how: the executor's backend and its copies' pacing."""
     p.add_argument("--measured", action="store_true",
                    help="also run each plan on the executor and report what it measured")
-    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+    p.add_argument("--backend", choices=BACKENDS, default="numpy",
                    help="executor backend for --measured (numpy)")
     p.add_argument("--no-rate-limit", action="store_true",
                    help="numpy backend: copy at memcpy speed instead of the machine's links")
@@ -1381,7 +1392,7 @@ def _problem_options(p: argparse.ArgumentParser) -> None:
 
 def _executor_options(p: argparse.ArgumentParser) -> None:
     """The options of the commands that execute MemGraphs."""
-    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+    p.add_argument("--backend", choices=BACKENDS, default="numpy",
                    help="numpy: threads on the CPU (any machine); cupy: an NVIDIA GPU (numpy)")
     p.add_argument("--policy", choices=POLICIES, default="dynamic",
                    help="dispatch policy (dynamic)")
@@ -1638,7 +1649,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("calibrate", cmd_calibrate, "measure a backend's kernel rates, copy bandwidths, "
             "duplex factor and dispatch overhead through the executor; write a Machine JSON")
-    p.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+    p.add_argument("--backend", choices=BACKENDS, default="numpy",
                    help="backend to measure (numpy)")
     p.add_argument("--machine", default="p100x4", metavar="SPEC",
                    help="the machine to start from: its fields that are not measured are kept, "
@@ -1695,9 +1706,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="offloadlab-out", metavar="DIR",
                    help="output directory (./offloadlab-out)")
 
-    p = add("list", cmd_list, "list workloads, machine presets and planners")
+    p = add("list", cmd_list, "list workloads, machine presets and planners (all), or the "
+            "dispatch policies, backends or ops")
     p.add_argument("what", nargs="?", default="all",
-                   choices=("all", "workloads", "machines", "planners"))
+                   choices=("all", "workloads", "machines", "planners", "policies", "backends",
+                            "ops"))
     return parser
 
 
