@@ -64,10 +64,9 @@ def _register_toys() -> None:
         def pop(self) -> int | None:
             return self.stack.pop() if self.stack else None
 
-    @policy("latest-ready")
+    @policy("latest-ready", "The latest-ready vertex first")
     def _latest_ready(queues: Queues, sequence: Sequence[int],
                       wake: Callable[[], None]) -> ReadyQueue:
-        """The latest-ready vertex first."""
         return LatestReady()
 
 
