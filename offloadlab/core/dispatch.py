@@ -16,18 +16,21 @@ runs next, or None if it must wait.  Vertices are integers: positions in the pla
   likely to expose a missing memory edge (a test policy for small plans; on a correct plan
   no vertex waits and none goes first, so it is ``random``).
 
-Each policy is a factory in :data:`POLICIES`, registered with :func:`policy`.
+Each policy is a factory in :data:`POLICIES` (a :class:`~offloadlab.core.registry.Registry`),
+registered with :func:`policy` where it is defined.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Protocol
 
 from .errors import SpecError
 from .intervals import LastWriter
+from .registry import Registry
 
 if TYPE_CHECKING:
     from .memgraph import MemVertex
@@ -49,21 +52,34 @@ Factory = Callable[["Queues", Sequence[int], Callable[[], None]], ReadyQueue]
 vertices in planner order and a callable that has the resource dispatch again (a queue that
 made its resource wait calls it when a vertex may go)."""
 
-POLICIES: dict[str, Factory] = {}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A dispatch policy: its queue factory and what it does, in one line."""
+
+    factory: Factory
+    doc: str
+
+
+POLICIES: Registry[Policy] = Registry("policy", error=PolicyError, listed="valid policies",
+                                      doc=lambda p: p.doc)
 """The dispatch policies by name, in the order they are listed."""
 
 
-def policy(name: str) -> Callable[[Factory], Factory]:
-    """Register a policy's queue factory under ``name``."""
+def policy(name: str, doc: str) -> Callable[[Factory], Factory]:
+    """Register a policy's queue factory under ``name`` with its one-line description (given
+    here, not read from a docstring: this module is compiled, and compiled functions keep
+    none)."""
     def deco(factory: Factory) -> Factory:
-        POLICIES[name] = factory
+        POLICIES[name] = Policy(factory, doc)
         return factory
     return deco
 
 
 def check_policy(name: str) -> None:
-    if name not in POLICIES:
-        raise PolicyError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
+    """:class:`PolicyError` listing the policies unless ``name`` is one."""
+    POLICIES.check(name)
 
 
 class Queues:
@@ -82,7 +98,7 @@ class Queues:
         self._hazards: Hazards | None = None
 
     def new(self, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
-        return POLICIES[self.policy](self, sequence, wake)
+        return POLICIES[self.policy].factory(self, sequence, wake)
 
     @property
     def hazards(self) -> Hazards:
@@ -267,22 +283,25 @@ class Adversarial(RandomChoice):
         return vertex
 
 
-@policy("dynamic")
+@policy("dynamic", "Work-conserving, the earliest-ready vertex first, ties by planner order "
+        "(TURNIP Sec. 5)")
 def _dynamic(queues: Queues, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
     return EarliestReady()
 
 
-@policy("fixed")
+@policy("fixed", "Each resource runs its vertices strictly in planner order (the ablation)")
 def _fixed(queues: Queues, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
     return InOrder(sequence, queues.ready)
 
 
-@policy("random")
+@policy("random", "Work-conserving, a seeded uniform choice among the ready vertices (a test "
+        "policy)")
 def _random(queues: Queues, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
     return RandomChoice(queues.rng)
 
 
-@policy("adversarial")
+@policy("adversarial", "Seeded as random, a write over bytes others still need first, and a "
+        "vertex such a write may overtake held until it starts (a test policy for small plans)")
 def _adversarial(queues: Queues, sequence: Sequence[int],
                  wake: Callable[[], None]) -> ReadyQueue:
     return Adversarial(queues.rng, queues.hazards, wake)

@@ -27,6 +27,7 @@ from .kernel_model import (
 )
 from .nodelink import check_input
 from .ops import op_name
+from .registry import Registry
 from .spec import apply_options, parse_bytes, parse_spec
 
 MiB = 2**20
@@ -193,6 +194,10 @@ class Machine:
         capped by the host bus's if there is one."""
         link = self.h2d_bandwidth if direction == "h2d" else self.d2h_bandwidth
         return min(link, self.host_bus_bandwidth) if self.host_bus_bandwidth else link
+
+    def options(self) -> dict[str, object]:
+        """The fields a spec may override (``NAME:field=value``), with this machine's values."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_OPTIONS}
 
     # -- interchange ------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -377,7 +382,10 @@ HOST_MEMORY: dict[str, tuple[int, str]] = {
 other presets' is unlimited (docs/host-memory.md).  Kept out of their ``source``, which
 every plan records: a plan on an unlimited host stays as it was."""
 
-PRESETS: dict[str, Machine] = {
+PRESETS: Registry[Machine] = Registry("machine preset", doc=lambda m: m.source,
+                                     options=lambda m: m.options())
+"""The machine presets by name, each with a ``source`` for its figures."""
+PRESETS.update({
     "disco-example": _disco_example(),
     "v100": Machine(
         name="v100", source="Beaumont et al. Sec. 7: one V100 16 GB, 12 GB/s PCIe each way; "
@@ -456,7 +464,7 @@ PRESETS: dict[str, Machine] = {
         gpus=1, gpu_memory=24 * GiB, gpu_flops=82.6e12, gpu_half_flops=165.2e12,
         gpu_mem_bandwidth=1008e9, h2d_bandwidth=25e9, d2h_bandwidth=25e9,
         gpu_gpu_bandwidth=12e9),
-}
+})
 
 
 def machine_from_spec(spec: str | Machine) -> Machine:
@@ -472,12 +480,10 @@ def machine_from_spec(spec: str | Machine) -> Machine:
     if name.endswith(".json") or "/" in name or Path(name).is_file():
         base = Machine.from_json_file(name)
     elif name not in PRESETS:
-        raise SpecError(f"unknown machine preset {name!r} (nor a Machine JSON file); known: "
-                        f"{', '.join(PRESETS)}")
+        raise PRESETS.unknown(name, "(nor a Machine JSON file)")
     else:
         base = PRESETS[name]
-    defaults = {f.name: getattr(base, f.name) for f in fields(Machine)
-                if f.name not in NOT_OPTIONS}
+    defaults = base.options()
     options = dict(options)
     host = options.pop("host_memory", None)      # bytes or unlimited: read by its own rule
     merged = apply_options(defaults, options, f"machine {name!r}", unlimited=UNLIMITED)

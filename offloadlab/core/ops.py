@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .registry import Registry
+
 DTYPES: dict[str, int] = {
     "float16": 2, "float32": 4, "float64": 8,
     "int8": 1, "int16": 2, "int32": 4, "int64": 8,
@@ -121,7 +123,15 @@ class Op:
     labelled: bool = False
 
 
-OPS: dict[str, Op] = {
+class OpError(ValueError):
+    """An op name that is not in the vocabulary, or whose parameters are wrong."""
+
+
+OPS: Registry[Op] = Registry("op", error=OpError, listed="known ops", doc=lambda op: op.doc,
+                             options=lambda op: dict(op.params))
+"""The ops by name; the executor registers each one's kernel against its name
+(:data:`offloadlab.executor.kernels.KERNELS`)."""
+OPS.update({
     "matmul": Op("hstack(inputs[:-1]) @ inputs[-1]: the left operand may come as column shards",
                  flops=_matmul),
     "linear": Op("hstack(inputs[:-1]) @ inputs[-1]^T: x W^T with W stored (out, in) as in "
@@ -224,7 +234,7 @@ OPS: dict[str, Op] = {
                   "--generic), priced from its shapes alone: one flop per output element, its "
                   "inputs' and output's bytes touched; it has no kernel",
                   flops=_elementwise(1.0), labelled=True),
-}
+})
 
 UPDATE_OPS: dict[str, float] = {"adam_update": ADAM_FLOPS, "sgd_update": SGD_FLOPS}
 """Optimizer updates, which a planner may run on the CPU instead of the vertex's GPU
@@ -236,10 +246,6 @@ GENERIC = "generic"
 """The op of a vertex priced from its shapes alone, ``generic:<source op>``."""
 
 
-class OpError(ValueError):
-    """An op name that is not in the vocabulary, or whose parameters are wrong."""
-
-
 @lru_cache(maxsize=4096)
 def parse_op(op: str) -> tuple[str, tuple[tuple[str, int], ...]]:
     """``"rotary:offset=8"`` -> ``("rotary", (("offset", 8),))``, every declared parameter
@@ -248,7 +254,7 @@ def parse_op(op: str) -> tuple[str, tuple[tuple[str, int], ...]]:
     name, colon, rest = op.partition(":")
     spec = OPS.get(name)
     if spec is None:
-        raise OpError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+        raise OPS.unknown(op)
     if spec.labelled:
         if not rest.strip():
             raise OpError(f"op {op!r}: {name} names its source op after a colon, as "
@@ -274,7 +280,7 @@ def parse_op(op: str) -> tuple[str, tuple[tuple[str, int], ...]]:
 def op_problem(op: object) -> str | None:
     """What is wrong with ``op`` as a compute vertex's op, or None."""
     if type(op) is not str:
-        return f"unknown op {op!r}; known ops: {', '.join(OPS)}"
+        return str(OPS.unknown(op))
     if op in OPS:
         return None
     try:

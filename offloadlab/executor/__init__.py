@@ -13,12 +13,15 @@ with ``check_races`` reports any overwrite of bytes a vertex still needed
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..core.backends import BACKENDS
 from ..core.dispatch import check_policy
 from ..core.errors import SpecError
 from ..core.machine import Machine
@@ -27,14 +30,12 @@ from ..core.memory import memory_and_peaks
 from ..core.taskgraph import TaskGraph
 from ..core.trace import busy_time, run_trace
 from ..core.verify import verify as verify_plan
-from .device import Backend, ExecutionError, StallError
+from .device import FACTORIES, Backend, ExecutionError, StallError
 from .kernels import KERNELS, KernelError, check_runnable
 from .loop import EventLoop
 from .races import RaceError
 from .reference import reference_outputs, reference_spread, taskgraph_of
 
-BACKENDS = ("numpy", "cupy")
-TOLERANCE = {"numpy": (1e-5, 1e-6), "cupy": (1e-3, 1e-4)}   # (rtol, atol) against the reference
 ILL_CONDITIONED = 0.01     # spread / scale past which an output's float32 value means nothing
 
 __all__ = ["execute", "ExecResult", "check_outputs", "expected_outputs", "reference_outputs",
@@ -62,15 +63,11 @@ class ExecResult:
 
 
 def make_backend(name: str, machine: Machine, rate_limit: bool = True) -> Backend:
-    """A fresh backend: ``numpy`` (copies paced to the machine's bandwidths if ``rate_limit``)
-    or ``cupy`` (needs an NVIDIA GPU and the ``gpu`` extra)."""
-    if name == "numpy":
-        from .numpy_backend import NumpyBackend
-        return NumpyBackend(machine, rate_limit)
-    if name == "cupy":
-        from .cupy_backend import CupyBackend
-        return CupyBackend(machine)
-    raise SpecError(f"unknown backend {name!r}; valid backends: {', '.join(BACKENDS)}")
+    """A fresh backend of :data:`~offloadlab.core.backends.BACKENDS`: ``numpy`` (copies paced
+    to the machine's bandwidths if ``rate_limit``) or ``cupy`` (needs an NVIDIA GPU and the
+    ``gpu`` extra); :class:`SpecError` listing the backends for any other name."""
+    BACKENDS.check(name)
+    return FACTORIES[name](machine, rate_limit)
 
 
 def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
@@ -194,7 +191,7 @@ def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarra
     backend that sums in another order than NumPy (``cupy``).  An output that rounding alone
     moves by more than :data:`ILL_CONDITIONED` of its scale (the sine of a float32 sum in the
     thousands, whose last bit is 5e-4) is only checked to be finite.  NaN never passes."""
-    rtol, atol = TOLERANCE.get(backend, TOLERANCE["cupy"])
+    rtol, atol = (BACKENDS[backend] if backend in BACKENDS else BACKENDS["cupy"]).tolerance
     for name, expected in reference.items():
         got = outputs.get(name)
         if got is None:
@@ -214,3 +211,10 @@ def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarra
             return (f"output {name!r} differs from the reference in {bad} of "
                     f"{expected.size} elements")
     return None
+
+
+# Every backend module (``*_backend``) registers its factory when imported (CuPy itself is
+# imported only when a cupy backend is made).
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name.endswith("_backend"):
+        importlib.import_module(f"{__name__}.{_module.name}")

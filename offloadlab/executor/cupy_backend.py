@@ -38,7 +38,7 @@ import numpy as np
 from ..core.devices import gpu_index, split_transfer
 from ..core.errors import SpecError
 from ..core.machine import Machine
-from .device import Array
+from .device import Array, Backend, backend
 
 NEEDS = "the cupy backend needs CuPy and an NVIDIA GPU: pip install 'offloadlab[gpu]'"
 
@@ -73,6 +73,13 @@ def _no_allocation(nbytes: int) -> NoReturn:
     """The CuPy allocator installed by :meth:`CupyBackend.begin`."""
     raise DeviceAllocation(f"CuPy allocated {nbytes} bytes of GPU memory during the run (the "
                            f"executor allows none: a kernel that does is a bug, docs/gpu.md)")
+
+
+@backend("cupy")
+def make(machine: Machine, rate_limit: bool = True) -> Backend:
+    """A fresh cupy backend (needs an NVIDIA GPU and the ``gpu`` extra); copies run at the
+    hardware's speed whatever ``rate_limit`` says."""
+    return CupyBackend(machine)
 
 
 class CupyBackend:

@@ -19,7 +19,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..core.backends import BACKENDS
 from ..core.errors import OffloadlabError
+from ..core.registry import Registry
 
 Array = Any
 
@@ -90,6 +92,20 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release every buffer and stream."""
+
+
+Factory = Callable[[Any, bool], Backend]
+"""A backend's factory: ``make(machine, rate_limit)``."""
+
+FACTORIES: Registry[Factory] = Registry("backend", listed="valid backends")
+"""Each backend's factory, registered by the module that implements it."""
+
+
+def backend(name: str) -> Callable[[Factory], Factory]:
+    """Register a backend's factory against ``name``, which :data:`~offloadlab.core.backends.
+    BACKENDS` declares."""
+    BACKENDS.check(name)
+    return FACTORIES.register(name)
 
 
 Job = tuple[int, Any, Callable[[], None], Callable[[], None] | None]

@@ -31,7 +31,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..core.machine import Machine
-from .device import Array, Cancelled
+from .device import Array, Backend, Cancelled, backend
 from .hostblock import fill
 
 CHUNK_SECONDS = 0.5e-3    # a paced copy moves about this much time's worth of bytes at once
@@ -59,6 +59,12 @@ class CopyEngine:
     duplex: float = 1.0
     partner: CopyEngine | None = None
     busy: bool = False
+
+
+@backend("numpy")
+def make(machine: Machine, rate_limit: bool = True) -> Backend:
+    """A fresh numpy backend, its copies paced to ``machine``'s bandwidths if ``rate_limit``."""
+    return NumpyBackend(machine, rate_limit)
 
 
 class NumpyBackend:

@@ -23,13 +23,10 @@ def machine_spec(machine: Machine) -> str:
     """``machine`` as a spec with its overrides: the preset it is named after with each field
     that differs from it (``p100x4:gpus=2,gpu_memory=60000000``); a machine of no preset (a
     calibrated one) with each field that differs from :class:`Machine`'s defaults."""
-    from dataclasses import fields
-
-    from ..core.machine import NOT_OPTIONS, PRESETS
+    from ..core.machine import PRESETS
     base = PRESETS.get(machine.name, Machine())
-    changed = [f"{f.name}={getattr(machine, f.name)!r}" for f in fields(Machine)
-               if f.name not in NOT_OPTIONS
-               and getattr(machine, f.name) != getattr(base, f.name)]
+    changed = [f"{key}={value!r}" for key, value in machine.options().items()
+               if value != getattr(base, key)]
     return machine.name + (":" + ",".join(changed) if changed else "")
 
 

@@ -22,6 +22,7 @@ from ..core.errors import HostMemoryError, SpecError
 from ..core.host import host_overflow, planned_host_peak
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
+from ..core.registry import Registry, summary
 from ..core.spec import apply_options, parse_spec
 from ..core.taskgraph import TaskGraph
 
@@ -73,12 +74,18 @@ class Planner:
     applies: Callable[[TaskGraph], object] | None = None
 
 
-PLANNERS: dict[str, Planner] = {}
+PLANNERS: Registry[Planner] = Registry(
+    "planner", sort=True, doc=lambda p: summary(p.doc),
+    options=lambda p: {f.name: f.default for f in fields(p.options)})
+"""The planners by name (:mod:`offloadlab.core.registry`), each registered by :func:`register`
+where it is defined; ``offloadlab.planner`` imports every module of the package."""
 
 
 def register(name: str, options: type[Options] = Options,
              applies: Callable[[TaskGraph], object] | None = None) -> Callable[[Run], Run]:
-    """Decorator adding a planner function to the registry under ``name``."""
+    """Decorator adding a planner function to :data:`PLANNERS` under ``name``, with its
+    options' class (every field made by :func:`option`) and, for a planner that plans only
+    some graphs, ``applies``."""
     for f in fields(options):
         assert f.default is not MISSING and "doc" in f.metadata, (name, f.name)
 
@@ -89,14 +96,13 @@ def register(name: str, options: type[Options] = Options,
 
 
 def get_planner(name: str) -> Planner:
-    if name not in PLANNERS:
-        raise SpecError(f"unknown planner {name!r}; known: {', '.join(sorted(PLANNERS))}")
+    """The planner registered as ``name``; :class:`SpecError` listing the planners if none."""
     return PLANNERS[name]
 
 
 def planner_options(name: str) -> dict[str, object]:
     """The options a planner takes, with their defaults."""
-    return {f.name: f.default for f in fields(get_planner(name).options)}
+    return dict(PLANNERS.entry(name).options)
 
 
 def parse_options(spec: str, **overrides: object) -> tuple[Planner, Options]:

@@ -34,6 +34,7 @@ from ..devices import gpu_name
 from ..errors import SpecError
 from ..ops import DTYPES, op_call, op_flops
 from ..taskgraph import TaskGraph
+from .registry import workload
 
 Shape = tuple[int, ...]
 
@@ -66,6 +67,21 @@ DEFAULT_BLOCK = 8192
 65B at 32K tokens on 8 GPUs is a graph of about 280k vertices (docs/workloads.md)."""
 
 
+def llama_vertices(o: dict) -> int:
+    """LLaMA's vertices: per layer and row block ``i`` (of ``nb`` per sequence), each head's
+    q, k, v, their rotations, ``i + 1`` score and probability blocks, its statistics and
+    output, and each GPU's share of the MLP, reductions and gathers (0 for options the builder
+    refuses)."""
+    config = CONFIGS.get(o["model"])
+    if config is None or min(o["seq"], o["block"], o["batch"], o["gpus"]) <= 0:
+        return 0
+    layers, heads, batch, gpus = config.layers, config.heads, o["batch"], o["gpus"]
+    nb = -(-o["seq"] // min(o["block"], o["seq"]))
+    return (layers * batch * (heads * nb * (nb + 8) + 10 * gpus * nb)
+            + layers * (3 * heads + 4 * gpus + 2) + batch * nb * (4 + gpus) + 10)
+
+
+@workload("llama-prefill", vertices=llama_vertices)
 def llama_prefill(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: int = 1,
                   block: int = DEFAULT_BLOCK, dtype: str = "") -> TaskGraph:
     """First-token inference of LLaMA ``model`` (``7b``, ``13b``, ``65b`` or ``tiny``: 2 layers,

@@ -35,11 +35,13 @@ from collections import defaultdict
 from ..errors import SpecError
 from ..ops import op_call
 from ..taskgraph import TaskGraph
-from .llama import DEFAULT_BLOCK, LlamaBuilder, LlamaConfig, Shape, check_options
+from .llama import DEFAULT_BLOCK, LlamaBuilder, LlamaConfig, Shape, check_options, llama_vertices
+from .registry import workload
 
 OPTIMIZERS = {"adam": "adam_update", "sgd": "sgd_update"}
 
 
+@workload("llama-lora-train", vertices=lambda o: 5 * llama_vertices(o))   # and the backward
 def llama_lora_train(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: int = 1,
                      block: int = DEFAULT_BLOCK, dtype: str = "float32", rank: int = 16,
                      checkpoint: bool = True, optimizer: str = "adam") -> TaskGraph:

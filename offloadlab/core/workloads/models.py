@@ -7,12 +7,14 @@ from importlib import resources
 
 from ..errors import SpecError
 from ..taskgraph import TaskGraph
+from .registry import workload
 
 MODELS = ("mlp", "resnet18", "bert", "gpt2", "llama")
 MODES = ("infer", "train")
 GPUS = (1, 2, 3)
 
 
+@workload("model")
 def model(name: str = "gpt2", mode: str = "infer", gpus: int = 1) -> TaskGraph:
     """A small MLP, ResNet-18, BERT, GPT-2 or LLaMA traced from PyTorch: its forward pass
     (``infer``) or one training step (``train``: forward, cross-entropy, backward, an Adam

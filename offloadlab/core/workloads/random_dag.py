@@ -5,8 +5,10 @@ from __future__ import annotations
 from ..errors import SpecError
 from ..taskgraph import TaskGraph
 from .layered import draw_layered
+from .registry import workload
 
 
+@workload("random", vertices=lambda o: o["vertices"])
 def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int = 2**20,
                max_bytes: int = 2**24, max_inputs: int = 3, window: int = 16,
                input_fraction: float = 0.15, host_fraction: float = 0.5,

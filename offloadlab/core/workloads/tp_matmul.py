@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from ..errors import SpecError
 from ..taskgraph import TaskGraph
+from .registry import workload
 
 
+@workload("tp-matmul", vertices=lambda o: 15)
 def tp_matmul(n: int = 1024, dtype_bytes: int = 4) -> TaskGraph:
     """Blocks of ``n x n``; every tensor has the same size, one "memory location" each."""
     if n <= 0 or dtype_bytes <= 0:

@@ -6,15 +6,37 @@ TaskGraph of several iterations (:meth:`~offloadlab.core.cycle.TrainingChain.to_
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 from ..budget import TASK_VERTEX, check_ram
 from ..cycle import TrainingChain
 from ..errors import SpecError
 from ..machine import PRESETS, Machine
+from ..nodelink import check_input
 from ..taskgraph import TaskGraph
+from .registry import workload
 
 
+def _chain_layers(o: dict) -> int:
+    """training-chain's layers: its ``uF`` list's, or at most a CSV file's lines (a row takes
+    at least 8 bytes: four values, three commas and a newline)."""
+    if not o["csv_path"]:
+        return len([x for x in str(o["uF"]).split(";") if x.strip()])
+    if not os.path.exists(o["csv_path"]):
+        return 0                                # training_chain names the missing file
+    check_input(o["csv_path"], "training-chain CSV", sniff=False)
+    return os.stat(o["csv_path"]).st_size // 8
+
+
+def chain_vertices(layers: int, iterations: int) -> int:
+    """An upper bound of the vertices of a chain of ``layers`` unrolled over ``iterations``
+    (tests/test_adversarial.py checks it against the graphs built)."""
+    return layers + iterations * (1 + 4 * layers)
+
+
+@workload("training-chain",
+          vertices=lambda o: chain_vertices(_chain_layers(o), o["iterations"]))
 def training_chain(uF: str = "0.1;0.1;0.1;0.1", uB: str = "0.2;0.2;0.2;0.2",
                    w: str = "400MB;400MB;400MB;400MB", a: str = "20MB;20MB;20MB;20MB",
                    csv_path: str = "", a0: int = 0, iterations: int = 3) -> TaskGraph:
@@ -92,6 +114,7 @@ GPT2_SEQ, BERT_SEQ = 168, 68
 GPT2_WEIGHT_BYTES, BERT_WEIGHT_BYTES = 432_000_000, 160_000_000
 
 
+@workload("gpt2-train", vertices=lambda o: chain_vertices(o["depth"], o["iterations"]))
 def gpt2_train(depth: int = 38, batch: int = 16, seq: int = GPT2_SEQ, weight_bytes: int = 0,
                iterations: int = 3) -> TaskGraph:
     """GPT-2 with Megatron-LM hyperparameters (hidden 3072, 24 heads, fp16) on the v100 preset;
@@ -101,6 +124,7 @@ def gpt2_train(depth: int = 38, batch: int = 16, seq: int = GPT2_SEQ, weight_byt
                              weight_bytes=weight_bytes).to_taskgraph(iterations)
 
 
+@workload("bert-train", vertices=lambda o: chain_vertices(o["depth"], o["iterations"]))
 def bert_train(depth: int = 96, batch: int = 16, seq: int = BERT_SEQ, weight_bytes: int = 0,
                iterations: int = 3) -> TaskGraph:
     """BERT with Megatron-LM hyperparameters (hidden 3072, 24 heads, fp16) on the v100 preset;

@@ -1,0 +1,105 @@
+"""``offloadlab simulate``: its parser and its handler."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ...core.dispatch import POLICIES
+from .common import (
+    AddCommand,
+    check_makespan,
+    check_streams,
+    check_writable,
+    explained,
+    json_text,
+    leave,
+    nonnegative_float,
+    nonnegative_int,
+    phases,
+    positive_int,
+    print_summary,
+    read_memgraph,
+    verifying,
+    write_plots_and_traces,
+)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Verify and simulate a MemGraph file; print a summary (or one JSON object), write plots
+    and traces."""
+    from ...simulator import simulate
+
+    check_writable(args, "gantt", "memory", "chrome")
+    mg, machine = read_memgraph(args)
+    leave(mg)
+    check_streams(args.streams, machine)
+    with verifying(args, mg, None, machine, args.memgraph), \
+            phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
+        result = simulate(mg, machine, policy=args.policy, noise=args.noise, seed=args.seed,
+                          streams=args.streams, progress=report)
+    leave(result)
+    check_makespan(result.makespan, "simulated")
+    label = f"{args.memgraph} ({args.policy})"
+    written = write_plots_and_traces(
+        args.outputs, {label: result.trace}, Path(args.gantt) if args.gantt else None,
+        {label: Path(args.chrome)} if args.chrome else {}, title=label,
+        memory={label: result.memory}, capacity=machine.gpu_memory,
+        flows={label: mg} if args.flows else None)
+    if args.memory:
+        from ..plots import memory_plot
+        with args.outputs.file(args.memory) as tmp:
+            memory_plot(result.memory, tmp, capacity=machine.gpu_memory, title=label)
+        written.append(Path(args.memory))
+    args.outputs.commit()
+    summary = {
+        "memgraph": args.memgraph, "planner": mg.graph.get("planner"), "machine": machine.name,
+        "policy": args.policy, "noise": args.noise, "seed": args.seed,
+        "streams": args.streams or machine.streams, "vertices": len(mg),
+        "makespan": float(result.makespan),
+        "busy": {k: float(v) for k, v in result.busy.items()},
+        "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
+        "host_peak": result.host_peak, "host_memory": machine.host_memory,
+        "outcome": "ok" if result.out_of_memory is None else "OOM",
+    }
+    why = explained(args, summary, result.trace, mg)
+    if args.json:
+        print(json_text(summary))
+    else:
+        print_summary(summary, machine.gpu_memory)
+        if why:
+            print(why)
+        for path in written:
+            print(f"wrote {path}")
+    if result.out_of_memory is not None:
+        print(f"offloadlab: {result.out_of_memory}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(add: AddCommand) -> None:
+    """The ``simulate`` command and its options."""
+    p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file (exit 1 if the run "
+            "holds more in host RAM than the machine's host_memory)")
+    p.add_argument("memgraph", metavar="MEMGRAPH",
+                   help="MemGraph file written by 'plan' (JSON or Parquet)")
+    p.add_argument("--machine", metavar="SPEC",
+                   help="machine to simulate on (default: the one stored in the MemGraph)")
+    p.add_argument("--policy", choices=POLICIES, default="dynamic",
+                   help="dispatch policy (dynamic)")
+    p.add_argument("--noise", type=nonnegative_float, default=0.0,
+                   help="relative duration noise (0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="noise seed (0)")
+    p.add_argument("--streams", type=positive_int, metavar="K",
+                   help="compute streams per GPU (default: the machine's)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
+    p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
+    p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
+    p.add_argument("--explain", action="store_true",
+                   help="say why the run is fast or slow: per GPU, the share of host copies "
+                        "hidden under compute and the idle time by cause (docs/explain.md)")
+    p.add_argument("--flows", action="store_true",
+                   help="draw the data edges as flow arrows in the --chrome trace (off: they "
+                        "crowd the view of large graphs)")
