@@ -461,9 +461,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     and traces."""
     from ..simulator import simulate
 
-    _check_writable(args, "gantt", "memory", "chrome")
+    _check_writable(args, "gantt", "memory", "chrome", "categories")
+    _check_categories(args)
     mg, machine = _read_memgraph(args)
-    _leave(mg)
+    graph = None
+    if args.workload is not None or args.taskgraph is not None:
+        graph = _taskgraph(args)
+        _check_planned_from(mg, graph, args)
+    _leave(mg, graph)
     _check_streams(args.streams, machine)
     with _verifying(args, mg, None, machine, args.memgraph), \
             _phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
@@ -482,7 +487,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         with args.outputs.file(args.memory) as tmp:
             memory_plot(result.memory, tmp, capacity=machine.gpu_memory, title=label)
         written.append(Path(args.memory))
-    args.outputs.commit()
     summary = {
         "memgraph": args.memgraph, "planner": mg.graph.get("planner"), "machine": machine.name,
         "policy": args.policy, "noise": args.noise, "seed": args.seed,
@@ -493,7 +497,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "host_peak": result.host_peak, "host_memory": machine.host_memory,
         "outcome": "ok" if result.out_of_memory is None else "OOM",
     }
-    why = _explained(args, summary, result.trace, mg)
+    why = _explained(args, summary, result.trace, mg, graph)
+    written += [Path(args.categories)] if args.categories else []
+    args.outputs.commit()
     if args.json:
         print(_json_text(summary))
     else:
@@ -564,7 +570,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.memgraph and args.planner:
         raise SpecError("--planner applies to --workload or --taskgraph, not to a MemGraph file")
     args.planner = args.planner or "buildmemgraph"
-    _check_writable(args, "gantt", "chrome")
+    _check_writable(args, "gantt", "chrome", "categories")
+    _check_categories(args)
     mg, graph, machine = _source(args)
     _leave(mg, graph)
     _check_streams(args.streams, machine)
@@ -591,7 +598,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         {label: Path(args.chrome)} if args.chrome else {}, title=label,
         memory={label: result.memory}, capacity=machine.gpu_memory,
         flows={label: mg} if args.flows else None)
-    args.outputs.commit()
     summary = {
         "source": args.memgraph or args.workload or args.taskgraph,
         "planner": mg.graph.get("planner"), "machine": machine.name, "backend": args.backend,
@@ -601,7 +607,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         "busy": {k: float(v) for k, v in result.busy.items()},
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
     }
-    why = _explained(args, summary, result.trace, mg)
+    why = _explained(args, summary, result.trace, mg, graph)
+    written += [Path(args.categories)] if args.categories else []
+    args.outputs.commit()
     if args.json:
         print(_json_text(summary))
     else:
@@ -878,25 +886,28 @@ def _ablate_parts(args: argparse.Namespace, graph, machine) -> int:
     return 0
 
 
-def _check_table_suffix(path: str | None) -> None:
+def _check_table_suffix(path: str | None, flag: str = "--out") -> None:
     if path and Path(path).suffix.lower() not in TABLE_SUFFIXES:
-        raise SpecError(f"--out: cannot write {path!r}: a table needs one of the suffixes "
+        raise SpecError(f"{flag}: cannot write {path!r}: a table needs one of the suffixes "
                         f"{', '.join(TABLE_SUFFIXES)}")
     if path and path.lower().endswith(".parquet"):
         from ..core.columnar import need_pyarrow
         need_pyarrow("Parquet tables", "write .csv")
 
 
-def _write_table(args: argparse.Namespace, table: pd.DataFrame) -> list[str]:
-    """Write ``--out`` (CSV, or Parquet for ``.parquet``), not yet committed; its path."""
-    if not args.out:
+def _write_table(args: argparse.Namespace, table: pd.DataFrame, option: str = "out"
+                 ) -> list[str]:
+    """Write the file of ``--out`` (or of another ``option``; CSV, or Parquet for
+    ``.parquet``), not yet committed; its path."""
+    path = getattr(args, option)
+    if not path:
         return []
-    with args.outputs.file(args.out) as tmp:
-        if args.out.lower().endswith(".parquet"):
+    with args.outputs.file(path) as tmp:
+        if path.lower().endswith(".parquet"):
             table.to_parquet(tmp, index=False)
         else:
             table.to_csv(tmp, index=False)
-    return [args.out]
+    return [path]
 
 
 def _write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: str,
@@ -1117,15 +1128,39 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explained(args: argparse.Namespace, summary: dict, trace, mg) -> str:
-    """With ``--explain``: each GPU's overlap and idle causes (lab/explain.py) into the
-    summary, and as the text to print."""
+def _explain_options(p: argparse.ArgumentParser) -> None:
+    """``simulate``'s and ``run``'s ``--explain`` and ``--categories``."""
+    p.add_argument("--explain", action="store_true",
+                   help="say why the run is fast or slow: per GPU, the share of host copies "
+                        "hidden under compute, the idle time by cause and memory by tensor "
+                        "category (docs/explain.md)")
+    p.add_argument("--categories", metavar="CSV", help="with --explain, write GPU memory in "
+                   "use over time by category (.csv or .parquet)")
+
+
+def _check_categories(args: argparse.Namespace) -> None:
+    """``--categories`` needs ``--explain`` and a table's suffix."""
+    if args.categories and not args.explain:
+        raise SpecError("--categories writes what --explain finds: add --explain")
+    _check_table_suffix(args.categories, "--categories")
+
+
+def _explained(args: argparse.Namespace, summary: dict, trace, mg, graph=None) -> str:
+    """With ``--explain``: each GPU's overlap and idle causes and its memory by category
+    (lab/explain.py; categories from ``graph``, the TaskGraph, when at hand) into the summary,
+    and as the text to print; ``--categories`` gets the memory by category over time (not yet
+    committed)."""
     if not args.explain:
         return ""
-    from .explain import explain, records, text
+    from .explain import category_table, category_text, explain, memory_by_category, records
+    from .explain import text as explain_text
     table = explain(trace, mg)
     summary["explain"] = records(table)
-    return text(table)
+    series = memory_by_category(trace, mg, graph)
+    categories = category_table(series)
+    summary["memory_by_category"] = records(categories)
+    _write_table(args, series, "categories")
+    return explain_text(table) + "\n" + category_text(categories)
 
 
 def _print_summary(summary: dict, capacity: int) -> None:
@@ -1591,9 +1626,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
-    p.add_argument("--explain", action="store_true",
-                   help="say why the run is fast or slow: per GPU, the share of host copies "
-                        "hidden under compute and the idle time by cause (docs/explain.md)")
+    _explain_options(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--workload", metavar="SPEC", help="the workload MEMGRAPH was planned "
+                     "from: --explain splits memory by its categories")
+    src.add_argument("--taskgraph", metavar="FILE", help="the TaskGraph file MEMGRAPH was "
+                     "planned from: --explain splits memory by its categories")
     p.add_argument("--flows", action="store_true",
                    help="draw the data edges as flow arrows in the --chrome trace (off: they "
                         "crowd the view of large graphs)")
@@ -1632,9 +1670,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flows", action="store_true",
                    help="draw the data edges as flow arrows in the --chrome trace (off: they "
                         "crowd the view of large graphs)")
-    p.add_argument("--explain", action="store_true",
-                   help="say why the run is fast or slow: per GPU, the share of host copies "
-                        "hidden under compute and the idle time by cause (docs/explain.md)")
+    _explain_options(p)
 
     p = add("calibrate", cmd_calibrate, "measure a backend's kernel rates, copy bandwidths, "
             "duplex factor and dispatch overhead through the executor; write a Machine JSON")
