@@ -204,7 +204,7 @@ def stash_counts(graph, size: int, smallest: int) -> tuple[int, int]:
     offloads = reloads = 0
     by_pass: dict[tuple[str, int], list] = {}
     for s in step.saved():
-        by_pass.setdefault((s.gpu, step.iteration(s.forward[0], s.gpu)), []).append(s)
+        by_pass.setdefault((s.gpu, step.pass_of[s.forward[0]]), []).append(s)
     for saved in by_pass.values():
         big = [(i, s) for i, s in enumerate(saved, 1) if graph[s.tensor].bytes >= smallest]
         offloads += sum(graph[s.tensor].out_device != HOST for _, s in big)

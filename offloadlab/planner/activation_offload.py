@@ -18,6 +18,7 @@ what is offloaded is fixed by the graph and the options.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from ..core import anatomy
@@ -66,6 +67,25 @@ class Training:
         for v in self.order:
             if graph[v].kind != "input":
                 self.runs.setdefault(graph[v].read_device, []).append(v)
+        self.place = {v: i for runs in self.runs.values() for i, v in enumerate(runs)}
+        self.pass_of: dict[str, int] = {}      # vertex -> its iteration on its GPU
+        self.bounds: dict[str, list[list[int]]] = {}    # GPU -> each backward stretch's first
+        for gpu, runs in self.runs.items():             # and last place in runs
+            count, bounds = 0, self.bounds.setdefault(gpu, [])
+            for i, v in enumerate(runs):
+                ahead = v in self.forward
+                if not ahead and (i == 0 or runs[i - 1] in self.forward):
+                    bounds.append([i, len(runs) - 1])
+                if i and ahead and runs[i - 1] not in self.forward:
+                    bounds[count][1] = i - 1
+                    count += 1
+                self.pass_of[v] = count
+        self.compute_at: dict[tuple[str, bool], list[int]] = {}   # (GPU, backward only) ->
+        for gpu in self.runs:                                      # positions in program order
+            for only in (False, True):
+                self.compute_at[gpu, only] = [
+                    self.at[v] for v in self.runs[gpu] if graph[v].kind == "compute"
+                    and not (only and v in self.forward)]
         self.run = {v: Step("run", v) for v in self.order}
         self.before: dict[str, list[Step]] = {}  # vertex -> steps issued before it runs
         self.after: dict[str, list[Step]] = {}   # vertex -> steps issued after it runs
@@ -87,34 +107,20 @@ class Training:
 
     def computes(self, gpu: str) -> list[str]:
         """The compute vertices on ``gpu``, in program order."""
-        return [v for v in self.runs.get(gpu, ()) if self.g[v].kind == "compute"]
+        return [self.order[i] for i in self.compute_at.get((gpu, False), [])]
 
     def neighbour(self, v: str, gpu: str, later: bool, backward: bool = False) -> str | None:
         """The compute vertex on ``gpu`` just before ``v`` (``later``: just after it; with
         ``backward``, the first after it outside the forward pass), or None."""
-        at = self.at[v]
-        found = [u for u in self.computes(gpu) if (self.at[u] > at if later else self.at[u] < at)
-                 and not (backward and u in self.forward)]
-        return (found[0] if later else found[-1]) if found else None
+        at, found = self.at[v], self.compute_at.get((gpu, backward), [])
+        k = bisect.bisect_right(found, at) if later else bisect.bisect_left(found, at) - 1
+        return self.order[found[k]] if 0 <= k < len(found) else None
 
     def stretch(self, v: str, gpu: str) -> list[str]:
         """The backward stretch holding ``v`` on ``gpu``: what runs there between two forward
         vertices (an iteration's backward pass and updates)."""
-        runs = self.runs[gpu]
-        start = end = runs.index(v)
-        while start > 0 and runs[start - 1] not in self.forward:
-            start -= 1
-        while end + 1 < len(runs) and runs[end + 1] not in self.forward:
-            end += 1
-        return runs[start:end + 1]
-
-    def iteration(self, v: str, gpu: str) -> int:
-        """How many backward stretches run on ``gpu`` before ``v``: the iteration of a forward
-        vertex."""
-        runs = self.runs[gpu]
-        ends = [i for i in range(1, runs.index(v) + 1)
-                if runs[i] in self.forward and runs[i - 1] not in self.forward]
-        return len(ends)
+        start, end = self.bounds[gpu][self.pass_of[v]]
+        return self.runs[gpu][start:end + 1]
 
     def wait(self, first: Step, then: str | None) -> None:
         """The run of ``then`` (if any) waits for ``first``."""
@@ -197,11 +203,12 @@ def _prefetched(step: Training, machine: Machine, reloads: list[tuple[Saved, str
     vertex's time (the cost model's, for torch's benchmark); when it is covered the reload goes
     before that vertex, one per vertex; at the stretch's start the rest go there."""
     placed: list[tuple[Saved, str]] = []
-    by_stretch: dict[tuple[str, ...], dict[str, list[Saved]]] = {}
+    by_stretch: dict[tuple[str, int], dict[str, list[Saved]]] = {}
     for s, first in reloads:
-        stretch = tuple(step.stretch(first, s.gpu))
-        by_stretch.setdefault(stretch, {}).setdefault(first, []).append(s)
-    for stretch, uses in by_stretch.items():
+        key = (s.gpu, step.pass_of[first])
+        by_stretch.setdefault(key, {}).setdefault(first, []).append(s)
+    for (gpu, _), uses in by_stretch.items():
+        stretch = step.stretch(next(iter(uses)), gpu)
         queue: list[tuple[Saved, float]] = []
         for v in reversed(stretch):
             if queue and step.g[v].kind == "compute":
@@ -246,7 +253,7 @@ def torchtune_offload(graph: TaskGraph, machine: Machine, options: TorchtuneOpti
     size, streams = options.max_fwd_stash_size, options.use_streams
     by_pass: dict[tuple[str, int], list[Saved]] = {}
     for s in step.saved():                      # each GPU's forward passes (iterations)
-        by_pass.setdefault((s.gpu, step.iteration(s.forward[0], s.gpu)), []).append(s)
+        by_pass.setdefault((s.gpu, step.pass_of[s.forward[0]]), []).append(s)
     kept: set[tuple[str, str]] = set()
     for (gpu, _), saved in by_pass.items():
         stash: list[tuple[int, Saved, Step | None]] = []    # offloads in flight, by tensor id
@@ -289,9 +296,9 @@ def _reload(step: Training, s: Saved, streams: bool) -> None:
     autograd engine unpacks a node's tensors as it reaches the node, while the GPU still runs
     the previous one); else on the compute stream just before the reader."""
     first = min(s.backward, key=step.at.__getitem__)
-    runs = step.stretch(first, s.gpu)
-    k = runs.index(first)
-    at = runs[k - 1] if streams and k >= 1 else first
+    start = step.bounds[s.gpu][step.pass_of[first]][0]
+    k = step.place[first] - start
+    at = step.runs[s.gpu][start + k - 1] if streams and k >= 1 else first
     reload = Step("reload", s.tensor, s.gpu)
     waits = step.neighbour(at, s.gpu, later=False)
     if waits is not None:
