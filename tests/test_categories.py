@@ -22,6 +22,7 @@ from offloadlab.core.workloads.pipeline import pipeline
 from offloadlab.planner import plan
 
 TRAINING = ("training-chain:iterations=2", "gpt2-train:depth=3,iterations=2",
+            "bert-train:depth=2,iterations=1",
             "llama-lora-train:model=tiny,seq=64,batch=2,gpus=2,block=32",
             "llama-lora-train:model=tiny,seq=64,batch=1,gpus=1,block=32,checkpoint=false",
             "llama-lora-train:model=tiny,seq=32,batch=1,gpus=1,block=32,optimizer=sgd",
@@ -99,6 +100,11 @@ def test_import_torch_categories():
     assert all(t.category == ("weights" if t.id.endswith("@updated") else "gradients")
                for t in compute[forward:])
     assert all(t.category == g[t.inputs[0]].category for t in g if t.kind == "transfer")
+    step = anatomy.training_step(g)
+    copies = {t.id for t in g if t.kind == "transfer"}
+    assert step.saved and set(step.saved) <= {t.id for t in compute[:forward]} | copies | {
+        "input", "target"}                      # the batch, saved for the loss's backward
+    assert set(step.updates) == {t.id for t in compute if t.id.endswith("@updated")}
     inference = from_torch(module, torch.randn(4, 8))
     assert {t.category for t in inference if t.kind == "compute"} <= {"activations", "weights"}
 
