@@ -8,16 +8,26 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import run
+from test_cli import fails, run
 from test_properties import SETTINGS, machine_for, task_graphs
 from test_simulator import add, machine
 
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import MemGraph
+from offloadlab.core.memory import memory_over_time
+from offloadlab.core.taskgraph import CATEGORIES
 from offloadlab.core.workloads import build_workload
 from offloadlab.executor import execute
 from offloadlab.lab.compare import compare_planners
-from offloadlab.lab.explain import CAUSES, explain, overlap, union
+from offloadlab.lab.explain import (
+    CAUSES,
+    UNKNOWN,
+    category_table,
+    explain,
+    memory_by_category,
+    overlap,
+    union,
+)
 from offloadlab.planner import plan
 from offloadlab.planner.buildmemgraph import min_capacity
 from offloadlab.simulator import simulate
@@ -143,3 +153,89 @@ def test_compare_rows_carry_the_overlap_and_the_waits_which_add_up_to_the_idle_s
         idle = (row.idle_gpu0 + row.idle_gpu1) / 2
         assert sum(getattr(row, f"wait_{c}") for c in CAUSES) == pytest.approx(idle, abs=1e-9)
         assert 0.0 <= row.overlap <= 1.0
+
+
+# -- memory by category ---------------------------------------------------------------------------
+def _categories_add_up(series, trace, mg) -> None:
+    """At every instant a step changes, on every GPU, the categories' bytes add up to the
+    memory in use (memory_over_time)."""
+    total = memory_over_time(trace, mg)
+    for gpu, used in total[total.device != "host"].groupby("device"):
+        mine = series[series.device == gpu]
+        times = sorted({*used.time, *mine.time})
+        for t in times:
+            expected = used[used.time <= t].bytes.iloc[-1] if (used.time <= t).any() else 0
+            held = sum(one[one.time <= t].bytes.iloc[-1] for _, one in mine.groupby("category")
+                       if (one.time <= t).any())
+            assert held == expected, (gpu, t)
+    assert set(series.device) <= set(total.device)
+    assert (series.bytes >= 0).all()
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(graph=task_graphs(), slack=st.sampled_from([0.0, 0.05, 1.0]),
+       planner=st.sampled_from(["buildmemgraph", "levelwise"]),
+       policy=st.sampled_from(["dynamic", "fixed", "random"]), data=st.data())
+def test_memory_by_category_adds_up_at_every_instant(graph, slack, planner, policy, data):
+    cats = data.draw(st.lists(st.sampled_from((None, *CATEGORIES)), min_size=len(graph),
+                              max_size=len(graph)))
+    for t, cat in zip(list(graph), cats):
+        if cat is not None:
+            t.category = cat
+    m = machine_for(graph, 4, slack)
+    mg = plan(graph, m, planner)
+    trace = simulate(mg, m, policy, seed=1).trace
+    series = memory_by_category(trace, mg, graph)
+    _categories_add_up(series, trace, mg)
+    assert set(series.category) <= {*CATEGORIES, UNKNOWN}
+    bare = memory_by_category(trace, mg)            # no TaskGraph: all unknown
+    assert set(bare.category) <= {UNKNOWN}
+    _categories_add_up(bare, trace, mg)
+
+
+@pytest.mark.parametrize("spec", ["torch-compile-offload", "torchtune-offload", "buildmemgraph"])
+def test_memory_by_category_of_a_training_step(spec):
+    graph = build_workload("gpt2-train:depth=3,batch=2,seq=16,weight_bytes=300000,iterations=2")
+    m = replace(machine_from_spec("v100"), gpu_memory=8 * 2**20)
+    mg = plan(graph, m, spec)
+    for trace in (simulate(mg, m).trace, execute(mg, m, rate_limit=False).trace):
+        series = memory_by_category(trace, mg, graph)
+        _categories_add_up(series, trace, mg)
+        table = category_table(series)
+        assert set(table.category) == {"weights", "activations", "gradients"}
+        peak = memory_over_time(trace, mg).query("device == 'gpu0'").bytes.max()
+        assert table.at_gpu_peak.sum() == peak
+        assert table.share.sum() == pytest.approx(1.0)
+        for row in table.itertuples():
+            assert row.peak == series[series.category == row.category].bytes.max()
+            assert row.at_gpu_peak <= row.peak
+
+
+def test_simulate_and_run_split_memory_by_category(capsys, tmp_path):
+    workload = "training-chain:w=4MB;4MB,a=1MB;1MB,uF=0.01;0.01,uB=0.02;0.02"
+    spec = "v100:gpu_memory=40MB"
+    path, table = tmp_path / "mg.json", tmp_path / "cat.csv"
+    assert run(capsys, "plan", "--workload", workload, "--machine", spec, "--planner",
+               "torch-compile-offload", "--out", path)[0] == 0
+    code, out, err = run(capsys, "simulate", path, "--explain", "--workload", workload,
+                         "--categories", table)
+    assert code == 0, err
+    assert "memory by category" in out and "weights" in out and "gradients" in out
+    import pandas as pd
+    written = pd.read_csv(table)
+    assert list(written.columns) == ["time", "device", "category", "bytes"]
+    assert set(written.category) == {"weights", "activations", "gradients"}
+    code, out, err = run(capsys, "simulate", path, "--explain", "--json")
+    rows = json.loads(out)["memory_by_category"]
+    assert [r["category"] for r in rows] == [UNKNOWN] and rows[0]["share"] == 1.0
+    code, out, err = run(capsys, "run", "--workload", workload, "--machine", spec,
+                         "--planner", "torchtune-offload", "--explain", "--json",
+                         "--no-rate-limit")
+    assert code == 0, err
+    assert {r["category"] for r in json.loads(out)["memory_by_category"]} == \
+        {"weights", "activations", "gradients"}
+    assert "--explain" in fails(capsys, "simulate", path, "--categories", table)
+    assert "a table needs" in fails(capsys, "simulate", path, "--explain", "--categories",
+                                    tmp_path / "cat.txt")
+    assert "planned from" in fails(capsys, "simulate", path, "--explain", "--workload",
+                                   "training-chain")

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .budget import MACHINE_GPU, STREAM_SLOT, check_ram
 from .checks import INF, dumps, number, short
@@ -26,9 +27,12 @@ from .kernel_model import (
     op_class,
 )
 from .nodelink import check_input
-from .ops import op_name
+from .ops import op_name, touched_bytes
 from .registry import Registry
 from .spec import apply_options, parse_bytes, parse_spec
+
+if TYPE_CHECKING:
+    from .taskgraph import Task, TaskGraph
 
 MiB = 2**20
 GiB = 2**30
@@ -188,6 +192,13 @@ class Machine:
         if kind == "offload":
             return self.link_latency + nbytes / self.host_rate("d2h")
         return 0.0
+
+    def task_seconds(self, graph: TaskGraph, t: Task) -> float:
+        """Seconds TaskGraph vertex ``t`` of ``graph`` takes alone (:meth:`duration`, with the
+        bytes its op touches)."""
+        touched = touched_bytes(t.op, t.bytes, [graph[u].bytes for u in t.inputs])
+        return self.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op,
+                             t.dtype)
 
     def host_rate(self, direction: str) -> float:
         """Bytes/s of one host copy (``"h2d"`` or ``"d2h"``) alone: its link's bandwidth,

@@ -43,6 +43,37 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     are ignored.  One row per device and time where its use changes, giving the use from then
     on; sorted by time, then device.  The trace must hold a single run.
     """
+    vertices, index, begin, end, run_end = _run_times(trace, memgraph)
+    located, since, until = _gpu_lifetimes(memgraph, vertices, index, begin, end, run_end)
+    locs: list[Loc] = [v.loc for v in located]                # type: ignore[misc]
+    devices = [loc.device for loc in locs]
+    size = np.array([loc.size for loc in locs], dtype=np.int64)
+    held_from, held_until, held = host_lifetimes(vertices, memgraph.succ, index, begin.tolist(),
+                                                 end.tolist(), run_end)
+    changes = (pd.DataFrame({
+        "device": devices * 2 + [HOST] * (2 * len(held)),
+        "time": np.concatenate([since, until, held_from, held_until]),
+        "bytes": np.concatenate([size, -size, held, -held])})
+        .groupby(["device", "time"], sort=True)["bytes"].sum())
+    changes = changes[changes != 0]
+    used = changes.groupby(level="device").cumsum().reset_index()
+    return used.sort_values(["time", "device"], kind="stable")[["time", "device", "bytes"]] \
+               .reset_index(drop=True)
+
+
+def gpu_lifetimes(trace: pd.DataFrame, memgraph: MemGraph
+                  ) -> tuple[list[MemVertex], np.ndarray, np.ndarray]:
+    """The vertices with a location that ran, and from when until when each holds its
+    ``loc.size`` bytes (:func:`memory_over_time`'s rule): the vertices, their starts, their
+    ends."""
+    vertices, index, begin, end, run_end = _run_times(trace, memgraph)
+    return _gpu_lifetimes(memgraph, vertices, index, begin, end, run_end)
+
+
+def _run_times(trace: pd.DataFrame, memgraph: MemGraph
+               ) -> tuple[list[MemVertex], dict[str, int], np.ndarray, np.ndarray, float]:
+    """The MemGraph's vertices, their positions, when each began (inputs: 0) and ended (NaN
+    where it did not run) and the run's end."""
     if trace["run"].nunique() > 1:
         raise ValueError("memory_over_time: the trace holds several runs; select one first")
     vertices = list(memgraph)
@@ -56,6 +87,12 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     run_end = float(trace["end"].max()) if len(trace) else 0.0
     begin = np.where(np.isnan(start) & np.array([v.kind == "input" for v in vertices], bool),
                      0.0, start)
+    return vertices, index, begin, end, run_end
+
+
+def _gpu_lifetimes(memgraph: MemGraph, vertices: list[MemVertex], index: dict[str, int],
+                   begin: np.ndarray, end: np.ndarray, run_end: float
+                   ) -> tuple[list[MemVertex], np.ndarray, np.ndarray]:
     ran = (~np.isnan(begin)).tolist()
     located = [i for i, v in enumerate(vertices) if v.loc is not None and ran[i]]
     # the end of each located vertex's last data reader (-inf: none in the trace)
@@ -73,23 +110,11 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     np.maximum.at(until, np.array(sources, dtype=np.int64)[traced], read_end[traced])
     where = np.array(located, dtype=np.int64)
     locs: list[Loc] = [vertices[i].loc for i in located]   # type: ignore[misc]
-    devices = [loc.device for loc in locs]
-    size = np.array([loc.size for loc in locs], dtype=np.int64)
     unread = until == -np.inf
     if unread.any():
         order = np.array([vertices[i].order for i in where.tolist()], dtype=np.int64)
         until[unread] = _overwritten(locs, begin[where], order, unread, run_end)
-    held_from, held_until, held = host_lifetimes(vertices, succ, index, begin.tolist(),
-                                                 end.tolist(), run_end)
-    changes = (pd.DataFrame({
-        "device": devices * 2 + [HOST] * (2 * len(held)),
-        "time": np.concatenate([begin[where], until, held_from, held_until]),
-        "bytes": np.concatenate([size, -size, held, -held])})
-        .groupby(["device", "time"], sort=True)["bytes"].sum())
-    changes = changes[changes != 0]
-    used = changes.groupby(level="device").cumsum().reset_index()
-    return used.sort_values(["time", "device"], kind="stable")[["time", "device", "bytes"]] \
-               .reset_index(drop=True)
+    return [vertices[i] for i in located], begin[where], until
 
 
 def host_lifetimes(vertices: Sequence[MemVertex], succ: Mapping[str, Mapping[str, str]],

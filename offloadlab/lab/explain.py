@@ -18,6 +18,13 @@ computes beside it.  Per GPU, from the trace of a run:
   slot free, so a slot never causes idle time.
 
 By construction ``busy`` + the five idle parts = the makespan, on every GPU.
+
+GPU memory over time split by category (:data:`~offloadlab.core.taskgraph.CATEGORIES`): each
+location holds the tensor of a TaskGraph vertex (the vertex's own, or the one a load or reload
+brings), whose category the TaskGraph says; a MemGraph does not carry categories, so without
+the TaskGraph (and for a vertex without one) the bytes are ``unknown``.  Each location counts
+for as long as :func:`~offloadlab.core.memory.memory_over_time` counts it, so the categories add
+up to the memory in use at every instant.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ..core.memgraph import MemGraph
+    from ..core.taskgraph import TaskGraph
 
 CAUSES = ("load", "memory", "dependency", "launch", "done")
 COPIES = ("load", "reload", "offload")
@@ -38,6 +46,8 @@ COLUMNS = ["gpu", "makespan", "busy", "transfer", "hidden", "overlap",
            *(f"idle_{c}" for c in CAUSES)]
 
 Intervals = list[tuple[float, float]]
+UNKNOWN = "unknown"
+"""The category of bytes whose tensor's category is not known (no TaskGraph, or none set)."""
 
 
 def union(intervals: Sequence[tuple[float, float]]) -> Intervals:
@@ -176,4 +186,76 @@ def text(table: pd.DataFrame) -> str:
     shown = shown.drop(columns="makespan").rename(
         columns={f"idle_{c}": c for c in CAUSES} | {"transfer": "copies"})
     lines.append(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    return "\n".join(lines)
+
+
+def memory_by_category(trace: pd.DataFrame, memgraph: MemGraph,
+                       graph: TaskGraph | None = None) -> pd.DataFrame:
+    """GPU memory in use over time per category: a step function with columns ``time, device,
+    category, bytes`` (the use from then on), one row per device, category and time where it
+    changes, sorted by time.  ``graph`` is the TaskGraph ``memgraph`` was planned from; without
+    it every byte is :data:`UNKNOWN`."""
+    import pandas as pd
+
+    from ..core.memory import gpu_lifetimes
+    located, since, until = gpu_lifetimes(trace, memgraph)
+    tasks = graph.tasks if graph is not None else {}
+    kinds = []
+    for v in located:
+        task = tasks.get(v.task or v.of or "")
+        category = task.category if task is not None else None
+        kinds.append(category if isinstance(category, str) else UNKNOWN)
+    sizes = [v.loc.size for v in located if v.loc is not None]
+    changes = (pd.DataFrame({
+        "device": [v.loc.device for v in located if v.loc is not None] * 2,
+        "category": kinds * 2, "time": [*since, *until], "bytes": [*sizes, *(-b for b in sizes)]})
+        .groupby(["device", "category", "time"], sort=True)["bytes"].sum())
+    changes = changes[changes != 0]
+    used = changes.groupby(level=["device", "category"]).cumsum().reset_index()
+    return used.sort_values(["time", "device", "category"], kind="stable")[
+        ["time", "device", "category", "bytes"]].reset_index(drop=True)
+
+
+def category_table(series: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU and category of :func:`memory_by_category`'s ``series``: its ``peak``, and the
+    bytes it holds at the GPU's peak (``at_gpu_peak``, the first instant of the highest total)
+    with their ``share`` of that peak."""
+    import pandas as pd
+
+    rows = []
+    for device, one in series.groupby("device", sort=False):
+        wide = one.pivot_table(index="time", columns="category", values="bytes",
+                               aggfunc="last").sort_index().ffill().fillna(0)
+        total = wide.sum(axis=1)
+        at = total.idxmax()
+        peak = float(total.loc[at])
+        for category in wide.columns:
+            held = float(wide.loc[at, category])
+            rows.append({"gpu": device, "category": category,
+                         "peak": int(wide[category].max()), "at_gpu_peak": int(held),
+                         "share": held / peak if peak > 0 else float("nan")})
+    table = pd.DataFrame(rows, columns=["gpu", "category", "peak", "at_gpu_peak", "share"])
+    return table.sort_values(["gpu", "category"], key=_category_order, kind="stable") \
+        .reset_index(drop=True)
+
+
+def _category_order(column: pd.Series) -> pd.Series:
+    """Sort key: GPUs by index, categories in :data:`CATEGORIES` order (unknown last)."""
+    from ..core.taskgraph import CATEGORIES
+    if column.name == "gpu":
+        return column.map(lambda g: int(g[3:]))
+    order = {c: i for i, c in enumerate((*CATEGORIES, UNKNOWN))}
+    return column.map(order)
+
+
+def category_text(table: pd.DataFrame) -> str:
+    """:func:`category_table` printed: bytes, and the share of the GPU's peak."""
+    from ..core.util import fmt_bytes
+    lines = ["memory by category, per GPU: each category's peak, and what it holds at the "
+             "GPU's peak (its share of it)"]
+    shown = table.copy()
+    for column in ("peak", "at_gpu_peak"):
+        shown[column] = [fmt_bytes(int(x)) for x in table[column]]
+    shown["share"] = [f"{100 * x:.0f}%" if x == x else "-" for x in table["share"]]
+    lines.append(shown.to_string(index=False))
     return "\n".join(lines)

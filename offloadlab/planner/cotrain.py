@@ -28,7 +28,7 @@ from ..core.devices import CPU, is_gpu
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.ops import DTYPES, UPDATE_OPS, touched_bytes
+from ..core.ops import DTYPES, UPDATE_OPS
 from ..core.taskgraph import Task, TaskGraph
 from .registry import Hooks, Options, option, register
 from .turnip import BuildMemGraphOptions, plan_once
@@ -72,9 +72,9 @@ def separation(graph: TaskGraph, machine: Machine, by_layer: list[list[str]]) ->
     the loss, less the updates), t_UPDATE a layer's update on the CPU."""
     backward = _backward(graph)
     per_layer = len(by_layer)
-    t_bwd = sum(_seconds(graph, machine, graph[t]) for t in backward) / per_layer
+    t_bwd = sum(machine.task_seconds(graph, graph[t]) for t in backward) / per_layer
     on_cpu = [_on_cpu(graph[u]) for layer in by_layer for u in layer[:1]]
-    t_update = sum(_seconds(graph, machine, t) for t in on_cpu) / per_layer
+    t_update = sum(machine.task_seconds(graph, t) for t in on_cpu) / per_layer
     if t_update <= 0:
         return 0                                   # free on the CPU: update everything there
     return min(per_layer, math.ceil((t_bwd + t_update) / (2 * t_update)))
@@ -89,12 +89,6 @@ def _backward(graph: TaskGraph) -> list[str]:
         return [t.id for t in compute[graph.meta["forward"]:]]
     raise PlanError(f"cotrain: TaskGraph {graph.name!r} does not say where its forward pass "
                     f"ends (meta['forward']); give k=")
-
-
-def _seconds(graph: TaskGraph, machine: Machine, t: Task) -> float:
-    touched = touched_bytes(t.op, t.bytes, [graph[u].bytes for u in t.inputs])
-    return machine.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op,
-                            t.dtype)
 
 
 def _on_cpu(t: Task) -> Task:

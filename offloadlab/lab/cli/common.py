@@ -407,25 +407,28 @@ def stored_machine(mg, path: str):
     return Machine.from_dict(data, f"{memgraph_file_name(path)}: graph.machine")
 
 
-def check_table_suffix(path: str | None) -> None:
+def check_table_suffix(path: str | None, flag: str = "--out") -> None:
     if path and Path(path).suffix.lower() not in TABLE_SUFFIXES:
-        raise SpecError(f"--out: cannot write {path!r}: a table needs one of the suffixes "
+        raise SpecError(f"{flag}: cannot write {path!r}: a table needs one of the suffixes "
                         f"{', '.join(TABLE_SUFFIXES)}")
     if path and path.lower().endswith(".parquet"):
         from ...core.columnar import need_pyarrow
         need_pyarrow("Parquet tables", "write .csv")
 
 
-def write_table(args: argparse.Namespace, table: pd.DataFrame) -> list[str]:
-    """Write ``--out`` (CSV, or Parquet for ``.parquet``), not yet committed; its path."""
-    if not args.out:
+def write_table(args: argparse.Namespace, table: pd.DataFrame, option: str = "out"
+                ) -> list[str]:
+    """Write the file of ``--out`` (or of another ``option``; CSV, or Parquet for
+    ``.parquet``), not yet committed; its path."""
+    path = getattr(args, option)
+    if not path:
         return []
-    with args.outputs.file(args.out) as tmp:
-        if args.out.lower().endswith(".parquet"):
+    with args.outputs.file(path) as tmp:
+        if path.lower().endswith(".parquet"):
             table.to_parquet(tmp, index=False)
         else:
             table.to_csv(tmp, index=False)
-    return [args.out]
+    return [path]
 
 
 def write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: str,
@@ -441,15 +444,54 @@ def write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: st
     return written
 
 
-def explained(args: argparse.Namespace, summary: dict, trace, mg) -> str:
-    """With ``--explain``: each GPU's overlap and idle causes (lab/explain.py) into the
-    summary, and as the text to print."""
+def explain_options(p: argparse.ArgumentParser) -> None:
+    """``simulate``'s and ``run``'s ``--explain`` and ``--categories``."""
+    p.add_argument("--explain", action="store_true",
+                   help="say why the run is fast or slow: per GPU, the share of host copies "
+                        "hidden under compute, the idle time by cause and memory by tensor "
+                        "category (docs/explain.md)")
+    p.add_argument("--categories", metavar="CSV", help="with --explain, write GPU memory in "
+                   "use over time by category (.csv or .parquet)")
+
+
+def check_categories(args: argparse.Namespace) -> None:
+    """``--categories`` needs ``--explain`` and a table's suffix."""
+    if args.categories and not args.explain:
+        raise SpecError("--categories writes what --explain finds: add --explain")
+    check_table_suffix(args.categories, "--categories")
+
+
+def explained(args: argparse.Namespace, summary: dict, trace, mg, graph=None) -> str:
+    """With ``--explain``: each GPU's overlap and idle causes and its memory by category
+    (lab/explain.py; categories from ``graph``, the TaskGraph, when at hand) into the summary,
+    and as the text to print; ``--categories`` gets the memory by category over time (not yet
+    committed)."""
     if not args.explain:
         return ""
-    from ..explain import explain, records, text
+    from ..explain import category_table, category_text, explain, memory_by_category, records
+    from ..explain import text as explain_text
     table = explain(trace, mg)
     summary["explain"] = records(table)
-    return text(table)
+    series = memory_by_category(trace, mg, graph)
+    categories = category_table(series)
+    summary["memory_by_category"] = records(categories)
+    write_table(args, series, "categories")
+    return explain_text(table) + "\n" + category_text(categories)
+
+
+def check_planned_from(mg, graph, args: argparse.Namespace) -> None:
+    """Refuse a MEMGRAPH that records the content hash of a TaskGraph other than ``graph``."""
+    from ...core.nodelink import HASH_FIELD
+    recorded = mg.graph.get(HASH_FIELD)
+    if recorded is None:
+        print(f"offloadlab: warning: {args.memgraph} records no TaskGraph hash (planned before "
+              f"plans recorded one); checked against {args.workload or args.taskgraph} by "
+              f"verifying and comparing outputs only", file=sys.stderr)
+        return
+    found = graph.content_hash()
+    if recorded != found:
+        raise SpecError(f"{args.memgraph} was planned from TaskGraph {recorded[:19]}..., not "
+                        f"from {args.workload or args.taskgraph} ({found[:19]}...)")
 
 
 def print_summary(summary: dict, capacity: int) -> None:

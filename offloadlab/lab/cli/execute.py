@@ -10,10 +10,13 @@ from ...core.devices import lane_key
 from ...core.errors import SpecError
 from .common import (
     AddCommand,
+    check_categories,
     check_makespan,
+    check_planned_from,
     check_streams,
     check_writable,
     executor_options,
+    explain_options,
     explained,
     json_text,
     leave,
@@ -38,7 +41,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.memgraph and args.planner:
         raise SpecError("--planner applies to --workload or --taskgraph, not to a MemGraph file")
     args.planner = args.planner or "buildmemgraph"
-    check_writable(args, "gantt", "chrome")
+    check_writable(args, "gantt", "chrome", "categories")
+    check_categories(args)
     mg, graph, machine = _source(args)
     leave(mg, graph)
     check_streams(args.streams, machine)
@@ -65,7 +69,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         {label: Path(args.chrome)} if args.chrome else {}, title=label,
         memory={label: result.memory}, capacity=machine.gpu_memory,
         flows={label: mg} if args.flows else None)
-    args.outputs.commit()
     summary = {
         "source": args.memgraph or args.workload or args.taskgraph,
         "planner": mg.graph.get("planner"), "machine": machine.name, "backend": args.backend,
@@ -75,7 +78,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         "busy": {k: float(v) for k, v in result.busy.items()},
         "peak_memory": {k: int(v) for k, v in result.peak_memory.items()},
     }
-    why = explained(args, summary, result.trace, mg)
+    why = explained(args, summary, result.trace, mg, graph)
+    written += [Path(args.categories)] if args.categories else []
+    args.outputs.commit()
     if args.json:
         print(json_text(summary))
     else:
@@ -111,7 +116,7 @@ def _source(args: argparse.Namespace):
         graph = None
         if args.workload is not None or args.taskgraph is not None:
             graph = read_taskgraph(args)
-            _check_planned_from(mg, graph, args)
+            check_planned_from(mg, graph, args)
         elif args.check:
             print(f"offloadlab: warning: --check compares the outputs with the TaskGraph that "
                   f"{args.memgraph} computes, not with an independent reference; pass "
@@ -129,21 +134,6 @@ def _source(args: argparse.Namespace):
         mg, machine = plan_graph(args, graph)
         return mg, graph, machine
     return planned(args, graph)
-
-
-def _check_planned_from(mg, graph, args: argparse.Namespace) -> None:
-    """Refuse a MEMGRAPH that records the content hash of a TaskGraph other than ``graph``."""
-    from ...core.nodelink import HASH_FIELD
-    recorded = mg.graph.get(HASH_FIELD)
-    if recorded is None:
-        print(f"offloadlab: warning: {args.memgraph} records no TaskGraph hash (planned before "
-              f"plans recorded one); checked against {args.workload or args.taskgraph} by "
-              f"verifying and comparing outputs only", file=sys.stderr)
-        return
-    found = graph.content_hash()
-    if recorded != found:
-        raise SpecError(f"{args.memgraph} was planned from TaskGraph {recorded[:19]}..., not "
-                        f"from {args.workload or args.taskgraph} ({found[:19]}...)")
 
 
 def add_parser(add: AddCommand) -> None:
@@ -182,6 +172,4 @@ def add_parser(add: AddCommand) -> None:
     p.add_argument("--flows", action="store_true",
                    help="draw the data edges as flow arrows in the --chrome trace (off: they "
                         "crowd the view of large graphs)")
-    p.add_argument("--explain", action="store_true",
-                   help="say why the run is fast or slow: per GPU, the share of host copies "
-                        "hidden under compute and the idle time by cause (docs/explain.md)")
+    explain_options(p)

@@ -9,9 +9,12 @@ from pathlib import Path
 from ...core.dispatch import POLICIES
 from .common import (
     AddCommand,
+    check_categories,
     check_makespan,
+    check_planned_from,
     check_streams,
     check_writable,
+    explain_options,
     explained,
     json_text,
     leave,
@@ -21,6 +24,7 @@ from .common import (
     positive_int,
     print_summary,
     read_memgraph,
+    read_taskgraph,
     verifying,
     write_plots_and_traces,
 )
@@ -31,9 +35,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     and traces."""
     from ...simulator import simulate
 
-    check_writable(args, "gantt", "memory", "chrome")
+    check_writable(args, "gantt", "memory", "chrome", "categories")
+    check_categories(args)
     mg, machine = read_memgraph(args)
-    leave(mg)
+    graph = None
+    if args.workload is not None or args.taskgraph is not None:
+        graph = read_taskgraph(args)
+        check_planned_from(mg, graph, args)
+    leave(mg, graph)
     check_streams(args.streams, machine)
     with verifying(args, mg, None, machine, args.memgraph), \
             phases(args).phase(f"simulating ({args.policy})", total=len(mg)) as report:
@@ -52,7 +61,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         with args.outputs.file(args.memory) as tmp:
             memory_plot(result.memory, tmp, capacity=machine.gpu_memory, title=label)
         written.append(Path(args.memory))
-    args.outputs.commit()
     summary = {
         "memgraph": args.memgraph, "planner": mg.graph.get("planner"), "machine": machine.name,
         "policy": args.policy, "noise": args.noise, "seed": args.seed,
@@ -63,7 +71,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "host_peak": result.host_peak, "host_memory": machine.host_memory,
         "outcome": "ok" if result.out_of_memory is None else "OOM",
     }
-    why = explained(args, summary, result.trace, mg)
+    why = explained(args, summary, result.trace, mg, graph)
+    written += [Path(args.categories)] if args.categories else []
+    args.outputs.commit()
     if args.json:
         print(json_text(summary))
     else:
@@ -97,9 +107,12 @@ def add_parser(add: AddCommand) -> None:
     p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart")
     p.add_argument("--memory", metavar="PNG", help="write a plot of GPU memory in use")
     p.add_argument("--chrome", metavar="JSON", help="write a Chrome/Perfetto trace")
-    p.add_argument("--explain", action="store_true",
-                   help="say why the run is fast or slow: per GPU, the share of host copies "
-                        "hidden under compute and the idle time by cause (docs/explain.md)")
+    explain_options(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--workload", metavar="SPEC", help="the workload MEMGRAPH was planned "
+                     "from: --explain splits memory by its categories")
+    src.add_argument("--taskgraph", metavar="FILE", help="the TaskGraph file MEMGRAPH was "
+                     "planned from: --explain splits memory by its categories")
     p.add_argument("--flows", action="store_true",
                    help="draw the data edges as flow arrows in the --chrome trace (off: they "
                         "crowd the view of large graphs)")
