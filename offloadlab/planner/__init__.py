@@ -2,7 +2,15 @@
 
 # Importing the built-in planners registers them (greedy-offload, l2l, ilp-select and
 # greedy-offload-nodiscount live in weight_offload).
-from . import buildmemgraph, cotrain, gemini, levelwise, turnip, weight_offload  # noqa: F401
+from . import (  # noqa: F401
+    buildmemgraph,
+    cotrain,
+    deployed,
+    gemini,
+    levelwise,
+    turnip,
+    weight_offload,
+)
 from .registry import PLANNERS, Planner, get_planner, plan, planner_options, register
 
 __all__ = ["PLANNERS", "Planner", "get_planner", "plan", "planner_options", "register"]
