@@ -2,4 +2,4 @@
 Accelerate), ``zero-offload`` (DeepSpeed ZeRO-Offload) and ``fsdp-cpu-offload`` (PyTorch FSDP
 with ``CPUOffload(offload_params=True)``); docs/deployed.md."""
 
-from . import accelerate, zero  # noqa: F401
+from . import accelerate, fsdp, zero  # noqa: F401

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ...core.devices import HOST, is_gpu
 from ...core.ops import UPDATE_OPS
 from ...core.taskgraph import TaskGraph
+from ..cotrain import on_cpu
 
 
 @dataclass(frozen=True)
@@ -59,3 +60,27 @@ def step_of(graph: TaskGraph) -> Step:
     updates = tuple(t.id for t in graph if t.kind == "compute" and t.op in UPDATE_OPS
                     and is_gpu(t.device))
     return Step(iteration, frozenset(backward), parameter, updates)
+
+
+def cpu_step(graph: TaskGraph) -> tuple[TaskGraph, list[str]]:
+    """``graph`` with its optimizer updates on the CPU, and its vertices in the order an eager
+    training loop runs them: each iteration's GPU work, then its updates (in the order the
+    forward first reads their weights, the optimizer's parameter order)."""
+    step = step_of(graph)
+    moved = set(step.updates)
+    placed = TaskGraph(name=graph.name, meta=dict(graph.meta))
+    first: dict[str, int] = {}                       # tensor -> its first reader's position
+    for i, t in enumerate(graph):
+        placed.add(on_cpu(t) if t.id in moved else t)
+        for u in t.inputs:
+            first.setdefault(u, i)
+    order = list(graph.tasks)
+    position = {t: i for i, t in enumerate(order)}
+
+    def key(t: str) -> tuple[int, int, int]:
+        if t not in moved:
+            return step.iteration[t], 0, position[t]
+        weight = step.parameter.get(graph[t].inputs[0], graph[t].inputs[0])
+        return step.iteration[t], 1, first.get(weight, position[t])
+    schedule = sorted((t for t in order if graph[t].kind != "input"), key=key)
+    return placed, schedule

@@ -43,10 +43,9 @@ from ...core.machine import Machine
 from ...core.memgraph import MemGraph
 from ...core.ops import DTYPES, UPDATE_OPS
 from ...core.taskgraph import TaskGraph
-from ..cotrain import on_cpu
 from ..registry import Hooks, Options, option, register
 from .emit import Emitter
-from .step import step_of
+from .step import cpu_step, step_of
 
 NAME = "zero-offload"
 
@@ -71,30 +70,6 @@ def applies(graph: TaskGraph) -> None:
     if not step_of(graph).updates:
         raise PlanError(f"{NAME} plans training steps: TaskGraph {graph.name!r} has no "
                         f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
-
-
-def cpu_step(graph: TaskGraph) -> tuple[TaskGraph, list[str]]:
-    """``graph`` with its optimizer updates on the CPU, and its vertices in the order an eager
-    training loop runs them: each iteration's GPU work, then its updates (in the order the
-    forward first reads their weights, the optimizer's parameter order)."""
-    step = step_of(graph)
-    moved = set(step.updates)
-    placed = TaskGraph(name=graph.name, meta=dict(graph.meta))
-    first: dict[str, int] = {}                       # tensor -> its first reader's position
-    for i, t in enumerate(graph):
-        placed.add(on_cpu(t) if t.id in moved else t)
-        for u in t.inputs:
-            first.setdefault(u, i)
-    order = list(graph.tasks)
-    position = {t: i for i, t in enumerate(order)}
-
-    def key(t: str) -> tuple[int, int, int]:
-        if t not in moved:
-            return step.iteration[t], 0, position[t]
-        weight = step.parameter.get(graph[t].inputs[0], graph[t].inputs[0])
-        return step.iteration[t], 1, first.get(weight, position[t])
-    schedule = sorted((t for t in order if graph[t].kind != "input"), key=key)
-    return placed, schedule
 
 
 @register(NAME, ZeroOffloadOptions, applies=applies)
