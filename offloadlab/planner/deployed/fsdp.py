@@ -151,8 +151,10 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
             if options.limit_all_gathers and len(frees[gpu]) >= INFLIGHT:
                 after.append(frees[gpu].popleft())
             for u, _ in sorted(slots.get((unit_id, gpu, at), ())):
-                if (u, gpu) not in em.resident and u in em.host:
-                    em.load(u, gpu, after)
+                if u in em.host:                    # held unsharded to the window's end
+                    if (u, gpu) not in em.resident:
+                        em.load(u, gpu, after)
+                    em.held.add((u, gpu))
         em.run(t)
         r = grad_of.get(t)
         if r is not None and task.out_device != HOST:
@@ -161,6 +163,7 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
         for w in ends.get(i, ()):                   # post-forward / post-backward: reshard
             unit_id, gpu, at, backward = w
             for slot in slots.get((unit_id, gpu, at), ()):
+                em.held.discard(slot)
                 if slot in em.resident and slot[0] in em.host and slot[0] not in em.kept:
                     em.free(slot)
             frees[gpu].append(t)
