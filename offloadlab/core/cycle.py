@@ -161,28 +161,30 @@ class TrainingChain:
         the paper's order: G_i (dw_i from a^{i-1} and δ^i), B_i (δ^{i-1} from δ^i and w_i)
         and the update w_i (adam_update of w_i with dw_i), taking ``uB/2``, ``uB/2`` and 0
         seconds.  The initial weights (w_i of iteration 0) live in host RAM, each batch on
-        the GPU.
+        the GPU.  Categories: w_i weights, the batch and F_i activations, G_i and B_i
+        gradients.
         """
         if iterations <= 0:
             raise SpecError(f"{self.name}: iterations must be positive, got {iterations}")
         v = self.vertex
         g = TaskGraph(name=self.name, meta={"chain": self.to_dict(), "iterations": iterations})
         for i in range(1, self.L + 1):
-            g.add_input(v("w", i, 0), self.w[i - 1])
+            g.add_input(v("w", i, 0), self.w[i - 1], category="weights")
         for t in range(1, iterations + 1):
-            g.add_input(self.activation(0, t), self.batch, home=gpu)
+            g.add_input(self.activation(0, t), self.batch, home=gpu, category="activations")
             for i in range(1, self.L + 1):
                 g.add_compute(v("F", i, t), "layer_forward",
                               [self.activation(i - 1, t), v("w", i, t - 1)], gpu, self.a[i - 1],
-                              time=self.uF[i - 1])
+                              time=self.uF[i - 1], category="activations")
             for i in range(self.L, 0, -1):
                 delta, half = self.delta(i, t), self.uB[i - 1] / 2
                 g.add_compute(v("G", i, t), "weight_grad", [self.activation(i - 1, t), delta],
-                              gpu, self.w[i - 1], time=half)
+                              gpu, self.w[i - 1], time=half, category="gradients")
                 g.add_compute(v("B", i, t), "layer_backward", [delta, v("w", i, t - 1)], gpu,
-                              max(self.a[i - 2], 1) if i > 1 else self.batch, time=half)
+                              max(self.a[i - 2], 1) if i > 1 else self.batch, time=half,
+                              category="gradients")
                 g.add_compute(v("w", i, t), "adam_update", [v("w", i, t - 1), v("G", i, t)],
-                              gpu, self.w[i - 1], time=0.0)
+                              gpu, self.w[i - 1], time=0.0, category="weights")
         return g
 
     def unrolled_size(self, iterations: int) -> int:

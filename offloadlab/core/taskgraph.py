@@ -15,6 +15,8 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, overload
 
+from msgspec import UNSET, UnsetType
+
 from . import nodelink
 from .checks import (
     INF,
@@ -32,6 +34,19 @@ from .ops import DTYPES, OPS, op_problem
 from .util import no_gc
 
 KINDS = ("input", "compute", "transfer")
+CATEGORIES = ("weights", "activations", "gradients", "optimizer_state", "workspace")
+"""What a vertex's tensor is in a training step or an inference (issue 45; the split of GPU
+memory the ZeRO and Gemini papers draw): a model's parameters and buffers (and their updated
+versions), the forward pass's tensors, the backward pass's (gradients of weights and of
+activations alike), an optimizer's moments, and scratch a step rebuilds and drops (a layer's
+forward recomputed under checkpointing).  A batch (the model's inputs and labels) counts as
+activations: it is the first activation a^0 of the chain (Beaumont et al., Sec. 3), saved for
+the backward like any other, and the deployed activation-offloading schemes treat a saved
+input as they treat every saved tensor."""
+UNKNOWN = UNSET
+"""A vertex's category when its builder does not know it (msgspec's ``UNSET``: a file and
+:meth:`TaskGraph.content_hash` leave the field out, so a graph's files and hash are those of a
+graph without categories)."""
 HASH_BLOCK = 10_000      # vertices encoded at a time by TaskGraph.content_hash
 
 
@@ -49,6 +64,7 @@ class Task:
     shape: tuple[int, ...] | None = None
     dtype: str = "float32"
     time: float | None = None   # profiled seconds; overrides the cost model when set
+    category: str | UnsetType = UNKNOWN     # one of CATEGORIES; an annotation, not hashed
 
     @property
     def out_device(self) -> str:
@@ -87,25 +103,28 @@ class TaskGraph:
 
     def add_input(self, id: str, bytes: int, home: str = HOST, *,
                   shape: tuple[int, ...] | None = None, dtype: str = "float32",
-                  time: float | None = None) -> Task:
+                  time: float | None = None, category: str | UnsetType = UNKNOWN) -> Task:
         """An input vertex ``id`` of ``bytes`` bytes living on ``home`` before the run."""
-        return self.add(Task(id, "input", home, bytes, shape=shape, dtype=dtype, time=time))
+        return self.add(Task(id, "input", home, bytes, shape=shape, dtype=dtype, time=time,
+                             category=category))
 
     def add_compute(self, id: str, op: str, inputs: Iterable[str], device: str, bytes: int,
                     flops: float = 0.0, *, shape: tuple[int, ...] | None = None,
-                    dtype: str = "float32", time: float | None = None) -> Task:
+                    dtype: str = "float32", time: float | None = None,
+                    category: str | UnsetType = UNKNOWN) -> Task:
         """A compute vertex ``id`` running ``op`` on ``device`` over ``inputs`` (in argument
         order) and writing ``bytes`` bytes."""
         return self.add(Task(id, "compute", device, bytes, tuple(inputs), op, flops, shape,
-                             dtype, time))
+                             dtype, time, category))
 
     def add_transfer(self, id: str, source: str, dst: str) -> Task:
-        """A transfer vertex ``id`` copying ``source``'s tensor to the GPU ``dst``."""
+        """A transfer vertex ``id`` copying ``source``'s tensor (and its category) to the GPU
+        ``dst``."""
         src = self.tasks.get(source)
         if src is None:
             raise GraphError(f"transfer {id!r}: source {source!r} is not a vertex of the graph")
         return self.add(Task(id, "transfer", f"{src.out_device}->{dst}", src.bytes, (source,),
-                             shape=src.shape, dtype=src.dtype))
+                             shape=src.shape, dtype=src.dtype, category=src.category))
 
     # -- queries ----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -188,6 +207,9 @@ class TaskGraph:
                                  f"{', '.join(DTYPES)}")
             if t.shape is not None:
                 _check_shape(t)
+            if t.category is not UNKNOWN and t.category not in CATEGORIES:
+                raise GraphError(f"vertex {t.id!r}: unknown category {short(t.category)}; "
+                                 f"known: {', '.join(CATEGORIES)} (or leave it out: unknown)")
             if kind != "compute" and t.op is not None:
                 raise GraphError(f"vertex {t.id!r}: only compute vertices have an op; this "
                                  f"{kind} vertex has op {short(t.op)} (use null)")
@@ -253,21 +275,18 @@ class TaskGraph:
 
     def content_hash(self) -> str:
         """``"sha256:"`` and the hex digest of the TaskGraph's attributes (less its name) and its
-        vertices in order, each with all its fields (its inputs: the edges), as MessagePack,
-        ``flops`` and ``time`` as floats as a file gives them back.  A planner records it in
+        vertices in order, each with all its fields (its inputs: the edges) but its category (an
+        annotation), as MessagePack, ``flops`` and ``time`` as floats as a file gives them
+        back.  A planner records it in
         the MemGraph (``graph.taskgraph_hash``); the same TaskGraph read back from its file
         hashes the same.  Encoded a block of vertices at a time, so it holds no copy of the
         graph."""
         import msgspec
         tasks = list(self.tasks.values())
-        if not ({*map(type, map(attrgetter("flops"), tasks))} <= {float}
-                and {*map(type, map(attrgetter("time"), tasks))} <= {float, type(None)}):
-            tasks = [replace(t, flops=float(t.flops),
-                             time=None if t.time is None else float(t.time)) for t in tasks]
         encode = msgspec.msgpack.Encoder(enc_hook=builtin_number).encode
         digest = hashlib.sha256(encode(self.meta))
         for at in range(0, len(tasks), HASH_BLOCK):
-            digest.update(encode(tasks[at:at + HASH_BLOCK]))
+            digest.update(encode(_hashed(tasks[at:at + HASH_BLOCK])))
         return "sha256:" + digest.hexdigest()
 
     @classmethod
@@ -352,9 +371,21 @@ class TaskGraph:
                 n.id, n.kind, n.device, n.bytes,
                 tuple(edge_inputs.get(n.id, ()) if n.inputs is None else n.inputs), n.op,
                 0.0 if n.flops is None else n.flops, None if n.shape is None else tuple(n.shape),
-                n.dtype or "float32", n.time)
+                n.dtype or "float32", n.time,
+                UNKNOWN if n.category is None else n.category)
         g._link(edge_inputs, "")
         return g
+
+
+def _hashed(tasks: list[Task]) -> list[Task]:
+    """``tasks`` as :meth:`TaskGraph.content_hash` encodes them: ``flops`` and ``time`` as
+    floats, and no category (copies only where one differs)."""
+    if {*map(type, map(attrgetter("flops"), tasks))} <= {float} and \
+            {*map(type, map(attrgetter("time"), tasks))} <= {float, type(None)} and \
+            {*map(attrgetter("category"), tasks)} <= {UNKNOWN}:
+        return tasks
+    return [replace(t, flops=float(t.flops), time=None if t.time is None else float(t.time),
+                    category=UNKNOWN) for t in tasks]
 
 
 def device_problem(kind: str, device: str) -> str | None:
@@ -437,6 +468,7 @@ def _read_task(n: object, where: str, edge_inputs: dict[str, list[str]]) -> Task
             raise GraphError(f"{where}: vertex {nid!r}: shape must be a list of integers >= 0, "
                              f"got {short(shape)}")
         shape = tuple(shape)
+    category: Any = n.get("category")
     return Task(nid, n.get("kind"), n.get("device"), n.get("bytes"),  # type: ignore[arg-type]
                 tuple(map(str, inputs)), n.get("op"), flops, shape, n.get("dtype") or "float32",
-                n.get("time"))
+                n.get("time"), UNKNOWN if category is None else category)

@@ -119,6 +119,7 @@ class TaskRecord(msgspec.Struct):
     shape: list[Int64] | None = None
     dtype: str | None = None
     time: Int64 | float | None = None
+    category: str | None = None
 
 
 class TaskEdgeRecord(msgspec.Struct):

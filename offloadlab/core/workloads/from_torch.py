@@ -44,6 +44,10 @@ A training step (``train=True``) traces the forward pass, the loss (``mean`` of 
 update vertex per trainable weight (``adam_update`` or ``sgd_update`` reading the weight and
 its gradient, ``mix`` when the gradient's vertex does not hold exactly the weight's shape) just
 after its gradient is complete.
+
+Each vertex's category (:data:`~offloadlab.core.taskgraph.CATEGORIES`): parameters, buffers,
+constants, their new versions and the updates are weights; the user's inputs and target and the
+forward pass's vertices activations; the backward pass's gradients.
 """
 
 from __future__ import annotations
@@ -158,6 +162,7 @@ class _Traced:
     gm: fx.GraphModule
     names: list[str]
     grads: dict[fx.Node, list[str]]
+    state: frozenset[str] = frozenset()     # the placeholders that are parameters or buffers
 
 
 def _trace(module: torch.nn.Module, data: list[torch.Tensor], target: torch.Tensor | None,
@@ -218,7 +223,7 @@ def _trace(module: torch.nn.Module, data: list[torch.Tensor], target: torch.Tens
         for weight, node in zip(trainable, output.args[0][1]):
             if node is not None:
                 grads.setdefault(node, []).append(weight)
-    return _Traced(gm, names, grads)
+    return _Traced(gm, names, grads, frozenset(state))
 
 
 def _loss(out: Any, loss: str, target: torch.Tensor | None) -> torch.Tensor:
@@ -300,9 +305,11 @@ class _Converter:
         first read."""
         vertex = self.current[base]
         val = self.unread.pop(vertex, None)
-        if val is not None:
+        if val is not None:     # a get_attr constant is part of the model, like a buffer
             self.g.add_input(vertex, _nbytes([val]), home=HOST, shape=tuple(val.shape),
-                             dtype=_dtype_name(val, f"input {vertex!r}"))
+                             dtype=_dtype_name(val, f"input {vertex!r}"),
+                             category="weights" if vertex in self.traced.state or vertex
+                             not in self.traced.names else "activations")
         return vertex
 
     def _copied(self, node: fx.Node) -> tuple[str, Any]:
@@ -377,7 +384,7 @@ class _Converter:
             shape = tuple(single.shape)
         flops = _flops(node, val) if known else float(sum(t.numel() for t in tensors))
         self.g.add_compute(node.name, op, inputs, DEVICE, _nbytes(tensors), flops=flops,
-                           shape=shape, dtype=dtype)
+                           shape=shape, dtype=dtype, category=self._category(node, written))
         self.holds[node.name] = single
         self.current[node.name] = node.name
         for a in written:
@@ -389,6 +396,14 @@ class _Converter:
         else:
             self.refs[node] = _Ref(node.name, val)
 
+    def _category(self, node: fx.Node, written: list[fx.Node]) -> str:
+        """A vertex writing a new version of a parameter or buffer (a BatchNorm's running
+        statistics) holds weights; else the forward pass's vertices hold activations and the
+        backward pass's (after the loss: ``meta["forward"]`` is set) gradients."""
+        if any(self.refs[a].base in self.traced.state for a in written):
+            return "weights"
+        return "gradients" if "forward" in self.g.meta else "activations"
+
     def _update(self, weight: str, grad: fx.Node) -> None:
         """One optimizer step on ``weight`` from ``grad``, just after the gradient is done."""
         w = self.holds[weight]
@@ -396,7 +411,8 @@ class _Converter:
         vertex, exact = self._read(grad)
         self.g.add_compute(f"{weight}@updated", self.update_op if exact else "mix",
                            [weight, vertex], DEVICE, _nbytes([w]), flops=float(w.numel()),
-                           shape=tuple(w.shape), dtype=_dtype_name(w, f"weight {weight!r}"))
+                           shape=tuple(w.shape), dtype=_dtype_name(w, f"weight {weight!r}"),
+                           category="weights")
 
 
 def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]

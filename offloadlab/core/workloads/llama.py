@@ -115,20 +115,29 @@ class LlamaBuilder:
         self.shapes: dict[str, Shape] = {}
 
     # -- vertices ---------------------------------------------------------------------
-    def weight(self, id: str, shape: Shape, dtype: str | None = None) -> str:
-        """A host-resident input, added on first use."""
+    def weight(self, id: str, shape: Shape, dtype: str | None = None,
+               category: str = "weights") -> str:
+        """A host-resident input, added on first use: a weight unless ``category`` (a batch's
+        tokens and labels are activations)."""
         if id not in self.g.tasks:
             dtype = dtype or self.dtype
-            self.g.add_input(id, math.prod(shape) * DTYPES[dtype], shape=shape, dtype=dtype)
+            self.g.add_input(id, math.prod(shape) * DTYPES[dtype], shape=shape, dtype=dtype,
+                             category=category)
             self.shapes[id] = shape
         return id
+
+    def category(self, id: str, op: str) -> str:
+        """The category of compute vertex ``id`` running ``op``: here every one is an
+        activation (the LoRA builder's backward adds others)."""
+        return "activations"
 
     def compute(self, id: str, op: str, inputs: list[str], gpu: int, shape: Shape,
                 dtype: str | None = None) -> str:
         dtype = dtype or self.dtype
         flops = op_flops(op, shape, [self.shapes[u] for u in inputs])
         self.g.add_compute(id, op, inputs, gpu_name(gpu), math.prod(shape) * DTYPES[dtype],
-                           flops=flops, shape=shape, dtype=dtype)
+                           flops=flops, shape=shape, dtype=dtype,
+                           category=self.category(id, op))
         self.shapes[id] = shape
         return id
 
@@ -167,7 +176,7 @@ class LlamaBuilder:
         x: dict[int, str] = {}            # row block -> residual stream, on its owner
         xn: dict[int, list[str]] = {}     # row block -> normalised input, per GPU
         for r, (_, i) in enumerate(self.rows):
-            ids = self.weight(f"tokens.b{r}", (self.sizes[i],), "int32")
+            ids = self.weight(f"tokens.b{r}", (self.sizes[i],), "int32", "activations")
             x[r] = self.compute(f"embed.b{r}", "embedding",
                                 [ids, self.weight("embed", (self.c.vocab, self.c.dim))],
                                 self.owner(r), (self.sizes[i], self.c.dim))

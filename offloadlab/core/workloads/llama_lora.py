@@ -73,6 +73,16 @@ class _LoraBuilder(LlamaBuilder):
                            loss="cross_entropy")
         self.grads: dict[str, list[str]] = defaultdict(list)    # adapter -> gradient parts
 
+    def category(self, id: str, op: str) -> str:
+        """Forward vertices are activations, backward ones gradients, but a layer's forward
+        recomputed under checkpointing (``re.L...``: scratch the backward drops) is workspace
+        and an optimizer update writes a weight."""
+        if op == self.update:
+            return "weights"
+        if id.startswith("re."):
+            return "workspace"
+        return "gradients" if "forward" in self.g.meta else "activations"
+
     # -- adapters -----------------------------------------------------------------------
     def adapter_a(self, layer: int, kind: str, g: int) -> str:
         """``A`` (rank, in) of projection ``kind``: one per layer, the down projection's
@@ -136,7 +146,7 @@ class _LoraBuilder(LlamaBuilder):
             logits[r] = self.compute(f"logits.b{r}", "linear",
                                      [final, self.weight("lm_head", (c.vocab, c.dim))], owner,
                                      (self.sizes[i], c.vocab))
-            labels[r] = self.weight(f"labels.b{r}", (self.sizes[i],), "int32")
+            labels[r] = self.weight(f"labels.b{r}", (self.sizes[i],), "int32", "activations")
             part = self.compute(f"loss.b{r}", op_call("cross_entropy", tokens=tokens),
                                 [logits[r], labels[r]], owner, (1,))
             parts.append(part if owner == 0 else self.send(part, 0))

@@ -1,0 +1,138 @@
+"""The anatomy of a training step: which vertices of a TaskGraph are its forward and backward
+passes, the activations the backward reads (the tensors activation offloading moves), the
+weights, gradients, optimizer state and updates (issue 45; the saved-tensor view of PyTorch's
+autograd).  The functions a planner of a training step calls.
+
+The forward pass is the first ``meta["forward"]`` compute vertices where the builder says so
+(``llama-lora-train``, ``import-torch --train``), the ``layer_forward`` vertices of an unrolled
+training chain (``meta["chain"]``: ``training-chain``, ``gpt2-train``), else the compute
+vertices whose category is ``activations``.  The backward pass is every later compute vertex
+(a layer's forward recomputed under checkpointing included) but the optimizer updates: the
+``adam_update``/``sgd_update`` vertices and, where categories are known, the backward's
+vertices that write weights.  Categories come from the TaskGraph where present; where not, from
+this structure (:func:`category`); the batch (inputs whose category is ``activations``) only
+from its category, as nothing in the structure tells it from a frozen weight.
+
+A TaskGraph has no views: a view or alias of a tensor (PyTorch's ``view``, ``t``, ``expand``)
+is read as the vertex holding its storage (:mod:`.workloads.from_torch`), so a saved view is
+its base's vertex, saved once.  The forward pass's outputs (the loss, and on a training chain
+the last layer's output, from which the backward starts) are the forward tensors no forward
+vertex reads: the step returns them rather than saving them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import GraphError
+from .ops import UPDATE_OPS
+from .taskgraph import UNKNOWN, TaskGraph
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """The parts of a training step, each a list of vertex ids in insertion order."""
+
+    forward: list[str]
+    backward: list[str]
+    updates: list[str]
+    saved: list[str]         # forward tensors a backward vertex reads, but the outputs
+    outputs: list[str]       # forward tensors no forward vertex reads (the loss, ...)
+    weights: list[str]
+    gradients: list[str]
+    optimizer_state: list[str]
+
+
+def forward(graph: TaskGraph) -> list[str]:
+    """The forward pass's compute vertices; a :class:`GraphError` when the graph says nothing
+    that tells (no ``meta["forward"]``, no training chain, no categories)."""
+    compute = [t for t in graph if t.kind == "compute"]
+    if "forward" in graph.meta:
+        return [t.id for t in compute[:graph.meta["forward"]]]
+    if "chain" in graph.meta:
+        return [t.id for t in compute if t.op == "layer_forward"]
+    if any(t.category is not UNKNOWN for t in compute):
+        return [t.id for t in compute if t.category == "activations"]
+    raise GraphError(f"TaskGraph {graph.name!r} does not say where its forward pass ends "
+                     f"(no meta 'forward', training chain or categories)")
+
+
+def updates(graph: TaskGraph) -> list[str]:
+    """The optimizer updates: ``adam_update``/``sgd_update`` vertices, and backward vertices
+    writing weights (an update ``import-torch`` could only trace as ``mix``)."""
+    ahead = set(forward(graph))
+    return [t.id for t in graph if t.kind == "compute" and t.id not in ahead
+            and (t.op in UPDATE_OPS or t.category == "weights")]
+
+
+def backward(graph: TaskGraph) -> list[str]:
+    """The backward pass's compute vertices: those after the forward pass but the updates."""
+    skip = {*forward(graph), *updates(graph)}
+    return [t.id for t in graph if t.kind == "compute" and t.id not in skip]
+
+
+def _read_by(graph: TaskGraph, vertices: set[str]) -> set[str]:
+    """The vertices one of ``vertices`` reads, directly or through transfers (copies)."""
+    found: set[str] = set()
+    succ = graph.succ
+    for t in reversed(graph.tasks.values()):
+        if any(r in vertices or (r in found and graph[r].kind == "transfer") for r in succ[t.id]):
+            found.add(t.id)
+    return found
+
+
+def forward_tensors(graph: TaskGraph) -> list[str]:
+    """The forward pass's tensors: its compute vertices, the batch (inputs whose category is
+    ``activations``) and the transfers copying either to a forward vertex on another GPU."""
+    ahead = set(forward(graph))
+    read = _read_by(graph, ahead)
+    found: set[str] = set()
+    for t in graph:
+        if t.id in ahead or (t.kind == "input" and t.category == "activations") or (
+                t.kind == "transfer" and t.inputs[0] in found and t.id in read):
+            found.add(t.id)
+    return [t for t in graph.tasks if t in found]
+
+
+def saved(graph: TaskGraph) -> tuple[list[str], list[str]]:
+    """The saved activations (forward tensors a backward vertex reads, directly or through a
+    transfer the backward makes, less the outputs) and the forward pass's outputs (forward
+    tensors but copies that no forward vertex reads)."""
+    tensors = forward_tensors(graph)
+    ahead, later = set(forward(graph)), set(backward(graph))
+    in_forward, in_backward = _read_by(graph, ahead), _read_by(graph, later)
+    outputs = [v for v in tensors if graph[v].kind != "transfer" and v not in in_forward]
+    last = set(outputs)
+    return [v for v in tensors if v not in last and v in in_backward], outputs
+
+
+def category(graph: TaskGraph) -> dict[str, str | None]:
+    """Each vertex's category: the TaskGraph's where it has one; else by structure (an update
+    and the weight it reads: weights; the forward's tensors: activations; the backward's:
+    gradients; a transfer: its source's), or None where neither tells (an input that no update
+    reads, in a graph without categories)."""
+    ahead, behind = set(forward_tensors(graph)), set(backward(graph))
+    changed = set(updates(graph))
+    trained = {graph[u].inputs[0] for u in changed if graph[u].inputs}
+    found: dict[str, str | None] = {}
+    for t in graph:
+        found[t.id] = t.category if isinstance(t.category, str) else (
+            "weights" if t.id in changed or t.id in trained else
+            "activations" if t.id in ahead else "gradients" if t.id in behind else
+            found[t.inputs[0]] if t.kind == "transfer" else None)
+    return found
+
+
+def training_step(graph: TaskGraph) -> TrainingStep:
+    """The anatomy of ``graph`` as a training step; a :class:`GraphError` (one line) if it is
+    not one: no forward pass it can find, no backward pass, or no saved activation."""
+    ahead, behind = forward(graph), backward(graph)
+    if not ahead or not behind:
+        raise GraphError(f"TaskGraph {graph.name!r} is not a training step: "
+                         f"{len(ahead)} forward and {len(behind)} backward vertices")
+    keep, outputs = saved(graph)
+    cats = category(graph)
+    return TrainingStep(ahead, behind, updates(graph), keep, outputs,
+                        [v for v, c in cats.items() if c == "weights"],
+                        [v for v, c in cats.items() if c == "gradients"],
+                        [v for v, c in cats.items() if c == "optimizer_state"])
