@@ -170,6 +170,7 @@ def test_fsdp_units_are_loaded_for_the_forward_and_again_for_the_backward():
         if v.kind == "load":
             counts[v.of] = counts.get(v.of, 0) + 1
     assert max(counts.values()) == 2 and sum(c == 2 for c in counts.values()) > len(counts) / 2
+    assert counts["input"] == counts["target"] == 1     # the batch is no unit's parameter
     assert sum(_compute_before(mg, v.id) for v in mg if v.kind == "load") > 2
     updates = set(step_of(graph).updates)
     assert {v.id for v in mg if v.device == "cpu"} == updates

@@ -13,9 +13,10 @@ Model (:class:`~.emit.Emitter`): each GPU runs its vertices in program order; a 
 host-resident input) is loaded on demand, after the GPU's previous vertex and before the
 vertex that reads it, and dropped after its module's forward, i.e. after its last reader.  In
 a training step autograd keeps the copy a forward operator saved for its backward, so a weight
-the backward reads stays on the GPU until then; under activation checkpointing (the
-TaskGraph's ``meta["checkpoint"]``) the recomputed forward calls the module again, so the
-weight is dropped after the forward pass and loaded again by its first backward reader.
+the backward reads stays on the GPU until then; under activation checkpointing (a backward
+that recomputes the forward: vertices of category ``workspace``) the recomputed forward calls
+the module again, so the weight is dropped after the forward pass and loaded again by its
+first backward reader.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def accelerate_offload(graph: TaskGraph, machine: Machine, options: Options,
     dropped after it (kept for the backward where autograd saved them)."""
     schedule = [t for t in serial_order(graph, "given") if graph[t].kind != "input"]
     em = Emitter(NAME, graph, machine, schedule)
-    drops = _recomputed(graph, em) if graph.meta.get("checkpoint") is True else {}
+    drops = _recomputed(graph, em)
     for i, t in enumerate(schedule):
         em.run(t)
         for slot in drops.get(i, ()):
@@ -65,10 +66,13 @@ def accelerate_offload(graph: TaskGraph, machine: Machine, options: Options,
 
 
 def _recomputed(graph: TaskGraph, em: Emitter) -> dict[int, list[Slot]]:
-    """Under activation checkpointing: for each position, the weights whose forward pass
-    ends there and that the backward reads again (through the recomputed forward)."""
+    """Under activation checkpointing (a backward vertex of category ``workspace``: the
+    forward recomputed): for each position, the weights whose forward pass ends there and that
+    the backward reads again."""
     backward = step_of(graph).backward
     drops: dict[int, list[Slot]] = {}
+    if not any(graph[t].category == "workspace" for t in backward):
+        return drops
     for slot, positions in em.readers.items():
         if graph[slot[0]].kind != "input" or graph[slot[0]].device != HOST:
             continue

@@ -16,10 +16,10 @@ it and copies the unit's gradient to host RAM on the post-backward stream.  With
 ``limit_all_gathers`` an unshard first waits for the free two frees back (at most two units
 in flight).  ``optimizer.step()`` then runs on the CPU, where the parameters are.
 
-Model (:class:`~.emit.Emitter`): units are the parameters (host-resident inputs, with the
-versions optimizer updates write) packed in the order the program first reads them, a unit
-closed once it holds ``min_num_params`` elements (``size_based_auto_wrap_policy`` wraps a
-module once its not yet wrapped parameters reach that many); the rest is the root, loaded
+Model (:class:`~.emit.Emitter`): units are the parameters (host-resident inputs but the
+batch, with the versions optimizer updates write) packed in the order the program first reads
+them, a unit closed once it holds ``min_num_params`` elements (``size_based_auto_wrap_policy``
+wraps a module once its not yet wrapped parameters reach that many); the rest is the root, loaded
 before the first vertex and kept to the end of the backward.  Per iteration and pass, a unit's
 window runs from the first vertex reading one of its parameters (or writing one of their
 gradients, in the backward) to the last: before it, each of the unit's parameters is loaded

@@ -1,12 +1,14 @@
-"""What the deployed schemes need to know of a training step beyond the TaskGraph's vertices:
-which vertex belongs to which iteration and pass, which weights are versions of one
-parameter, and the CPU-movable optimizer updates."""
+"""What the deployed schemes need to know of a training step beyond its anatomy
+(:mod:`offloadlab.core.anatomy`): which iteration each vertex belongs to, which tensors are
+versions of one parameter, and the optimizer updates that may run on the CPU."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...core import anatomy
 from ...core.devices import HOST, is_gpu
+from ...core.errors import GraphError
 from ...core.ops import UPDATE_OPS
 from ...core.taskgraph import TaskGraph
 from ..cotrain import on_cpu
@@ -17,10 +19,11 @@ class Step:
     """The parts of a TaskGraph the schemes act on.
 
     ``iteration``: each non-input vertex's iteration (1 unless the graph unrolls several);
-    ``backward``: the non-input vertices after their iteration's forward pass and loss;
-    ``parameter``: each parameter tensor (a host-resident weight, or the new version an
-    optimizer update writes) mapped to its first version, the host input; ``updates``: the
-    optimizer updates (``adam_update``/``sgd_update``) on a GPU, which may run on the CPU."""
+    ``backward``: the compute vertices after the forward pass (the backward pass and the
+    updates; none in a graph with no training step); ``parameter``: each parameter tensor (a
+    host-resident weight, or a new version an update writes) mapped to its first version, the
+    host input; ``updates``: the optimizer updates (``adam_update``/``sgd_update``) on a GPU,
+    which the verifier lets run on the CPU."""
 
     iteration: dict[str, int]
     backward: frozenset[str]
@@ -29,37 +32,29 @@ class Step:
 
 
 def step_of(graph: TaskGraph) -> Step:
-    """The :class:`Step` of ``graph``: an unrolled training chain (``meta["chain"]``) by its
-    vertices' names (``F1@2``: iteration 2), whose backward vertices are ``G``, ``B`` and the
-    updates ``w``; any other graph one iteration whose forward pass is its first
-    ``meta["forward"]`` compute vertices (all of them if it does not say)."""
-    iteration: dict[str, int] = {}
-    backward: set[str] = set()
+    """The :class:`Step` of ``graph``.  Iterations: an unrolled training chain's
+    (``meta["chain"]``) by its vertices' names (``F1@2``: iteration 2), else one.  The forward
+    pass and the weights: :mod:`offloadlab.core.anatomy`'s (every compute vertex is forward in
+    a graph that does not say; an input of unknown category counts as a weight, only the batch
+    is known not to be one)."""
     chain = "chain" in graph.meta
-    forward = graph.meta.get("forward")
-    seen = 0
-    for t in graph:
-        if t.kind == "input":
-            continue
-        if chain:
-            kind, _, at = t.id.partition("@")
-            iteration[t.id] = int(at)
-            if kind[:1] in ("G", "B", "w"):
-                backward.add(t.id)
-            continue
-        iteration[t.id] = 1
-        if forward is not None and seen >= forward:
-            backward.add(t.id)
-        seen += t.kind == "compute"
-    parameter: dict[str, str] = {}
-    for t in graph:
-        if t.kind == "input" and t.device == HOST:
-            parameter[t.id] = t.id
-        elif t.kind == "compute" and t.op in UPDATE_OPS and t.inputs[0] in parameter:
-            parameter[t.id] = parameter[t.inputs[0]]
+    iteration = {t.id: int(t.id.partition("@")[2]) if chain else 1
+                 for t in graph if t.kind != "input"}
+    try:
+        ahead = set(anatomy.forward(graph))
+        backward = frozenset(t.id for t in graph if t.kind == "compute" and t.id not in ahead)
+        changed = anatomy.updates(graph)
+    except GraphError:                              # no training step: all forward
+        backward, changed = frozenset(), []
+    category = anatomy.category(graph) if backward else {}
+    parameter = {t.id: t.id for t in graph if t.kind == "input" and t.device == HOST
+                 and category.get(t.id) != "activations"}
+    for u in changed:
+        if graph[u].inputs and graph[u].inputs[0] in parameter:
+            parameter[u] = parameter[graph[u].inputs[0]]
     updates = tuple(t.id for t in graph if t.kind == "compute" and t.op in UPDATE_OPS
                     and is_gpu(t.device))
-    return Step(iteration, frozenset(backward), parameter, updates)
+    return Step(iteration, backward, parameter, updates)
 
 
 def cpu_step(graph: TaskGraph) -> tuple[TaskGraph, list[str]]:
