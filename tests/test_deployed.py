@@ -233,3 +233,21 @@ def test_list_shows_the_deployed_schemes(capsys):
     lines = [line for line in out.splitlines() if line.split()[:1] == ["zero-offload"]]
     assert "DeepSpeed ZeRO-Offload" in lines[0]
 
+
+
+@pytest.mark.parametrize("spec", ["zero-offload", "fsdp-cpu-offload:min_num_params=300000"])
+def test_a_cpu_vertex_reading_a_gpu_tensor_gets_it_copied_out(spec):
+    """A TaskGraph that already runs some updates on the CPU (CoTrain's placement): their
+    gradients, made on the GPU, are offloaded before them."""
+    from offloadlab.executor import taskgraph_of
+    chain = build_workload(CHAIN)
+    m = machine(chain)
+    graph = taskgraph_of(plan(chain, m, "cotrain:k=2"))
+    on_cpu = [t.id for t in graph if t.device == "cpu"]
+    assert on_cpu
+    mg = plan(graph, m, spec)
+    verify(mg, graph, m)
+    offloaded = {v.of for v in mg if v.kind == "offload"}
+    assert {graph[t].inputs[1] for t in on_cpu} <= offloaded
+    run = execute(mg, m, policy="random", seed=3, rate_limit=False, poison=True)
+    assert check_outputs(run.outputs, reference_outputs(graph)) is None

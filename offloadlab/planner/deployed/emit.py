@@ -72,6 +72,8 @@ class Emitter:
                 for u in dict.fromkeys(task.inputs):
                     self.readers.setdefault((u, task.read_device), []).append(i)
         self.kept = set(graph.outputs())
+        self.to_cpu = {u for t in graph if t.kind == "compute" and t.read_device == HOST
+                       for u in t.inputs}                # what CPU vertices read
         self.mg = MemGraph()
         self.memory = {gpu: GpuMemory(gpu, self.capacity) for gpu in machine.gpu_names()}
         self.used = dict.fromkeys(self.memory, 0)
@@ -141,11 +143,15 @@ class Emitter:
         inputs = []
         for u in task.inputs:
             if read == HOST:
-                source = self.host.get(u)
-                if source is None:
-                    raise PlanError(f"{self.name}: internal: {t!r} on the CPU reads {u!r}, "
-                                    f"which is not in host RAM")
-                inputs.append(source)
+                if u not in self.host:                  # a GPU's tensor: copied out first
+                    gpu = next((g for g in self.memory if (u, g) in self.resident), None)
+                    if gpu is None:
+                        raise PlanError(f"{self.name}: internal: {t!r} on the CPU reads "
+                                        f"{u!r}, which is neither in host RAM nor on a GPU")
+                    self.offload(u, gpu)
+                    if u not in self.kept and self.next_reader((u, gpu), self.at) is None:
+                        self.free((u, gpu))
+                inputs.append(self.host[u])
                 continue
             if (u, read) not in self.resident:
                 if u not in self.host:
@@ -173,12 +179,14 @@ class Emitter:
 
     def release(self, i: int) -> None:
         """After the vertex at position ``i``: free the copies it read or wrote that no later
-        vertex reads on their GPU (not the graph's outputs, nor those the scheme holds)."""
+        vertex reads on their GPU (not the graph's outputs, those the scheme holds, nor those
+        a CPU vertex reads before host RAM has them)."""
         task = self.g[self.schedule[i]]
         slots = [(u, task.read_device) for u in task.inputs] + [(task.id, task.out_device)]
         for slot in dict.fromkeys(slots):
             if slot in self.resident and slot not in self.held and slot[0] not in self.kept \
-                    and self.next_reader(slot, i) is None:
+                    and self.next_reader(slot, i) is None \
+                    and (slot[0] not in self.to_cpu or slot[0] in self.host):
                 self.free(slot)
 
     def next_reader(self, slot: Slot, i: int) -> int | None:

@@ -98,8 +98,9 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
     """PyTorch FSDP with CPUOffload(offload_params=True): each unit's parameters copied from
     host RAM for its forward and again for its backward and dropped after each, gradients
     copied to host RAM after each unit's backward, the optimizer step on the CPU."""
-    placed, schedule = cpu_step(graph)
     step = step_of(graph)
+    loop = cpu_step(graph, step)
+    placed, schedule = loop.placed, loop.order
     unit, root = units(graph, step, options.min_num_params)
     em = Emitter(NAME, placed, machine, schedule)
     updates = set(step.updates)
@@ -110,7 +111,7 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
         task = placed[t]
         if task.read_device == HOST:
             continue
-        iteration, backward = step.iteration[t], t in step.backward
+        iteration, backward = loop.iteration[t], t in step.backward
         for u in task.inputs:
             r = step.parameter.get(u)
             if r is not None:
@@ -136,8 +137,8 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
     offloads: list[str] = []                        # gradient copies the step waits for
     for i, t in enumerate(schedule):
         task = placed[t]
-        if step.iteration[t] != iteration:
-            iteration, stepping = step.iteration[t], False
+        if loop.iteration[t] != iteration:
+            iteration, stepping = loop.iteration[t], False
             stepped = [em.last[CPU]] if CPU in em.last else []
             for gpu in em.memory:
                 em.wait(gpu, stepped)

@@ -79,8 +79,9 @@ def zero_offload(graph: TaskGraph, machine: Machine, options: ZeroOffloadOptions
     GPU, gradients copied to host RAM by buckets during the backward, the optimizer step on
     the CPU after the backward, the updated weights copied back; dpu: the one-step delayed
     parameter update's overlap."""
-    placed, schedule = cpu_step(graph)
     step = step_of(graph)
+    loop = cpu_step(graph, step)
+    placed, schedule = loop.placed, loop.order
     em = Emitter(NAME, placed, machine, schedule)
     updates = set(step.updates)
     grads = {graph[u].inputs[1] for u in updates}
@@ -94,8 +95,8 @@ def zero_offload(graph: TaskGraph, machine: Machine, options: ZeroOffloadOptions
     iteration, stepping = 1, False
     for i, t in enumerate(schedule):
         task = placed[t]
-        if step.iteration[t] != iteration:           # the next iteration's first vertex
-            iteration, stepping = step.iteration[t], False
+        if loop.iteration[t] != iteration:           # the next iteration's first vertex
+            iteration, stepping = loop.iteration[t], False
             if not options.dpu:
                 for gpu in em.memory:
                     em.wait(gpu, copied)
