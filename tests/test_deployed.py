@@ -5,7 +5,12 @@ line, and execute to the reference under every dispatch policy."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_properties import SETTINGS
 
 from offloadlab.core.dispatch import POLICIES
 from offloadlab.core.errors import PlanError, SpecError
@@ -251,3 +256,28 @@ def test_a_cpu_vertex_reading_a_gpu_tensor_gets_it_copied_out(spec):
     assert {graph[t].inputs[1] for t in on_cpu} <= offloaded
     run = execute(mg, m, policy="random", seed=3, rate_limit=False, poison=True)
     assert check_outputs(run.outputs, reference_outputs(graph)) is None
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(layers=st.integers(1, 4), iterations=st.integers(1, 3), data=st.data(),
+       memory=st.integers(200_000, 6_000_000),
+       spec=st.sampled_from([s for name in DEPLOYED for s in SPECS[name]]))
+def test_random_chains_plan_within_memory_or_are_refused(layers, iterations, data, memory,
+                                                         spec):
+    """On random training chains and GPU sizes each scheme's plan verifies within the GPU, or
+    the scheme is refused as running out of memory, its peak above the GPU's bytes."""
+    sizes = st.integers(1, 64).map(lambda k: k * 8192)
+    w = ";".join(str(data.draw(sizes)) for _ in range(layers))
+    a = ";".join(str(data.draw(sizes)) for _ in range(layers))
+    uF = ";".join(["0.01"] * layers)
+    graph = build_workload(f"training-chain:w={w},a={a},uF={uF},uB={uF},"
+                           f"iterations={iterations}")
+    m = machine_from_spec(f"p100x4:gpus=1,gpu_memory={memory}")
+    try:
+        mg = plan(graph, m, spec)
+    except PlanError as exc:
+        found = re.search(r"runs out of memory on gpu0: it holds (\d+) bytes", str(exc))
+        assert found or "fragmented" in str(exc), str(exc)
+        assert found is None or int(found.group(1)) > memory
+        return
+    verify(mg, graph, m)
