@@ -281,3 +281,17 @@ def test_random_chains_plan_within_memory_or_are_refused(layers, iterations, dat
         assert found is None or int(found.group(1)) > memory
         return
     verify(mg, graph, m)
+
+
+def test_fsdp_unshards_the_updated_parameters_after_each_optimizer_step():
+    """On a 3-iteration chain with every parameter in the root: each iteration loads each
+    weight once, at its start, the updated ones once the CPU step has ended."""
+    graph = build_workload(CHAIN)
+    mg = plan(graph, machine(graph), "fsdp-cpu-offload")
+    loads = [v for v in mg if v.kind == "load"]
+    assert sorted(v.of for v in loads) == sorted(f"w{i}@{t}" for i in range(1, 5)
+                                                 for t in range(3))
+    for v in loads:
+        t = int(v.of.split("@")[1])
+        assert v.order < mg[f"F1@{t + 1}"].order
+        assert (t > 0) == any(mg[u].device == "cpu" for u in mg.pred[v.id])

@@ -121,13 +121,14 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
         r = grad_of.get(t)
         if r is not None and task.out_device != HOST:
             windows.setdefault((unit[r], task.out_device, iteration, True), []).append(i)
+    begins: dict[int, int] = {}                      # iteration -> its first position
+    for i, t in enumerate(schedule):
+        begins.setdefault(loop.iteration[t], i)
     starts: dict[int, list[Window]] = {}
     ends: dict[int, list[Window]] = {}
     for w, positions in windows.items():
-        if w[0] == root and not w[3]:
-            starts.setdefault(0, []).append(w)      # the root's pre-forward comes first
-        else:
-            starts.setdefault(positions[0], []).append(w)
+        root_forward = w[0] == root and not w[3]    # the root's pre-forward comes first
+        starts.setdefault(begins[w[2]] if root_forward else positions[0], []).append(w)
         if w[0] != root or w[3]:                    # the root is not freed after its forward
             ends.setdefault(positions[-1], []).append(w)
     grads: dict[tuple[int, str, int], list[str]] = {}

@@ -85,10 +85,9 @@ def zero_offload(graph: TaskGraph, machine: Machine, options: ZeroOffloadOptions
     em = Emitter(NAME, placed, machine, schedule)
     updates = set(step.updates)
     grads = {graph[u].inputs[1] for u in updates}
-    resident = sorted({slot: i for slot, positions in em.readers.items() for i in positions[:1]
-                       if placed[slot[0]].kind == "input" and placed[slot[0]].device == HOST
-                       }.items(), key=lambda item: item[1])
-    for (t, gpu), _ in resident:                     # the fp16 model on the GPU
+    host_inputs = [(positions[0], slot) for slot, positions in em.readers.items()
+                   if placed[slot[0]].kind == "input" and placed[slot[0]].device == HOST]
+    for _, (t, gpu) in sorted(host_inputs):         # the fp16 model (and batch) on the GPU
         em.load(t, gpu)
     bucket = _Buckets(em, options)
     copied: list[str] = []                           # the new weights' loads, this iteration
@@ -101,7 +100,7 @@ def zero_offload(graph: TaskGraph, machine: Machine, options: ZeroOffloadOptions
                 for gpu in em.memory:
                     em.wait(gpu, copied)
             copied = []
-        if t in updates and not stepping:     # the backward has ended: step()
+        if t in updates and not stepping:            # the backward has ended: step()
             stepping = True
             em.wait(CPU, bucket.flush_all()
                     + [last for device, last in em.last.items() if device != CPU])
@@ -145,7 +144,8 @@ class _Buckets:
         for move in moves:
             slot = (em.mg[move].of or "", gpu)
             em.held.discard(slot)
-            if slot in em.resident and em.next_reader(slot, em.at) is None:
+            if slot in em.resident and slot[0] not in em.kept \
+                    and em.next_reader(slot, em.at) is None:
                 em.free(slot)
         self.offloads += moves
 
