@@ -48,8 +48,8 @@ def applies(graph: TaskGraph) -> None:
 @register(NAME, Options, applies=applies)
 def accelerate_offload(graph: TaskGraph, machine: Machine, options: Options,
                        hooks: Hooks) -> MemGraph:
-    """Hugging Face Accelerate's cpu_offload (AlignDevicesHook with offload=True): each
-    module's weights are copied to its GPU just before its forward, with no prefetch, and
+    """Hugging Face Accelerate's cpu_offload (an offloading AlignDevicesHook on every module):
+    each module's weights are copied to its GPU just before its forward, with no prefetch, and
     dropped after it (kept for the backward where autograd saved them)."""
     schedule = [t for t in serial_order(graph, "given") if graph[t].kind != "input"]
     em = Emitter(NAME, graph, machine, schedule)

@@ -95,9 +95,10 @@ def units(graph: TaskGraph, step: Step, min_num_params: int) -> tuple[dict[str, 
 @register(NAME, FsdpOptions, applies=applies)
 def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
                      hooks: Hooks) -> MemGraph:
-    """PyTorch FSDP with CPUOffload(offload_params=True): each unit's parameters copied from
-    host RAM for its forward and again for its backward and dropped after each, gradients
-    copied to host RAM after each unit's backward, the optimizer step on the CPU."""
+    """PyTorch FSDP offloading its parameters (CPUOffload's offload_params): each unit's
+    parameters copied from host RAM for its forward and again for its backward and dropped
+    after each, gradients copied to host RAM after each unit's backward, the optimizer step on
+    the CPU."""
     step = step_of(graph)
     loop = cpu_step(graph, step)
     placed, schedule = loop.placed, loop.order
