@@ -73,8 +73,8 @@ def separation(graph: TaskGraph, machine: Machine, by_layer: list[list[str]]) ->
     backward = _backward(graph)
     per_layer = len(by_layer)
     t_bwd = sum(machine.task_seconds(graph, graph[t]) for t in backward) / per_layer
-    on_cpu = [_on_cpu(graph[u]) for layer in by_layer for u in layer[:1]]
-    t_update = sum(machine.task_seconds(graph, t) for t in on_cpu) / per_layer
+    moved = [on_cpu(graph[u]) for layer in by_layer for u in layer[:1]]
+    t_update = sum(machine.task_seconds(graph, t) for t in moved) / per_layer
     if t_update <= 0:
         return 0                                   # free on the CPU: update everything there
     return min(per_layer, math.ceil((t_bwd + t_update) / (2 * t_update)))
@@ -91,7 +91,7 @@ def _backward(graph: TaskGraph) -> list[str]:
                     f"ends (meta['forward']); give k=")
 
 
-def _on_cpu(t: Task) -> Task:
+def on_cpu(t: Task) -> Task:
     """An update vertex moved to the CPU, priced there by its flop per element."""
     elements = t.bytes // DTYPES[t.dtype]
     assert t.op is not None
@@ -109,7 +109,7 @@ def cotrain(graph: TaskGraph, machine: Machine, options: CoTrainOptions,
     moved = {u for layer in by_layer[k:] for u in layer}
     placed = TaskGraph(name=graph.name, meta=dict(graph.meta))
     for t in graph:
-        placed.add(_on_cpu(t) if t.id in moved else t)
+        placed.add(on_cpu(t) if t.id in moved else t)
     mg = plan_once(placed, machine, BuildMemGraphOptions(order=placed.topological_order()),
                    hooks)
     mg.graph.update(options={"k": k}, cpu_updates=sorted(moved))

@@ -1,0 +1,82 @@
+"""Hugging Face Accelerate's CPU offload, registered as ``accelerate-offload``.
+
+Source: huggingface/accelerate@16cb6eb80dd9aa8b4df1a63ef57863e455d53b83,
+``src/accelerate/big_modeling.py`` (``cpu_offload``) and ``src/accelerate/hooks.py``
+(``attach_align_device_hook``, ``AlignDevicesHook``).  ``cpu_offload(model)`` keeps the state
+dict in host RAM and attaches an ``AlignDevicesHook(offload=True)`` to every module with
+direct parameters: its ``pre_forward`` copies the module's weights to the execution device
+(``set_module_tensor_to_device(..., value=weights_map[name])``, a blocking copy on the
+compute stream, nothing fetched ahead) and its ``post_forward`` drops them (sets them to the
+``meta`` device); the top-level hook moves the inputs to the execution device.
+
+Model (:class:`~.emit.Emitter`): each GPU runs its vertices in program order; a weight (any
+host-resident input) is loaded on demand, after the GPU's previous vertex and before the
+vertex that reads it, and dropped after its module's forward, i.e. after its last reader.  In
+a training step autograd keeps the copy a forward operator saved for its backward, so a weight
+the backward reads stays on the GPU until then; under activation checkpointing (a backward
+that recomputes the forward: vertices of category ``workspace``) the recomputed forward calls
+the module again, so the weight is dropped after the forward pass and loaded again by its
+first backward reader.
+"""
+
+from __future__ import annotations
+
+from ...core.devices import HOST
+from ...core.errors import PlanError
+from ...core.machine import Machine
+from ...core.memgraph import MemGraph
+from ...core.taskgraph import TaskGraph
+from ..buildmemgraph import serial_order
+from ..registry import Hooks, Options, register
+from .emit import Emitter, Slot
+from .step import step_of
+
+NAME = "accelerate-offload"
+
+
+def applies(graph: TaskGraph) -> None:
+    if not any(graph[u].kind == "input" and graph[u].device == HOST
+               for t in graph if t.kind != "input" and t.read_device != HOST for u in t.inputs):
+        raise PlanError(f"{NAME} moves weights from host RAM: TaskGraph {graph.name!r} has no "
+                        f"host-resident input that a GPU reads")
+    on_cpu = next((t.id for t in graph if t.kind == "compute" and t.read_device == HOST), None)
+    if on_cpu is not None:
+        raise PlanError(f"{NAME} runs every module on its GPU: vertex {on_cpu!r} of "
+                        f"{graph.name!r} runs on the CPU")
+
+
+@register(NAME, Options, applies=applies)
+def accelerate_offload(graph: TaskGraph, machine: Machine, options: Options,
+                       hooks: Hooks) -> MemGraph:
+    """Hugging Face Accelerate's cpu_offload (an offloading AlignDevicesHook on every module):
+    each module's weights are copied to its GPU just before its forward, with no prefetch, and
+    dropped after it (kept for the backward where autograd saved them)."""
+    schedule = [t for t in serial_order(graph, "given") if graph[t].kind != "input"]
+    em = Emitter(NAME, graph, machine, schedule)
+    drops = _recomputed(graph, em)
+    for i, t in enumerate(schedule):
+        em.run(t)
+        for slot in drops.get(i, ()):
+            if slot in em.resident:
+                em.free(slot)
+        em.release(i)
+        if hooks.progress is not None and not i & 4095:
+            hooks.progress(i)
+    return em.finish()
+
+
+def _recomputed(graph: TaskGraph, em: Emitter) -> dict[int, list[Slot]]:
+    """Under activation checkpointing (a backward vertex of category ``workspace``: the
+    forward recomputed): for each position, the weights whose forward pass ends there and that
+    the backward reads again."""
+    backward = step_of(graph).backward
+    drops: dict[int, list[Slot]] = {}
+    if not any(graph[t].category == "workspace" for t in backward):
+        return drops
+    for slot, positions in em.readers.items():
+        if graph[slot[0]].kind != "input" or graph[slot[0]].device != HOST:
+            continue
+        forward = [i for i in positions if em.schedule[i] not in backward]
+        if forward and len(forward) < len(positions):
+            drops.setdefault(forward[-1], []).append(slot)
+    return drops

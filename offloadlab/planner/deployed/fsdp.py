@@ -1,0 +1,182 @@
+"""PyTorch FSDP with ``CPUOffload(offload_params=True)``, registered as ``fsdp-cpu-offload``.
+
+Sources: pytorch/pytorch, ``torch/distributed/fsdp/_runtime_utils.py``
+@3ade90a6aaa939cd6238e314c321b9f920db1471 (``_unshard``, ``_pre_forward_unshard``,
+``_post_forward_reshard``, ``_offload_grad``), ``torch/distributed/fsdp/_flat_param.py``
+@fe03cf693c7c774a88c01cd0bc52f80402b8437f (``FlatParamHandle.pre_unshard``: the H2D copy of
+an offloaded flat parameter) and ``torch/distributed/fsdp/wrap.py``
+@ea3e3dd29c4ce4ba37cce7ff1ed32fa27c6fd323 (``size_based_auto_wrap_policy``,
+``min_num_params`` 1e8).
+
+What FSDP does: each FSDP unit (a wrapped module) keeps its parameters as one flat parameter
+in pinned host RAM.  Its pre-forward unshards it: a non-blocking copy to the GPU on the
+pre-unshard stream, which the compute stream waits for; its post-forward frees it again, except
+the root's, kept for the backward; its pre-backward unshards it again; its post-backward frees
+it and copies the unit's gradient to host RAM on the post-backward stream.  With
+``limit_all_gathers`` an unshard first waits for the free two frees back (at most two units
+in flight).  ``optimizer.step()`` then runs on the CPU, where the parameters are.
+
+Model (:class:`~.emit.Emitter`): units are the parameters (host-resident inputs but the
+batch, with the versions optimizer updates write) packed in the order the program first reads
+them, a unit closed once it holds ``min_num_params`` elements (``size_based_auto_wrap_policy``
+wraps a module once its not yet wrapped parameters reach that many); the rest is the root, loaded
+before the first vertex and kept to the end of the backward.  Per iteration and pass, a unit's
+window runs from the first vertex reading one of its parameters (or writing one of their
+gradients, in the backward) to the last: before it, each of the unit's parameters is loaded
+(after the free the queue names), after it they are dropped and, in the backward, the
+gradients offloaded.  The updates (``adam_update``/``sgd_update``) run on the CPU after the
+backward and every gradient copy, in the order the forward first reads their weights; the next
+iteration's loads and vertices wait for the last of them.  Units follow the TaskGraph's
+tensors, not the modules of the original program (which the TaskGraph does not record); the
+model covers one rank (no all-gather or reduce-scatter: the shard is the whole unit).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from ...core.devices import CPU, HOST
+from ...core.errors import PlanError
+from ...core.machine import Machine
+from ...core.memgraph import MemGraph
+from ...core.ops import DTYPES, UPDATE_OPS
+from ...core.taskgraph import TaskGraph
+from ..registry import Hooks, Options, option, register
+from .emit import Emitter, Slot
+from .step import Step, cpu_step, step_of
+
+NAME = "fsdp-cpu-offload"
+INFLIGHT = 2
+"""Unshards in flight under ``limit_all_gathers`` (``_FreeEventQueue``)."""
+
+
+@dataclass(frozen=True)
+class FsdpOptions(Options):
+    min_num_params: int = option(100_000_000, "parameter elements at which a unit is closed "
+                                              "(size_based_auto_wrap_policy's 1e8)")
+    limit_all_gathers: bool = option(True, "an unshard waits for the free two frees back "
+                                           "(false: only for the memory it reuses)")
+
+    def __post_init__(self) -> None:
+        if type(self.min_num_params) is not int or self.min_num_params <= 0:
+            raise PlanError(f"{NAME}: min_num_params must be a positive number of elements, "
+                            f"got {self.min_num_params!r}")
+
+
+def applies(graph: TaskGraph) -> None:
+    if not step_of(graph).updates:
+        raise PlanError(f"{NAME} plans training steps: TaskGraph {graph.name!r} has no "
+                        f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
+
+
+Window = tuple[int, str, int, bool]
+"""A unit's stretch of the schedule: (unit, GPU, iteration, backward)."""
+
+
+def units(graph: TaskGraph, step: Step, min_num_params: int) -> tuple[dict[str, int], int]:
+    """Each parameter's unit, parameters in the order of their first reader, a unit closed at
+    ``min_num_params`` elements; and the root's number, the unit left unclosed (-1 if
+    none)."""
+    unit: dict[str, int] = {}
+    count, elements = 0, 0
+    for t in graph:
+        for u in t.inputs:
+            root = step.parameter.get(u)
+            if root is None or root in unit:
+                continue
+            unit[root] = count
+            elements += graph[root].bytes // DTYPES[graph[root].dtype]
+            if elements >= min_num_params:
+                count, elements = count + 1, 0
+    return unit, count if elements else -1
+
+
+@register(NAME, FsdpOptions, applies=applies)
+def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
+                     hooks: Hooks) -> MemGraph:
+    """PyTorch FSDP offloading its parameters (CPUOffload's offload_params): each unit's
+    parameters copied from host RAM for its forward and again for its backward and dropped
+    after each, gradients copied to host RAM after each unit's backward, the optimizer step on
+    the CPU."""
+    step = step_of(graph)
+    loop = cpu_step(graph, step)
+    placed, schedule = loop.placed, loop.order
+    unit, root = units(graph, step, options.min_num_params)
+    em = Emitter(NAME, placed, machine, schedule)
+    updates = set(step.updates)
+    grad_of = {graph[u].inputs[1]: step.parameter.get(graph[u].inputs[0]) for u in updates}
+    windows: dict[Window, list[int]] = {}           # a window's positions
+    slots: dict[tuple[int, str, int], set[Slot]] = {}   # (unit, GPU, iteration): its params
+    for i, t in enumerate(schedule):
+        task = placed[t]
+        if task.read_device == HOST:
+            continue
+        iteration, backward = loop.iteration[t], t in step.backward
+        for u in task.inputs:
+            r = step.parameter.get(u)
+            if r is not None:
+                key = (unit[r], task.read_device, iteration)
+                slots.setdefault(key, set()).add((u, task.read_device))
+                windows.setdefault((*key, backward), []).append(i)
+        r = grad_of.get(t)
+        if r is not None and task.out_device != HOST:
+            windows.setdefault((unit[r], task.out_device, iteration, True), []).append(i)
+    begins: dict[int, int] = {}                      # iteration -> its first position
+    for i, t in enumerate(schedule):
+        begins.setdefault(loop.iteration[t], i)
+    starts: dict[int, list[Window]] = {}
+    ends: dict[int, list[Window]] = {}
+    for w, positions in windows.items():
+        root_forward = w[0] == root and not w[3]    # the root's pre-forward comes first
+        starts.setdefault(begins[w[2]] if root_forward else positions[0], []).append(w)
+        if w[0] != root or w[3]:                    # the root is not freed after its forward
+            ends.setdefault(positions[-1], []).append(w)
+    grads: dict[tuple[int, str, int], list[str]] = {}
+    frees: dict[str, deque[str]] = {gpu: deque() for gpu in em.memory}
+    stepped: list[str] = []                         # the previous iteration's CPU step
+    iteration, stepping = 1, False
+    offloads: list[str] = []                        # gradient copies the step waits for
+    for i, t in enumerate(schedule):
+        task = placed[t]
+        if loop.iteration[t] != iteration:
+            iteration, stepping = loop.iteration[t], False
+            stepped = [em.last[CPU]] if CPU in em.last else []
+            for gpu in em.memory:
+                em.wait(gpu, stepped)
+        if t in updates and not stepping:           # the backward has ended: step()
+            stepping = True
+            em.wait(CPU, offloads + [v for d, v in em.last.items() if d != CPU])
+            offloads = []
+        for w in starts.get(i, ()):                 # pre-forward / pre-backward: unshard
+            unit_id, gpu, at, _ = w
+            after = list(stepped)
+            if options.limit_all_gathers and len(frees[gpu]) >= INFLIGHT:
+                after.append(frees[gpu].popleft())
+            for u, _ in sorted(slots.get((unit_id, gpu, at), ())):
+                if u in em.host:                    # held unsharded to the window's end
+                    if (u, gpu) not in em.resident:
+                        em.load(u, gpu, after)
+                    em.held.add((u, gpu))
+        em.run(t)
+        r = grad_of.get(t)
+        if r is not None and task.out_device != HOST:
+            em.held.add((t, task.out_device))
+            grads.setdefault((unit[r], task.out_device, iteration), []).append(t)
+        for w in ends.get(i, ()):                   # post-forward / post-backward: reshard
+            unit_id, gpu, at, backward = w
+            for slot in slots.get((unit_id, gpu, at), ()):
+                em.held.discard(slot)
+                if slot in em.resident and slot[0] in em.host and slot[0] not in em.kept:
+                    em.free(slot)
+            frees[gpu].append(t)
+            if backward:
+                for g in grads.pop((unit_id, gpu, at), []):
+                    offloads.append(em.offload(g, gpu, after=[t]))
+                    em.held.discard((g, gpu))
+                    if em.next_reader((g, gpu), i) is None:
+                        em.free((g, gpu))
+        em.release(i)
+        if hooks.progress is not None and not i & 4095:
+            hooks.progress(i)
+    return em.finish()
