@@ -68,6 +68,12 @@ class CostModel:
         prologue, layers = self.parts(wg, cg, hg)
         return float(prologue + sum(max(parts) for parts in layers))
 
+    def moved(self, wg: float, cg: float, hg: float) -> float:
+        """Seconds of host<->GPU copies under the policy, overlapped or not (the tie-break
+        between policies of equal time: fewer bytes moved)."""
+        prologue, layers = self.parts(wg, cg, hg)
+        return float(prologue + sum(ctog + gtoc for ctog, gtoc, _ in layers))
+
     def peak(self, wg: Any, cg: Any, hg: Any) -> Any:
         """The GPU's peak bytes under the policy (FlexGen's ``gpu_home_p + gpu_w_p``)."""
         W = self.weights
@@ -100,14 +106,16 @@ def solve(model: CostModel, memory: float, fixed: dict[str, float]) -> Solution 
     x = {name: new(name, 0, 1) for name in ("wg", "cg", "hg")}
     for name, value in fixed.items():
         prob += x[name] == value, f"fixed_{name}"
+    # in units of the all-host policy's time and of the memory, so that CBC sees
+    # coefficients near 1 (its tolerances are absolute)
+    tau = model.seconds(0.0, 0.0, 0.0) or 1.0
     prologue, layers = model.parts(x["wg"], x["cg"], x["hg"])
     times = [new(f"T_{j}", 0) for j in range(len(layers))]
     for j, (T, parts) in enumerate(zip(times, layers)):
         for name, part in zip(("ctog", "gtoc", "comp"), parts):
-            prob += T >= part, f"{name}_{j}"
-    # scaled to seconds and GiB so that CBC sees coefficients near 1
-    prob += model.peak(x["wg"], x["cg"], x["hg"]) * (1 / 2**30) <= memory / 2**30, "peak"
-    prob += prologue + pulp.lpSum(times)
+            prob += T >= part * (1 / tau), f"{name}_{j}"
+    prob += model.peak(x["wg"], x["cg"], x["hg"]) * (1 / max(memory, 1.0)) <= 1, "peak"
+    prob += prologue * (1 / tau) + pulp.lpSum(times)
     _run_cbc(prob, mip=False)
     if prob.status != pulp.LpStatusOptimal:
         return None
@@ -118,6 +126,10 @@ def solve(model: CostModel, memory: float, fixed: dict[str, float]) -> Solution 
 def best(model: CostModel, memory: float, choices: Sequence[dict[str, float]]
          ) -> Solution | None:
     """The fastest of the LP's solutions under each of ``choices`` (fixed fractions), by the
-    cost model; None if none fits."""
+    cost model, of equal ones (to a part in 10^9) the one moving least; None if none fits."""
     found = [s for fixed in choices if (s := solve(model, memory, fixed)) is not None]
-    return min(found, key=lambda s: s.seconds, default=None)
+    if not found:
+        return None
+    fastest = min(s.seconds for s in found) * (1 + 1e-9)
+    return min((s for s in found if s.seconds <= fastest),
+               key=lambda s: model.moved(s.wg, s.cg, s.hg))

@@ -99,7 +99,7 @@ def cost_model(graph: TaskGraph, machine: Machine, st: Structure) -> CostModel:
                      batch, workspace, machine.host_rate("h2d"), machine.host_rate("d2h"))
 
 
-def _corners(options: FlexGenOptions) -> list[dict[str, float]]:
+def corners(options: FlexGenOptions) -> list[dict[str, float]]:
     """The LP's choices: the given fractions, and each placement of the cache and the hidden
     states the runtime realises (all on the GPU or none) where not given."""
     fixed = options.fixed()
@@ -153,7 +153,7 @@ def flexgen(graph: TaskGraph, machine: Machine, options: FlexGenOptions,
     cap = machine.gpu_memory
     budget = float(cap)
     for _ in range(ATTEMPTS):
-        found = best(model, budget, _corners(options))
+        found = best(model, budget, corners(options))
         if found is None:
             break
         policy = _policy({"wg": found.wg, "cg": found.cg, "hg": found.hg}, options.overlap)
