@@ -84,12 +84,12 @@ class Op:
 
 @dataclass
 class Plan:
-    """The ops in order, and the GPU's peak bytes (at which step)."""
+    """A laid-out schedule: its MemGraph (None if the layout did not fit) and the GPU's peak
+    bytes (at which step)."""
 
-    ops: list[Op]
+    mg: MemGraph | None = None
     peak: int = 0
     peak_step: int = START
-    mg: MemGraph | None = None  # None: the layout did not fit
 
 
 def gpu_weights(graph: TaskGraph, st: Structure, w_gpu_percent: float) -> set[str]:
@@ -176,7 +176,6 @@ def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[
                 for m in late:
                     copy[t, m] = back.id
 
-    kept_cache = cache_gpu
     ops: list[Op] = [Op(u, "input", graph[u].bytes, START, "", task=u)
                      for layer in st.weights for u in layer]
     ops += [Op(u, "input", graph[u].bytes, START, "", task=u) for u in st.tokens]
@@ -187,7 +186,7 @@ def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[
             role = st.role[t]
             ops.append(Op(t, "compute", task.bytes, s, resource("compute"),
                           tuple(copy[u, s] for u in task.inputs), task=t,
-                          kept=role == "output" or role == "cache" and kept_cache))
+                          kept=role == "output" or role == "cache" and cache_gpu))
         ops += after.get(s, [])
     return ops
 
@@ -196,7 +195,7 @@ def lay_out(graph: TaskGraph, ops: list[Op], gpu: str, capacity: int) -> Plan:
     """The MemGraph of ``ops`` on a GPU of ``capacity`` bytes: copies that stay to the end at
     the bottom, the others where the allocator finds room; the steps' chains and barriers.
     Without room (``Plan.mg`` None) the plan still counts the peak."""
-    plan = Plan(ops)
+    plan = Plan()
     uses: dict[str, int] = {}            # copy -> its uses still to come
     readers: dict[str, list[str]] = {}
     writes = {op.id for op in ops if op.kind in ("compute", "load", "reload")}
