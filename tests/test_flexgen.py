@@ -177,6 +177,13 @@ def test_graphs_it_does_not_plan_are_refused(workload, message):
         plan(graph, machine_from_spec("p100x4"), "flexgen")
 
 
+def test_a_prefill_without_its_model_shape_is_refused():
+    graph = build_workload(WHOLE)
+    del graph.meta["heads"]
+    with pytest.raises(PlanError, match="flexgen plans LLaMA inference"):
+        plan(graph, machine(), "flexgen")
+
+
 @pytest.mark.parametrize("spec,message", [
     ("flexgen:w_gpu_percent=120", "w_gpu_percent must be a percent from 0 to 100"),
     ("flexgen:cache_gpu_percent=-3", "cache_gpu_percent must be a percent from 0 to 100"),

@@ -55,7 +55,7 @@ class Structure:
 
 def applies(graph: TaskGraph) -> None:
     """Raise PlanError unless ``graph`` is a one-GPU LLaMA prefill (``llama-prefill``)."""
-    if not graph.name.startswith("llama-prefill") or "layers" not in graph.meta:
+    if not graph.name.startswith("llama-prefill") or not {"layers", "heads"} <= set(graph.meta):
         raise PlanError(f"flexgen plans LLaMA inference (llama-prefill): TaskGraph "
                         f"{graph.name!r} is not one")
     gpus = graph.gpus()
