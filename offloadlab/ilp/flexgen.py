@@ -1,7 +1,7 @@
 """FlexGen's cost model and its policy search by linear programming (Sheng et al., "FlexGen:
 High-Throughput Generative Inference of Large Language Models with a Single GPU", ICML 2023,
-Sec. 4.3; the code's ``experimental/cost_model.py``, ``solve_lp``, in FMInference/FlexGen at
-commit 19753bc).
+Sec. 4.3; the code's ``experimental/cost_model.py``, ``solve_lp``, in
+FMInference/FlexGen@19753bc).
 
 The block's prefill runs FlexGen's layers (input embedding, decoder layers, output embedding)
 one after the other; while layer ``j`` computes, the next layer's weights held on the host

@@ -1,6 +1,6 @@
 """FlexGen's offloading policy for inference, registered as ``flexgen`` (Sheng et al.,
 "FlexGen: High-Throughput Generative Inference of Large Language Models with a Single GPU",
-ICML 2023; FMInference/FlexGen at commit 19753bc: ``flexgen/flex_opt.py`` for the policy and
+ICML 2023; FMInference/FlexGen@19753bc: ``flexgen/flex_opt.py`` for the policy and
 the block schedule, ``experimental/cost_model.py`` for the cost model and the LP).
 
 A policy holds ``w_gpu_percent`` of each layer's weights, ``cache_gpu_percent`` of the KV
