@@ -11,7 +11,8 @@ its cost model (:mod:`offloadlab.ilp.flexgen`), solved for each placement of the
 hidden states that FlexGen's runtime can realise here (all or nothing: a GPU batch is one
 sequence, and activations have one home); if the plan laid out does not fit the GPU, the LP
 is solved again within less memory, by what the layout lacked (FlexGen relaxes its memory
-model by hand, ``alpha_g``).  The MemGraph records the policy in its options.
+model by hand, ``alpha_g``); where the LP finds no policy within its memory model, the one
+holding least on the GPU is tried.  The MemGraph records the policy in its options.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .structure import Structure, applies, seconds, structure
 
 SEARCH = -1.0
 ATTEMPTS = 16       # LPs within less memory before giving up
+RELAYOUTS = 8       # layouts within less memory where fragmentation defeats the allocator
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,18 @@ def _policy(fractions: dict[str, float], overlap: bool) -> Policy:
 
 
 def _plan(graph: TaskGraph, machine: Machine, st: Structure, policy: Policy) -> Plan:
-    gpu = graph.gpus()[0]
-    return lay_out(graph, schedule(graph, st, policy, gpu), gpu, machine.gpu_memory)
+    """The policy's schedule laid out on the GPU.  Where the peak fits but the allocator's
+    free memory is too fragmented, the layout is tried again within less memory (down to
+    the peak, :data:`RELAYOUTS` times): the allocator's choices depend on the room it has,
+    and a layout within less fits the GPU as well."""
+    gpu, cap = graph.gpus()[0], machine.gpu_memory
+    ops = schedule(graph, st, policy, gpu)
+    plan = lay_out(graph, ops, gpu, cap)
+    for k in range(RELAYOUTS, 0, -1):
+        if plan.mg is not None or plan.peak > cap:
+            break
+        plan = lay_out(graph, ops, gpu, plan.peak + (cap - plan.peak) * (k - 1) // RELAYOUTS)
+    return plan
 
 
 def _refuse(graph: TaskGraph, machine: Machine, st: Structure, policy: Policy, plan: Plan,
@@ -161,8 +173,13 @@ def flexgen(graph: TaskGraph, machine: Machine, options: FlexGenOptions,
         if plan.mg is not None:
             return _record(plan.mg, policy, st, found.seconds)
         budget -= max(plan.peak - cap, cap // 64)
-    least = _policy({"wg": 0.0, "cg": 0.0, "hg": 0.0, **fixed}, options.overlap)
-    raise _refuse(graph, machine, st, least, _plan(graph, machine, st, least),
+    # the LP's memory model found nothing: the policy holding least on the GPU, if it fits
+    fractions = {"wg": 0.0, "cg": 0.0, "hg": 0.0, **fixed}
+    least = _policy(fractions, options.overlap)
+    plan = _plan(graph, machine, st, least)
+    if plan.mg is not None:
+        return _record(plan.mg, least, st, model.seconds(**fractions))
+    raise _refuse(graph, machine, st, least, plan,
                   "no policy fits: the one holding least on the GPU")
 
 
