@@ -68,7 +68,7 @@ def test_every_policy_verifies_and_moves_what_it_holds_on_the_host(workload):
     for spec, m in cases(workload):
         mg = plan(graph, m, spec)
         verify(mg, graph, m)
-        chosen = mg.graph["options"]
+        chosen = mg.graph["policy"]
         assert mg.graph["planner"] == "flexgen" and chosen["w_cpu_percent"] == \
             100 - chosen["w_gpu_percent"]
         weights = sum(graph[t].bytes for t in graph.tasks if graph[t].kind == "input")
@@ -137,7 +137,7 @@ def test_searched_policy_is_recorded_and_reproduces_the_plan():
         mg = plan(graph, m, "flexgen")
         verify(mg, graph, m)
         chosen = mg.graph["options"]
-        assert chosen["cost_model_seconds"] > 0
+        assert mg.graph["policy"]["cost_model_seconds"] > 0
         again = plan(graph, m, "flexgen:" + ",".join(
             f"{k}={chosen[k]}" for k in ("w_gpu_percent", "cache_gpu_percent",
                                          "act_gpu_percent")))

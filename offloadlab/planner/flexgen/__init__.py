@@ -12,7 +12,8 @@ hidden states that FlexGen's runtime can realise here (all or nothing: a GPU bat
 sequence, and activations have one home); if the plan laid out does not fit the GPU, the LP
 is solved again within less memory, by what the layout lacked (FlexGen relaxes its memory
 model by hand, ``alpha_g``); where the LP finds no policy within its memory model, the one
-holding least on the GPU is tried.  The MemGraph records the policy in its options.
+holding least on the GPU is tried.  The MemGraph records the policy in its options, and in
+all of FlexGen's ``Policy`` fields as ``graph["policy"]``.
 """
 
 from __future__ import annotations
@@ -184,8 +185,10 @@ def flexgen(graph: TaskGraph, machine: Machine, options: FlexGenOptions,
 
 
 def _record(mg: MemGraph, policy: Policy, st: Structure, seconds: float | None) -> MemGraph:
-    recorded = policy.recorded(st.batches)
+    """The policy as the plan's options, and in full (with the cost model's seconds when the
+    LP chose it) as ``graph["policy"]``."""
+    mg.graph["options"] = policy.options()
+    mg.graph["policy"] = policy.flexgen(st.batches)
     if seconds is not None:
-        recorded["cost_model_seconds"] = seconds
-    mg.graph["options"] = recorded
+        mg.graph["policy"]["cost_model_seconds"] = seconds
     return mg

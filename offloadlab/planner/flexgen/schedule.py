@@ -55,14 +55,18 @@ class Policy:
     act_gpu_percent: float
     overlap: bool = True
 
-    def recorded(self, batches: int) -> dict[str, object]:
+    def options(self) -> dict[str, object]:
+        """The policy as the planner's options (what ``flexgen:...`` takes to plan it)."""
         return {"w_gpu_percent": self.w_gpu_percent,
-                "w_cpu_percent": 100 - self.w_gpu_percent,
                 "cache_gpu_percent": self.cache_gpu_percent,
+                "act_gpu_percent": self.act_gpu_percent, "overlap": self.overlap}
+
+    def flexgen(self, batches: int) -> dict[str, object]:
+        """The policy in all of FlexGen's ``Policy`` fields that it sets."""
+        return {**self.options(), "w_cpu_percent": 100 - self.w_gpu_percent,
                 "cache_cpu_percent": 100 - self.cache_gpu_percent,
-                "act_gpu_percent": self.act_gpu_percent,
                 "act_cpu_percent": 100 - self.act_gpu_percent,
-                "gpu_batch_size": 1, "num_gpu_batches": batches, "overlap": self.overlap}
+                "gpu_batch_size": 1, "num_gpu_batches": batches}
 
 
 @dataclass(eq=False)
