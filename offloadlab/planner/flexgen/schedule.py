@@ -1,0 +1,273 @@
+"""FlexGen's block schedule for a policy, laid out as a MemGraph (``flexgen/flex_opt.py``,
+``OptLM.generation_loop_overlap_multi_batch``, ``..._single_batch`` and ``..._normal``).
+
+Homes (``init_weight_list``, ``init_cache_one_gpu_batch``, ``act_home``): within each layer,
+the weights are listed in the order the layer first reads them and each goes to the GPU if the
+middle of its bytes lies past ``w_cpu_percent`` of the layer's bytes, else stays on the host;
+the KV cache of a GPU batch keeps its first ``int(gbs * heads * cache_gpu_percent / 100) //
+heads`` sequences on the GPU (a GPU batch holds one sequence here: all of it at 100%, none
+below); hidden states live on the GPU (``act_gpu_percent`` 100) or the host (0).
+
+The start-up step loads the weights whose home is the GPU (FlexGen places them when it builds
+the model) and the prologue's loads; they stay to the end, as do the GPU's share of the cache
+(FlexGen allocates it before generating) and the graph's outputs, all at the bottom of the
+memory.  Then each step ``(j, k)`` (layer ``j`` on GPU batch ``k``) issues, with ``overlap``
+(the zig-zag block schedule):
+
+* ``load_weight(j + 1)`` at the layer's first step: the next layer's host weights, into
+  memory freed once their layer's last GPU batch has run (two layers' weights in flight);
+* ``load_hidden``/``load_cache`` for the next step: hidden states and cache held on the host
+  that it reads (a chunked prefill reads earlier row blocks' keys and values), and the
+  prompts' token ids for layer 0;
+* ``store_hidden``/``store_cache`` for the previous step: what it wrote that lives on the host
+  is offloaded and its GPU copy freed;
+* ``compute_layer(j, k)``, its kernels one after the other (one stream);
+
+and ends with ``sync()``: every step's first copy or kernel on each resource waits for the
+previous step's last ones (a barrier of memory edges, linear in size).  With one GPU batch the
+hidden state is stored in its own step and loaded in its reader's.  Without ``overlap``
+(``generation_loop_normal``) a step loads the weights of its own layer and what it reads, then
+computes, then stores what it wrote, all one after the other.
+
+Every other GPU copy is freed after its last use; memory comes from the offset allocator of
+BuildMemGraph (:class:`~offloadlab.planner.allocator.GpuMemory`), whose guards become memory
+edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.memgraph import Loc, MemGraph, MemVertex
+from ...core.taskgraph import TaskGraph
+from ..allocator import GpuMemory
+from .structure import Structure
+
+START = -1      # the start-up step
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A FlexGen policy, in FlexGen's ``Policy`` names; the host holds the rest of each."""
+
+    w_gpu_percent: float
+    cache_gpu_percent: float
+    act_gpu_percent: float
+    overlap: bool = True
+
+    def options(self) -> dict[str, object]:
+        """The policy as the planner's options (what ``flexgen:...`` takes to plan it)."""
+        return {"w_gpu_percent": self.w_gpu_percent,
+                "cache_gpu_percent": self.cache_gpu_percent,
+                "act_gpu_percent": self.act_gpu_percent, "overlap": self.overlap}
+
+    def flexgen(self, batches: int) -> dict[str, object]:
+        """The policy in all of FlexGen's ``Policy`` fields that it sets."""
+        return {**self.options(), "w_cpu_percent": 100 - self.w_gpu_percent,
+                "cache_cpu_percent": 100 - self.cache_gpu_percent,
+                "act_cpu_percent": 100 - self.act_gpu_percent,
+                "gpu_batch_size": 1, "num_gpu_batches": batches}
+
+
+@dataclass(eq=False)
+class Op:
+    """A MemGraph vertex in the making: its step (:data:`START` for start-up), the resource
+    its step chains it on, the MemGraph vertices it reads; a vertex that writes the GPU names
+    the copy it writes by its own id."""
+
+    id: str
+    kind: str
+    size: int
+    step: int
+    resource: str
+    inputs: tuple[str, ...] = ()
+    task: str | None = None
+    of: str | None = None
+    kept: bool = False          # its copy stays to the end
+
+
+@dataclass
+class Plan:
+    """A laid-out schedule: its MemGraph (None if the layout did not fit) and the GPU's peak
+    bytes (at which step)."""
+
+    mg: MemGraph | None = None
+    peak: int = 0
+    peak_step: int = START
+
+
+def gpu_weights(graph: TaskGraph, st: Structure, w_gpu_percent: float) -> set[str]:
+    """The weights whose home is the GPU (``init_weight_list``: by the middle of each one's
+    bytes in its layer's list)."""
+    cpu = 100 - w_gpu_percent
+    home: set[str] = set()
+    for layer in st.weights:
+        total = sum(graph[w].bytes for w in layer)
+        done = 0
+        for w in layer:
+            size = graph[w].bytes
+            if (done + size / 2) / total * 100 >= cpu:
+                home.add(w)
+            done += size
+    return home
+
+
+def cache_on_gpu(heads: int, cache_gpu_percent: float, gpu_batch_size: int = 1) -> bool:
+    """Whether a GPU batch's (one sequence's) cache is on the GPU: FlexGen's mixed device
+    rounds the GPU's share down to whole sequences."""
+    return int(gpu_batch_size * heads * cache_gpu_percent / 100) // heads >= 1
+
+
+def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[Op]:
+    """The ops of FlexGen's block schedule under ``policy``, in the order it issues them."""
+    S, multi, overlap = len(st.steps), st.batches > 1, policy.overlap
+    on_gpu_w = gpu_weights(graph, st, policy.w_gpu_percent)
+    cache_gpu = cache_on_gpu(int(graph.meta["heads"]), policy.cache_gpu_percent)
+    act_gpu = policy.act_gpu_percent >= 100
+
+    def before(m: int) -> int:
+        """The step that loads what step ``m`` reads."""
+        return m - 1 if overlap and multi else m
+
+    def resource(kind: str) -> str:
+        if not overlap:
+            return "all"
+        return {"compute": "gpu", "offload": "d2h"}.get(kind, "h2d")
+
+    stores: dict[int, list[Op]] = {}     # step -> offloads of what earlier steps wrote
+    after: dict[int, list[Op]] = {}      # step -> offloads of what it wrote
+    loads: dict[int, list[Op]] = {}      # step -> loads and reloads it issues
+    copy: dict[tuple[str, int], str] = {}   # (tensor, reader step) -> the copy it reads
+
+    def move(kind: str, of: str, step: int, source: str, kept: bool = False) -> Op:
+        op = Op(f"{kind}:{of}@{gpu}", kind, graph[of].bytes, step, resource(kind), (source,),
+                of=of, kept=kept)
+        if kind == "offload":
+            (after if step == st.step_of[of] else stores).setdefault(step, []).append(op)
+        else:
+            loads.setdefault(step, []).append(op)
+        return op
+
+    first = {j: st.layer_steps(j)[0] for j in range(st.layers)}
+    for j, layer in enumerate(st.weights):
+        for w in layer:
+            if w in on_gpu_w:
+                step = START
+            elif overlap:
+                step = first[j - 1] if j else START
+            else:
+                step = first[j]
+            op = move("load", w, step, w, kept=w in on_gpu_w)
+            for m in st.readers[w]:
+                copy[w, m] = op.id
+    for u in st.tokens:
+        op = move("load", u, max(START, before(st.readers[u][0])), u)
+        for m in st.readers[u]:
+            copy[u, m] = op.id
+    for t, role in st.role.items():
+        n = st.step_of[t]
+        for m in st.readers.get(t, ()):
+            copy[t, m] = t
+        if role == "cache" and not cache_gpu or role == "hidden" and not act_gpu:
+            if not overlap or role == "hidden" and not multi:
+                store = n
+            else:
+                store = min(n + 1, S - 1)
+            off = move("offload", t, store, t)
+            late = [m for m in st.readers.get(t, ()) if m > store]
+            if late:
+                back = move("reload", t, max(before(late[0]), store), off.id)
+                for m in late:
+                    copy[t, m] = back.id
+
+    ops: list[Op] = [Op(u, "input", graph[u].bytes, START, "", task=u)
+                     for layer in st.weights for u in layer]
+    ops += [Op(u, "input", graph[u].bytes, START, "", task=u) for u in st.tokens]
+    for s in range(START, S):
+        ops += stores.get(s, []) + loads.get(s, [])
+        for t in st.computes[s] if s >= 0 else ():
+            task = graph[t]
+            role = st.role[t]
+            ops.append(Op(t, "compute", task.bytes, s, resource("compute"),
+                          tuple(copy[u, s] for u in task.inputs), task=t,
+                          kept=role == "output" or role == "cache" and cache_gpu))
+        ops += after.get(s, [])
+    return ops
+
+
+def lay_out(graph: TaskGraph, ops: list[Op], gpu: str, capacity: int) -> Plan:
+    """The MemGraph of ``ops`` on a GPU of ``capacity`` bytes: copies that stay to the end at
+    the bottom, the others where the allocator finds room; the steps' chains and barriers.
+    Without room (``Plan.mg`` None) the plan still counts the peak."""
+    plan = Plan()
+    uses: dict[str, int] = {}            # copy -> its uses still to come
+    readers: dict[str, list[str]] = {}
+    writes = {op.id for op in ops if op.kind in ("compute", "load", "reload")}
+    for op in ops:
+        for u in op.inputs:
+            if u in writes:
+                uses[u] = uses.get(u, 0) + 1
+    memory = GpuMemory(gpu, capacity)
+    mg = MemGraph()
+    offset: dict[str, int] = {}
+    kept = 0
+    for op in ops:
+        if op.kept and op.id in writes:
+            offset[op.id] = kept
+            kept += op.size
+    fits = kept <= capacity
+    if fits and kept:
+        memory.place(0, kept, "kept")       # never released
+    live = kept
+    plan.peak, plan.peak_step = kept, START
+    tails: list[str] = []           # the previous step's last vertex on each resource
+    last: dict[str, str] = {}       # this step's last vertex on each resource
+    step = START
+    for order, op in enumerate(ops):
+        if op.step != step:
+            if last:
+                tails = list(last.values())
+            step, last = op.step, {}
+        loc = None
+        if op.id in writes:
+            if op.kept:
+                at: int | None = offset[op.id]
+            else:
+                live += op.size
+                at = memory.find_free(op.size) if fits else None
+                fits = at is not None
+            if fits:
+                assert at is not None
+                loc = Loc(gpu, at, op.size)
+            if live > plan.peak:
+                plan.peak, plan.peak_step = live, op.step
+        mg.add_vertex(_vertex(graph, op, gpu, loc, order))
+        mg.add_edges(op.inputs, op.id, "data")
+        if loc is not None and op.id not in offset:
+            covered = memory.place(loc.offset, op.size, op.id)
+            mg.add_edges([g for segment in covered for g in segment.guard], op.id, "memory")
+        if op.resource:
+            mg.add_edges(tails if op.resource not in last else [last[op.resource]], op.id,
+                         "memory")
+            last[op.resource] = op.id
+        for u in op.inputs:
+            if u not in uses:
+                continue
+            readers.setdefault(u, []).append(op.id)
+            uses[u] -= 1
+            if uses[u] == 0 and u not in offset:
+                live -= mg[u].bytes
+                gone = mg[u].loc
+                if fits and gone is not None:
+                    memory.release(u, gone.offset, tuple(readers[u]), order)
+    plan.mg = mg if fits else None
+    return plan
+
+
+def _vertex(graph: TaskGraph, op: Op, gpu: str, loc: Loc | None, order: int) -> MemVertex:
+    if op.task is None:
+        return MemVertex(op.id, op.kind, gpu, op.size, loc, of=op.of, inputs=op.inputs,
+                         order=order)
+    task = graph[op.task]
+    return MemVertex(op.id, op.kind, task.device, op.size, loc, task=op.task, op=task.op,
+                     flops=task.flops, inputs=op.inputs, order=order, time=task.time)

@@ -1,0 +1,143 @@
+"""A LLaMA prefill TaskGraph read as FlexGen reads a model (``flexgen/flex_opt.py``, ``OptLM``):
+its layers and GPU batches, and what each tensor is to FlexGen's policy.
+
+FlexGen's layers are the input embedding (layer 0), the decoder layers (1..L) and the output
+embedding (L + 1): a vertex of ``llama-prefill`` belongs to layer 0 if it is ``embed.*``, to
+layer ``j + 1`` if it is ``L<j>.*``, and to L + 1 if it is ``final_norm.*`` or ``logits.*``;
+a weight (a host-resident input other than the token ids) belongs to the layer of its first
+reader.  A GPU batch is a row block (``.b<r>``; ``logits.s<s>`` is its input's): the TaskGraph
+fixes FlexGen's block, the ``batch`` prompts, and a GPU batch is one row block of one prompt.
+A *step* is one layer on one GPU batch, ``compute_layer(i, j, k)``; steps run layer by layer,
+each layer's GPU batches in order (the zig-zag block order).
+
+Each computed tensor is, to the policy, a part of the KV cache (``L<j>.kr.*`` and
+``L<j>.v.*``, the rotated keys and the values), a hidden state (read in a later layer), one of
+the graph's outputs, or workspace (read within its step only).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ...core.devices import HOST
+from ...core.errors import PlanError
+from ...core.machine import Machine
+from ...core.ops import UPDATE_OPS, touched_bytes
+from ...core.taskgraph import Task, TaskGraph
+
+_DECODER = re.compile(r"L(\d+)\.")
+_ROW = re.compile(r"\.b(\d+)(?:\.k\d+)?$")
+_CACHE = re.compile(r"L\d+\.(?:kr|v)\.h\d+\.b\d+$")
+TOKENS = "tokens."
+
+Step = tuple[int, int]      # (FlexGen layer, GPU batch)
+
+
+@dataclass
+class Structure:
+    """The TaskGraph by FlexGen's layers and GPU batches."""
+
+    layers: int                                  # FlexGen's: L + 2
+    batches: int                                 # GPU batches: the row blocks
+    steps: list[Step] = field(default_factory=list)            # in run order
+    computes: list[list[str]] = field(default_factory=list)    # per step, in TaskGraph order
+    step_of: dict[str, int] = field(default_factory=dict)      # compute vertex -> step
+    weights: list[list[str]] = field(default_factory=list)     # per layer, in first-use order
+    tokens: list[str] = field(default_factory=list)            # host inputs besides weights
+    role: dict[str, str] = field(default_factory=dict)  # compute -> cache/hidden/output/work
+    readers: dict[str, list[int]] = field(default_factory=dict)  # tensor -> reader steps
+    last_reader: dict[str, str] = field(default_factory=dict)   # tensor -> in TaskGraph order
+
+    def layer_steps(self, layer: int) -> list[int]:
+        return [s for s, (j, _) in enumerate(self.steps) if j == layer]
+
+
+def applies(graph: TaskGraph) -> None:
+    """Raise PlanError unless ``graph`` is a one-GPU LLaMA prefill (``llama-prefill``)."""
+    if not graph.name.startswith("llama-prefill") or not {"layers", "heads"} <= set(graph.meta):
+        raise PlanError(f"flexgen plans LLaMA inference (llama-prefill): TaskGraph "
+                        f"{graph.name!r} is not one")
+    gpus = graph.gpus()
+    if len(gpus) != 1:
+        raise PlanError(f"flexgen offloads one GPU's model (its multi-GPU mode is pipeline "
+                        f"parallel): TaskGraph {graph.name!r} runs on {len(gpus)} GPUs")
+    update = next((t.id for t in graph if t.op in UPDATE_OPS), None)
+    if update is not None:
+        raise PlanError(f"flexgen plans inference: TaskGraph {graph.name!r} updates weights "
+                        f"({update!r})")
+
+
+def _layer(t: Task, decoders: int) -> int:
+    m = _DECODER.match(t.id)
+    if m:
+        return int(m.group(1)) + 1
+    if t.id.startswith("embed."):
+        return 0
+    if t.id.startswith(("final_norm.", "logits.")):
+        return decoders + 1
+    raise PlanError(f"flexgen: vertex {t.id!r} belongs to none of the LLaMA model's layers")
+
+
+def structure(graph: TaskGraph) -> Structure:
+    """FlexGen's view of ``graph`` (a LLaMA prefill; :func:`applies`)."""
+    decoders = int(graph.meta["layers"])
+    step: dict[str, Step] = {}
+    for t in graph:
+        if t.kind != "compute":
+            continue
+        m = _ROW.search(t.id)
+        if m:
+            row = int(m.group(1))
+        elif t.inputs and t.inputs[0] in step:
+            row = step[t.inputs[0]][1]
+        else:
+            raise PlanError(f"flexgen: vertex {t.id!r} belongs to no GPU batch (row block)")
+        step[t.id] = (_layer(t, decoders), row)
+    steps = sorted(set(step.values()))
+    st = Structure(decoders + 2, 1 + max(k for _, k in steps), steps)
+    number = {s: i for i, s in enumerate(steps)}
+    st.computes = [[] for _ in steps]
+    st.weights = [[] for _ in range(st.layers)]
+    seen: set[str] = set()
+    for t in graph:
+        if t.kind != "compute":
+            continue
+        s = st.step_of[t.id] = number[step[t.id]]
+        st.computes[s].append(t.id)
+        for u in t.inputs:
+            st.readers.setdefault(u, []).append(s)
+            st.last_reader[u] = t.id
+            task = graph[u]
+            if task.kind == "compute":
+                if st.step_of[u] > s:
+                    raise PlanError(f"flexgen: {t.id!r} runs before its input {u!r} in "
+                                    f"FlexGen's layer order")
+            elif u not in seen:
+                seen.add(u)
+                if task.device != HOST:
+                    raise PlanError(f"flexgen: input {u!r} lives on {task.device}, not in "
+                                    f"host RAM")
+                if u.startswith(TOKENS):
+                    st.tokens.append(u)
+                else:
+                    st.weights[steps[s][0]].append(u)
+    for u, at in st.readers.items():
+        st.readers[u] = sorted(set(at))
+    for v, s in st.step_of.items():
+        readers = st.readers.get(v, [])
+        if _CACHE.match(v):
+            st.role[v] = "cache"
+        elif not readers:
+            st.role[v] = "output"
+        elif readers[-1] != s:
+            st.role[v] = "hidden"
+        else:
+            st.role[v] = "work"
+    return st
+
+
+def seconds(graph: TaskGraph, machine: Machine, t: Task) -> float:
+    """A kernel's seconds alone on the GPU, by the machine's cost model."""
+    touched = touched_bytes(t.op, t.bytes, [graph[u].bytes for u in t.inputs])
+    return machine.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op, t.dtype)
