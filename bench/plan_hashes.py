@@ -16,6 +16,10 @@ fields differently), or the planner's error.  640 cases: 8 workloads, ``p100x4``
 preset did before the fitted model (docs/cost-model.md): its lines are those of an older install.
 The machines' host memory is unlimited, as it was before machines had ``host_memory``
 (docs/host-memory.md): the plans then are the same byte for byte.
+``--lora`` fingerprints TURNIP's LoRA points instead (``turnip-lora``: 7B at 1K tokens, batch 8,
+16 and 32, and 65B at batch 8, on ``a100x8`` as the experiment plans them, with
+``buildmemgraph`` and ``levelwise``; 0.4-1.6M vertices, minutes each): the SHA-1 of the
+node-link JSON file as written, which also fixes the order of the vertices and edges.
 Run it outside the repository so that the install, not the source tree, is measured.
 """
 
@@ -26,6 +30,8 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import os
+import tempfile
 
 from offloadlab.core.errors import PlanError
 from offloadlab.core.machine import Machine, machine_from_spec
@@ -44,6 +50,9 @@ WORKLOADS = (
     "training-chain",
     "gpt2-train:depth=6,iterations=2",
 )
+LORA = tuple(f"llama-lora-train:model={model},seq=1024,batch={batch},gpus=8"
+             for model, batch in (("7b", 8), ("7b", 16), ("7b", 32), ("65b", 8)))
+LORA_PLANNERS = ("buildmemgraph", "levelwise")
 MACHINES = ("p100x4", "a100x8")
 FACTORS = (1.0, 1.1, 1.5, 10.0)
 PLANNERS = ("buildmemgraph", "buildmemgraph:victim=cost", "buildmemgraph:victim=lru",
@@ -68,12 +77,40 @@ def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str,
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
+def file_fingerprint(graph: TaskGraph, machine: str, planner: str) -> str:
+    """The first 12 hex digits of the SHA-1 of the MemGraph's node-link JSON file as written,
+    read back a block at a time, or its PlanError."""
+    try:
+        mg = plan(graph, machine_from_spec(machine), planner)
+    except PlanError as exc:
+        return f"PlanError {str(exc)[:60]}"
+    digest = hashlib.sha1()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "mg.json")
+        mg.write(path)
+        del mg
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()[:12]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--roofline", action="store_true",
                         help="price every machine's kernels by the roofline (cost=roofline)")
+    parser.add_argument("--lora", action="store_true",
+                        help="fingerprint TURNIP's LoRA points instead (minutes each)")
     args = parser.parse_args()
+    if args.lora:
+        for workload in LORA:
+            graph = build_workload(workload)
+            for planner in LORA_PLANNERS:
+                print(workload, "a100x8", planner, file_fingerprint(graph, "a100x8", planner),
+                      flush=True)
+            del graph
+        return
     for workload in WORKLOADS:
         graph = build_workload(workload)
         for machine, factor, planner in itertools.product(MACHINES, FACTORS, PLANNERS):

@@ -1,7 +1,6 @@
 """The offset allocator behind BuildMemGraph (planner/allocator.py), against brute force."""
 
 import gc
-import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -15,8 +14,8 @@ from offloadlab.planner.allocator import (
     PINNED,
     GpuMemory,
     Segment,
-    size_class,
 )
+from offloadlab.planner.blocked import Blocked
 
 
 def free_runs(memory: GpuMemory) -> list[tuple[int, int]]:
@@ -51,22 +50,22 @@ def check_layout(memory: GpuMemory) -> None:
     # the index of free runs, when kept, agrees with the segments
     runs = free_runs(memory) if memory._indexed else []
     assert memory._run_start == {b: a for a, b in runs}
-    assert memory._runs == {a: (b, memory._at[a].freed_at) for a, b in runs}
-    assert sorted(memory._class_runs) == memory._classes
-    # each size class lists its runs as (first freed_at, start), packed in one int, ascending
+    assert {a: end for a, (end, _) in memory._runs.items()} == dict(runs)
+    # each run's steps: the latest freeing among the segments a window at its start covers,
+    # for every size, is the least value among the steps serving that size (size >= it)
     shift = memory._shift
-    decoded = {c: [((key >> shift) - 1, key & ((1 << shift) - 1)) for key in same]
-               for c, same in memory._class_runs.items()}
-    assert sorted(x for same in decoded.values() for x in same) == \
-        sorted((memory._runs[a][1], a) for a, _ in runs)
-    assert all(same == sorted(same) for same in decoded.values())
-    assert all(size_class(memory._runs[a][0] - a) == c for c, same in decoded.items()
-               for _, a in same)
-    # the prefix maxima find_free keeps per run agree with the run's segments now
-    for start, (ends, latest) in memory._prefix.items():
-        inside = [seg for seg in segs if start <= seg.start < memory._runs[start][0]]
-        assert ends == [seg.end for seg in inside]
-        assert latest == list(itertools.accumulate((seg.freed_at for seg in inside), max))
+    for a, b in runs:
+        inside = [seg for seg in segs if a <= seg.start < b]
+        steps = memory._runs[a][1]
+        pairs = [(steps[k], (steps[k + 1] >> shift) - 1) for k in range(0, len(steps), 2)]
+        assert all(steps[k + 1] & ((1 << shift) - 1) == a for k in range(0, len(steps), 2))
+        for size in range(1, b - a + 1):
+            newest = max(seg.freed_at for seg in inside if seg.start < a + size)
+            assert min(v for n, v in pairs if n >= size) == newest
+        assert [v for _, v in pairs] == sorted({v for _, v in pairs})   # rising
+    assert memory._steps.items() == sorted(
+        ((steps[k], steps[k + 1]) for _, steps in memory._runs.values()
+         for k in range(0, len(steps), 2)), key=lambda item: item[1])
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -233,3 +232,28 @@ def test_replaced_segments_are_freed_without_the_collector():
         assert alive == len(memory.segments) + sum(len(c) for _, _, c in held)
     finally:
         gc.enable()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.lists(st.tuples(st.booleans(), st.integers(0, 12),
+                                             st.integers(0, 12)), max_size=120),
+       st.integers(0, 13))
+def test_blocked_agrees_with_a_sorted_list(block, steps, size):
+    """Items added and removed in any order (blocks split and emptied): the items stay sorted
+    by key and :meth:`Blocked.least` is the least key among the items of at least ``size``."""
+    blocked, kept = Blocked(block), set()
+    for add, n, key in steps:
+        if add and key not in {k for _, k in kept}:
+            blocked.add(n, key)
+            kept.add((n, key))
+        elif not add and kept:
+            item = sorted(kept)[(n * 13 + key) % len(kept)]
+            blocked.remove(*item)
+            kept.remove(item)
+        assert blocked.items() == sorted(kept, key=lambda item: item[1])
+        assert all(0 < len(keys) <= 2 * block for keys in blocked.keys)
+        assert blocked.last == [keys[-1] for keys in blocked.keys]
+        assert blocked.largest == [max(sizes) for sizes in blocked.sizes]
+        assert blocked.at_largest == [sizes.count(max(sizes)) for sizes in blocked.sizes]
+        assert len(blocked) == len(kept)
+        assert blocked.least(size) == min((k for n, k in kept if n >= size), default=-1)

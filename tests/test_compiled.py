@@ -1,7 +1,8 @@
 """The two builds of the core (docs/install.md, The compiled build): ``pip install .`` compiles the
-planner core (``planner/allocator.py``, ``planner/buildmemgraph.py``), the MemGraph, its
-readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``, ``core/columnar.py``,
-``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the simulator's model
+planner core (``planner/allocator.py``, ``planner/blocked.py``, ``planner/buildmemgraph.py``),
+the MemGraph, its readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``,
+``core/columnar.py``, ``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the
+simulator's model
 (``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``,
 ``core/memory.py``)
 and the random workload's drawing loop (``core/workloads/layered.py``) with mypyc where it
@@ -33,12 +34,12 @@ from offloadlab.core import (
 )
 from offloadlab.core.workloads import layered
 from offloadlab.lab.cli import main
-from offloadlab.planner import PLANNERS, allocator, buildmemgraph, planner_options
+from offloadlab.planner import PLANNERS, allocator, blocked, buildmemgraph, planner_options
 from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = (allocator, buildmemgraph, memgraph, verify, intervals, checks, nodelink, columnar,
-        dispatch, bound, model, resources, memory, layered)
+CORE = (allocator, blocked, buildmemgraph, memgraph, verify, intervals, checks, nodelink,
+        columnar, dispatch, bound, model, resources, memory, layered)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 

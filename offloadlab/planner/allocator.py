@@ -8,19 +8,22 @@ writer may overwrite them (the readers of the last occupant, or the offload that
 out).  Allocating over free segments hands their guards to the caller, which turns them into
 memory-dependency edges.
 
-With many segments, free *runs* (maximal stretches of free segments) are indexed by size
-class, as in a two-level segregated-fit allocator, so that :meth:`GpuMemory.find_free` looks at
-a handful of candidate runs instead of every segment; with few, a scan is cheaper than keeping
-the index, and the allocator scans.
+With many segments, free *runs* (maximal stretches of free segments) are indexed, so that
+:meth:`GpuMemory.find_free` is one query instead of a pass over the segments: a run's window
+at its start is judged by the latest freeing among the segments it covers, a step function of
+the window's size that rises at the run's prefix maxima; each step is an item (the largest
+size it serves, its value and the run's start packed in one key) of a :class:`Blocked` list,
+and the best window of a size is the least key among the items that serve it.  With few
+segments, a scan is cheaper than keeping the index, and the allocator scans.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from .blocked import Blocked
 
 Owner = Any   # what the caller names an occupant by (BuildMemGraph: its Resident)
 
@@ -41,12 +44,6 @@ class Segment:
         self.start, self.end, self.owner, self.guard, self.freed_at = \
             start, end, owner, guard, freed_at
         self.prev = self.next = None
-
-
-def size_class(n: int) -> int:
-    """A monotone size class: eight classes per power of two (two-level segregated fit)."""
-    b = n.bit_length()
-    return n if b <= 4 else (b << 3) | ((n >> (b - 4)) & 7)
 
 
 INDEX_AT = 64
@@ -88,12 +85,11 @@ class GpuMemory:
         self._hand = 0                # find_victims' clock hand: an offset,
         self._hand_at = self.first    # and the segment containing it
         self._indexed = False         # whether the free runs below are kept
-        self._runs: dict[int, tuple[int, int]] = {}   # free run start -> (end, first freed_at)
+        # free run start -> (its end, its steps: [size, key, size, key, ...], as in _steps)
+        self._runs: dict[int, tuple[int, list[int]]] = {}
         self._run_start: dict[int, int] = {}     # free run end -> its start
-        self._class_runs: dict[int, list[int]] = {}  # size class -> _run_key()s, ascending
-        self._shift = capacity.bit_length()     # _run_key's bits for a start
-        self._classes: list[int] = []            # size classes holding a free run, ascending
-        self._prefix: dict[int, tuple[list[int], list[int]]] = {}   # run start -> _window's
+        self._steps = Blocked()                  # every run's steps (_add_run)
+        self._shift = capacity.bit_length()     # a step key's bits for a start
 
     @property
     def segments(self) -> list[Segment]:
@@ -112,32 +108,19 @@ class GpuMemory:
         ``[start, start + size)`` at the start of each run is judged by the latest freeing
         among its bytes, ties going to the lowest offset.  ``None`` if no run is large enough.
 
-        Runs of a size class are sorted by their first segment's freeing, a lower bound of
-        their window's, so each class is read only while it can still beat the best."""
+        With the index, it is the least key among the steps serving ``size`` (:meth:`_add_run`):
+        a run's steps serving it are the one its window falls in and the later, higher ones."""
         if size >= self._no_fit:
             return None
         if self._indexed != (len(self._at) >= (INDEX_AT // 4 if self._indexed else INDEX_AT)):
             self._index_runs(not self._indexed)
         if not self._indexed:
             return self._scan_free(size)
-        lowest = size_class(size)
-        runs, class_runs, classes = self._runs, self._class_runs, self._classes
-        best, best_key = -1, math.inf
-        shift, mask = self._shift, (1 << self._shift) - 1
-        for c in classes[bisect.bisect_left(classes, lowest):]:
-            for key in class_runs[c]:
-                if (key >> shift) - 1 > best_key:
-                    break                               # its first segment's freeing
-                start = key & mask
-                if c == lowest and runs[start][0] - start < size:
-                    continue
-                newest = self._window(start, size)
-                if newest < best_key or (newest == best_key and start < best):
-                    best, best_key = start, float(newest)  # mypyc: best_key is a float
-        if best < 0:
+        key = self._steps.least(size)
+        if key < 0:
             self._no_fit = size
             return None
-        return best
+        return key & ((1 << self._shift) - 1)
 
     def _scan_free(self, size: int) -> int | None:
         """:meth:`find_free` by one pass over the segments."""
@@ -164,29 +147,6 @@ class GpuMemory:
         if best is None:
             self._no_fit = size
         return best
-
-    def _window(self, start: int, size: int) -> int:
-        """The latest freeing among the first ``size`` bytes of the free run at ``start``,
-        from the run's prefix maxima (its segments' ends and the latest freeing up to each),
-        computed when the run is first judged and kept until the run changes."""
-        prefix = self._prefix.get(start)
-        if prefix is None:
-            run_end = self._runs[start][0]
-            s: Segment | None = self._at[start]
-            newest = -1
-            ends: list[int] = []
-            latest: list[int] = []
-            while s is not None:
-                if s.freed_at > newest:
-                    newest = s.freed_at
-                ends.append(s.end)
-                latest.append(newest)
-                if s.end >= run_end:
-                    break
-                s = s.next
-            prefix = self._prefix[start] = (ends, latest)
-        ends, latest = prefix
-        return latest[bisect.bisect_left(ends, start + size)]
 
     def find_victims(self, size: int, cost: Victims) -> tuple[int, list[Owner]] | None:
         """simMallocOffld's search: a window of ``size`` bytes whose occupants may all be
@@ -302,7 +262,7 @@ class GpuMemory:
             while r.prev is not None and r.prev.owner is None:
                 r = r.prev
             run = r.start
-            run_end, freed = self._runs[run]
+            run_end = self._runs[run][0]
             assert end <= run_end, "place: the bytes are not free"
             self._drop_run(run)
         last = first
@@ -334,10 +294,9 @@ class GpuMemory:
         self.free -= size
         if indexed:
             if run < offset:
-                self._add_run(run, offset, freed)
+                self._add_run(run, offset)
             if end < run_end:
-                assert new.next is not None
-                self._add_run(end, run_end, new.next.freed_at)
+                self._add_run(end, run_end)
         return covered
 
     def release(self, owner: Owner, offset: int, guard: tuple[str, ...], now: int) -> None:
@@ -346,7 +305,7 @@ class GpuMemory:
         assert s.owner == owner
         s.owner, s.guard, s.freed_at = None, guard, now
         self.free += s.end - s.start
-        self._freed(s, s, now)
+        self._freed(s, s)
 
     def restore(self, owner: Owner, offset: int, covered: list[Segment]) -> None:
         """Undo ``place``: the bytes get back the guards they had (retraction)."""
@@ -362,13 +321,13 @@ class GpuMemory:
         if self._hand_at is s:
             self._hand_at = self._containing(self._hand, first)
         s.prev = s.next = None                  # unlinked (see place)
-        self._freed(first, last, first.freed_at)
+        self._freed(first, last)
 
     # -- the index of free runs -------------------------------------------------------------
-    def _freed(self, i: Segment, j: Segment, first: int) -> None:
-        """Segments ``i`` to ``j``, the first freed at ``first``, became free: only the free run
-        containing them grew, so if it is the largest, ``find_free``'s fail threshold becomes
-        its size plus one; with the index, merge them with the free runs on either side."""
+    def _freed(self, i: Segment, j: Segment) -> None:
+        """Segments ``i`` to ``j`` became free: only the free run containing them grew, so if
+        it is the largest, ``find_free``'s fail threshold becomes its size plus one; with the
+        index, merge them with the free runs on either side."""
         start, end = i.start, j.end
         if not self._indexed:
             while i.prev is not None and i.prev.owner is None:
@@ -382,60 +341,76 @@ class GpuMemory:
         runs = self._runs
         left = self._run_start.get(start, start)
         right = runs[end][0] if end in runs else end
-        if left < start:
-            first = runs[left][1]
-            self._drop_run(left)
         if right > end:
             self._drop_run(end)
-        self._add_run(left, right, first)
+        if left == start:
+            self._add_run(start, right)
+            return
+        # the run on the left keeps its steps but the last, which the freed segments extend
+        steps = runs.pop(left)[1]
+        del self._run_start[start]
+        key = steps.pop()
+        self._steps.remove(steps.pop(), key)
+        self._extend(left, right, steps, (key >> self._shift) - 1, i)
 
     def _index_runs(self, on: bool) -> None:
         """Start keeping the index of free runs (``on``), or stop."""
-        for kept in (self._runs, self._run_start, self._class_runs, self._prefix):
-            kept.clear()
-        self._classes.clear()
+        self._runs.clear()
+        self._run_start.clear()
+        self._steps.clear()
         self._indexed = on
         if on:
-            start = first = -1
+            start = -1
             s: Segment | None = self.first
             while s is not None:
                 if s.owner is None and start < 0:
-                    start, first = s.start, s.freed_at
+                    start = s.start
                 if s.owner is not None and start >= 0:
-                    self._add_run(start, s.start, first)
+                    self._add_run(start, s.start)
                     start = -1
                 s = s.next
             if start >= 0:
-                self._add_run(start, self.capacity, first)
+                self._add_run(start, self.capacity)
 
-    def _add_run(self, start: int, end: int, first: int) -> None:
-        """Index the free run ``[start, end)`` whose first segment was freed at ``first``."""
-        self._runs[start] = (end, first)
+    def _add_run(self, start: int, end: int) -> None:
+        """Index the free run ``[start, end)`` by its steps: the window at its start is judged
+        by the latest freeing among the segments it covers, which rises at each prefix maximum
+        of the segments' freeings; each value ``v`` serves the windows up to the start of the
+        segment where the next one begins (the last, up to the run's end), and is the item
+        ``(the largest size it serves, (v + 1) << shift | start)`` of :attr:`_steps`."""
+        self._extend(start, end, [], -2, self._at[start])    # -2: below every freeing
+
+    def _extend(self, start: int, end: int, steps: list[int], newest: int, s: Segment) -> None:
+        """Index the free run ``[start, end)`` whose steps up to segment ``s`` (excluded) are
+        ``steps``, already indexed, the latest freeing among those segments being ``newest``."""
+        shift, known = self._shift, len(steps)
+        while True:
+            if s.freed_at > newest:
+                if newest > -2:
+                    steps.append(s.start - start)
+                    steps.append((newest + 1) << shift | start)
+                newest = s.freed_at
+            if s.end >= end:
+                break
+            nxt = s.next
+            assert nxt is not None
+            s = nxt
+        steps.append(end - start)
+        steps.append((newest + 1) << shift | start)
+        add = self._steps.add
+        for k in range(known, len(steps), 2):
+            add(steps[k], steps[k + 1])
+        self._runs[start] = (end, steps)
         self._run_start[end] = start
-        c = size_class(end - start)
-        same = self._class_runs.get(c)
-        if same is None:
-            same = self._class_runs[c] = []
-            bisect.insort(self._classes, c)
-        bisect.insort(same, self._run_key(first, start))
         if end - start >= self._no_fit:
             self._no_fit = end - start + 1
 
-    def _run_key(self, first: int, start: int) -> int:
-        """A free run's place in its size class, ``(first, start)`` packed in one int so
-        that the class's sorted list compares ints instead of tuples."""
-        return (first + 1) << self._shift | start
-
     def _drop_run(self, start: int) -> None:
-        end, first = self._runs.pop(start)
-        self._prefix.pop(start, None)
+        end, steps = self._runs.pop(start)
         del self._run_start[end]
-        c = size_class(end - start)
-        same = self._class_runs[c]
-        del same[bisect.bisect_left(same, self._run_key(first, start))]
-        if not same:
-            del self._class_runs[c]
-            del self._classes[bisect.bisect_left(self._classes, c)]
+        remove = self._steps.remove
+        for k in range(0, len(steps), 2):
+            remove(steps[k], steps[k + 1])
 
     # -- the linked segments ----------------------------------------------------------------
     def _link(self, prev: Segment | None, s: Segment, next: Segment | None) -> None:
