@@ -178,16 +178,26 @@ def test_run_as_a_program_is_interruptible_without_traceback():
 
     from test_cli import REPO
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "offloadlab.lab.cli", "run", "--workload",
-                             "matmul-chain:layers=50,batch=64,hidden=256", "--machine",
-                             "disco-example:gpu_memory=1MiB,h2d_bandwidth=1e6,"
+    # 12.8 MB of weights at 1 MB/s: the run takes over 12 s; interrupted once it runs (its
+    # progress says so), it must stop well before that, in one line
+    proc = subprocess.Popen([sys.executable, "-m", "offloadlab.lab.cli", "--progress", "run",
+                             "--workload", "matmul-chain:layers=50,batch=64,hidden=256",
+                             "--machine", "disco-example:gpu_memory=1MiB,h2d_bandwidth=1e6,"
                              "host_bus_bandwidth=0"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    assert proc.stderr is not None
+    err = ""
+    while "running on the numpy backend" not in err:
+        char = proc.stderr.read(1)
+        assert char, f"the run ended before it started: {err}"
+        err += char
     begun = time.perf_counter()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
-    assert time.perf_counter() - begun < 2
+    out, rest = proc.communicate(timeout=30)
+    assert time.perf_counter() - begun < 5
+    err += rest
     assert proc.returncode == 130, err
-    assert err.strip() == "offloadlab: interrupted"
+    assert "Traceback" not in err
+    assert err.rstrip().endswith("offloadlab: interrupted")
+    assert err.count("offloadlab:") == 1
     assert _program is not None
