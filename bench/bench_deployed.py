@@ -30,6 +30,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from timing import replace_docs_block
+
 DEPLOYED = ("torch-compile-offload", "torchtune-offload", "zero-offload", "fsdp-cpu-offload",
             "accelerate-offload", "flexgen")
 PROBLEMS: dict[str, tuple[str, str]] = {
@@ -140,14 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     for note in notes:
         print(note, file=sys.stderr)
-    if args.docs:
-        page = Path(args.docs)
-        new, n = re.subn(re.escape(BEGIN) + ".*?" + re.escape(END),
-                         lambda _: f"{BEGIN}\n{text}\n{END}", page.read_text(), flags=re.S)
-        if n != 1:
-            print(f"{page}: no {BEGIN} ... {END} block", file=sys.stderr)
-            return 2
-        page.write_text(new)
+    if args.docs and not replace_docs_block(Path(args.docs), BEGIN, END, text):
+        return 2
     return 0
 
 

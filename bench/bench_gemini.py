@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_gemini import CASES, IDS  # noqa: E402
+from timing import replace_docs_block  # noqa: E402
 
 FACTORS: tuple[float, ...] = (1.0, 1.1, 1.5, 2.0, 4.0, float("inf"))
 PREFETCH = 4
@@ -93,15 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     for error in errors:
         print(error, file=sys.stderr)
-    if args.docs:
-        page = Path(args.docs)
-        old = page.read_text()
-        new, n = re.subn(re.escape(BEGIN) + ".*?" + re.escape(END),
-                         lambda _: f"{BEGIN}\n{text}\n{END}", old, flags=re.S)
-        if n != 1:
-            print(f"{page}: no {BEGIN} ... {END} block", file=sys.stderr)
-            return 2
-        page.write_text(new)
+    if args.docs and not replace_docs_block(Path(args.docs), BEGIN, END, text):
+        return 2
     return 0
 
 

@@ -1,8 +1,10 @@
-"""Timing helpers shared by the benchmarks (run them as ``python bench/NAME.py``)."""
+"""Helpers shared by the benchmarks: timing, and the docs tables they regenerate (run them as
+``python bench/NAME.py``)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -67,3 +69,15 @@ def write_between(page: Path, marker: str, text: str) -> None:
     if len(parts) != 3:
         raise SystemExit(f"{page}: needs two {marker!r} lines around the results")
     page.write_text(f"{parts[0]}{marker}\n{text}{marker}{parts[2]}", encoding="utf-8")
+
+
+def replace_docs_block(page: Path, begin: str, end: str, text: str) -> bool:
+    """Put ``text`` between the lines ``begin`` and ``end`` of the docs ``page``; False (and
+    the page untouched) if it has no such block."""
+    new, n = re.subn(re.escape(begin) + ".*?" + re.escape(end),
+                     lambda _: f"{begin}\n{text}\n{end}", page.read_text(), flags=re.S)
+    if n != 1:
+        print(f"{page}: no {begin} ... {end} block", file=sys.stderr)
+        return False
+    page.write_text(new)
+    return True
