@@ -724,10 +724,30 @@ def test_progress_bars_on_stderr_for_every_long_phase(capsys, tmp_path):
     for phase in ("building random", "planning with buildmemgraph", "verifying", "writing"):
         assert phase in err, phase
     assert re.search(r"planning with buildmemgraph: +\d+%", err)   # a bar that counts
+    assert err.count("\n") == 4 and err.endswith("\n")     # off a terminal each phase ends its line
     code, out, err = run(capsys, "simulate", mg, "--progress")
     assert code == 0 and "reading" in err and re.search(r"simulating \(dynamic\): +\d+%", err)
     code, out, err = run(capsys, "simulate", mg, "--progress", "--quiet")
     assert code == 0 and err == ""
+
+
+def test_an_interrupt_as_a_bar_is_made_leaves_no_line_open(capsys, monkeypatch, tmp_path):
+    """Ctrl-C that lands while a bar is being drawn (before it can be closed): the command's
+    last line starts a line of its own."""
+    import tqdm
+
+    made = tqdm.tqdm.__init__
+
+    def interrupted(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        if str(kwargs.get("desc", "")).startswith("verifying"):
+            raise KeyboardInterrupt
+    monkeypatch.setattr(tqdm.tqdm, "__init__", interrupted)
+    code, out, err = run(capsys, "--progress", "plan", "--workload", "matmul-chain:layers=4",
+                         "--machine", "p100x4", "--out", tmp_path / "mg.json")
+    assert code == 130
+    assert err.split("\n")[-2] == "offloadlab: interrupted", err
+    assert not (tmp_path / "mg.json").exists()
 
 
 @pytest.mark.slow

@@ -2,17 +2,21 @@
 building, planning, verifying, simulating, running, writing), counting vertices where the
 phase reports them, and a bar of steps for the commands that repeat a phase (``ablate``,
 ``validate``), each step named as it starts, with the count and an estimate of the time
-left.  Shown on a terminal, or everywhere with ``--progress``; never with ``--quiet``.  Bars
-are cleared when their phase ends, so that a command's own output stays as it was.
+left.  Shown on a terminal, or everywhere with ``--progress``; never with ``--quiet``.  On a
+terminal bars are cleared when their phase ends, so that a command's own output stays as it
+was; elsewhere (a log file, a pipe) each phase ends its line, so that what follows, such as
+``offloadlab: interrupted``, starts a line of its own.
 
 Whether shown or not, the phases are kept, so that a command that runs out of memory can
 say what it was doing (:func:`ran_out_while`)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 Report = Callable[[int], None]
 """``report(done)``: how many of the phase's ``total`` units are done."""
@@ -52,21 +56,15 @@ class Phases:
             if not self.enabled:
                 yield _ignore
                 return
-            from tqdm import tqdm
-
             if total is None:
-                bar = tqdm(desc=name, file=sys.stderr, leave=False, bar_format="{desc} ...")
-                report: Report = _ignore
-            else:
-                bar = tqdm(desc=name, total=total, unit=unit, file=sys.stderr, leave=False,
-                           mininterval=0.25, unit_scale=True)
-
+                with _bar(desc=name, bar_format="{desc} ..."):
+                    yield _ignore
+                return
+            with _bar(desc=name, total=total, unit=unit, mininterval=0.25,
+                      unit_scale=True) as bar:
                 def report(done: int) -> None:
                     bar.update(done - bar.n)
-            try:
                 yield report
-            finally:
-                bar.close()
 
     @contextmanager
     def steps(self, name: str, total: int) -> Iterator[Step]:
@@ -77,24 +75,43 @@ class Phases:
             if not self.enabled:
                 yield lambda line: _set_doing(f"{name}: {line}")
                 return
-            from tqdm import tqdm
+            with _bar(desc=name, total=total, unit="step", mininterval=0.25,
+                      bar_format="{desc}: {n}/{total} steps, {elapsed} so far, "
+                      "{remaining} left{postfix}") as bar:
+                started = False
 
-            bar = tqdm(desc=name, total=total, unit="step", file=sys.stderr, leave=False,
-                       mininterval=0.25, bar_format="{desc}: {n}/{total} steps, "
-                       "{elapsed} so far, {remaining} left{postfix}")
-            started = False
-
-            def step(line: str) -> None:
-                nonlocal started
-                _set_doing(f"{name}: {line}")
-                if started:
-                    bar.update(1)
-                started = True
-                bar.set_postfix_str(line.rstrip(". "))
-            try:
+                def step(line: str) -> None:
+                    nonlocal started
+                    _set_doing(f"{name}: {line}")
+                    if started:
+                        bar.update(1)
+                    started = True
+                    bar.set_postfix_str(line.rstrip(". "))
                 yield step
-            finally:
-                bar.close()
+
+
+@contextmanager
+def _bar(**options: Any) -> Iterator[Any]:
+    """A tqdm bar on stderr for the ``with`` block, closed after it (off a terminal its last
+    line stays, so that the line ends).  It is drawn only once made, inside the block: a
+    signal that lands while it is made leaves nothing on stderr to end or clear."""
+    from tqdm import tqdm
+
+    bar = tqdm(file=sys.stderr, leave=_leave(), delay=math.inf, **options)
+    try:
+        bar.delay = 0
+        bar.refresh()
+        yield bar
+    finally:
+        bar.close()
+
+
+def _leave() -> bool:
+    """Whether a bar's last line stays when it closes: off a terminal, so that the line ends."""
+    try:
+        return not sys.stderr.isatty()
+    except (AttributeError, ValueError):        # no stderr, or a closed one
+        return True
 
 
 @contextmanager
