@@ -1,5 +1,6 @@
 import importlib
 import os
+import signal
 from types import ModuleType
 
 import pytest
@@ -11,6 +12,16 @@ from offloadlab.core.workloads import build_workload
 @pytest.fixture
 def disco():
     return machine_from_spec("disco-example")
+
+
+@pytest.fixture
+def ctrl_c():
+    """Ctrl-C as a user's shell delivers it, whatever the test process inherited or an earlier
+    test left (a test runner's worker may ignore SIGINT, and a process started while it is
+    ignored ignores it too): Python's own handler for the test, the previous one after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def tp_machine(locations: int):

@@ -545,7 +545,7 @@ BIG = "random:vertices=60000,gpus=2,host_fraction=1,min_bytes=4096,max_bytes=655
 
 @pytest.mark.parametrize("sig,code,line", [(signal.SIGTERM, 143, "offloadlab: terminated"),
                                            (signal.SIGINT, 130, "offloadlab: interrupted")])
-def test_a_signal_while_writing_leaves_nothing(tmp_path, sig, code, line):
+def test_a_signal_while_writing_leaves_nothing(tmp_path, sig, code, line, ctrl_c):
     """Signalled once its temporary output file exists (the write has started)."""
     proc = _program(["plan", "--workload", BIG, "--machine", "p100x4:gpus=2,gpu_memory=64MiB",
                      "--out", "mg.json"], tmp_path)

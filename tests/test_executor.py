@@ -267,7 +267,7 @@ def test_the_watchdog_names_a_hung_vertex(monkeypatch):
     assert not _lanes_alive()
 
 
-def test_ctrl_c_stops_within_a_second(monkeypatch):
+def test_ctrl_c_stops_within_a_second(monkeypatch, ctrl_c):
     graph, m, mg = _small()
     # kernels of 0.2 s: the run takes seconds, so the interrupt lands in it however late a
     # loaded machine wakes the timer; the bound counts from the interrupt

@@ -169,7 +169,7 @@ def test_memgraph_files_keep_shapes_for_the_executor(capsys, tmp_path):
     assert mg["X2.0"].shape == (64, 128) and mg["X2.0"].dtype == "float32"
 
 
-def test_run_as_a_program_is_interruptible_without_traceback():
+def test_run_as_a_program_is_interruptible_without_traceback(ctrl_c):
     import os
     import signal
     import subprocess
