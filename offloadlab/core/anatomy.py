@@ -48,7 +48,12 @@ def forward(graph: TaskGraph) -> list[str]:
     that tells (no ``meta["forward"]``, no training chain, no categories)."""
     compute = [t for t in graph if t.kind == "compute"]
     if "forward" in graph.meta:
-        return [t.id for t in compute[:graph.meta["forward"]]]
+        count = graph.meta["forward"]
+        if type(count) is not int or not 0 <= count <= len(compute):
+            raise GraphError(f"TaskGraph {graph.name!r}: meta 'forward' (its forward pass's "
+                             f"compute vertices) must be an integer from 0 to {len(compute)}, "
+                             f"got {count!r:.40}")
+        return [t.id for t in compute[:count]]
     if "chain" in graph.meta:
         return [t.id for t in compute if t.op == "layer_forward"]
     if any(t.category is not UNKNOWN for t in compute):
