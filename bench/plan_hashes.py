@@ -20,6 +20,12 @@ The machines' host memory is unlimited, as it was before machines had ``host_mem
 16 and 32, and 65B at batch 8, on ``a100x8`` as the experiment plans them, with
 ``buildmemgraph`` and ``levelwise``; 0.4-1.6M vertices, minutes each): the SHA-1 of the
 node-link JSON file as written, which also fixes the order of the vertices and edges.
+``--deployed`` fingerprints the deployed schemes instead (docs/deployed.md): each with its
+defaults and with the options that change its moves, and ``buildmemgraph``, on
+bench_deployed.py's problems at its memories and at 64x BuildMemGraph's least, where
+ZeRO-Offload, FSDP and Accelerate plan the LoRA 7B step to its end (the SHA-1 of the
+node-link JSON, or the planner's error in full; about 15 minutes; the traced models need
+torch).
 Run it outside the repository so that the install, not the source tree, is measured.
 """
 
@@ -55,6 +61,15 @@ LORA = tuple(f"llama-lora-train:model={model},seq=1024,batch={batch},gpus=8"
 LORA_PLANNERS = ("buildmemgraph", "levelwise")
 MACHINES = ("p100x4", "a100x8")
 FACTORS = (1.0, 1.1, 1.5, 10.0)
+DEPLOYED_FACTORS = (1.5, 4.0, 16.0, 64.0)
+DEPLOYED = ("torch-compile-offload",
+            "torch-compile-offload:activation_reload_prefetch=false",
+            "torch-compile-offload:activation_offload_separate_stream=false",
+            "torchtune-offload", "torchtune-offload:use_streams=false,max_fwd_stash_size=1",
+            "zero-offload", "zero-offload:overlap_comm=true,dpu=true,reduce_bucket_size=1000000",
+            "fsdp-cpu-offload", "fsdp-cpu-offload:min_num_params=1000000,limit_all_gathers=false",
+            "accelerate-offload", "flexgen", "flexgen:w_gpu_percent=50,cache_gpu_percent=100,"
+            "act_gpu_percent=100", "buildmemgraph")
 PLANNERS = ("buildmemgraph", "buildmemgraph:victim=cost", "buildmemgraph:victim=lru",
             "buildmemgraph:ahead=false", "buildmemgraph:reserve=0",
             "buildmemgraph:order=levels", "buildmemgraph:order=topological",
@@ -95,6 +110,24 @@ def file_fingerprint(graph: TaskGraph, machine: str, planner: str) -> str:
     return digest.hexdigest()[:12]
 
 
+def deployed() -> None:
+    """Print the fingerprint of every deployed scheme's plan on bench_deployed.py's problems
+    (the SHA-1 of the node-link JSON as written), or its error in full."""
+    from bench_deployed import PROBLEMS, taskgraph  # beside this script
+
+    for label, (workload, machine) in PROBLEMS.items():
+        graph = taskgraph(workload)
+        least = min_capacity(graph)
+        for factor, planner in itertools.product(DEPLOYED_FACTORS, DEPLOYED):
+            spec = f"{machine}{',' if ':' in machine else ':'}gpu_memory={int(least * factor)}"
+            try:
+                text = plan(graph, machine_from_spec(spec), planner).to_json()
+                out = hashlib.sha1(text.encode()).hexdigest()[:12]
+            except PlanError as exc:
+                out = f"PlanError {exc}"
+            print(label, factor, planner, out, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,7 +135,12 @@ def main() -> None:
                         help="price every machine's kernels by the roofline (cost=roofline)")
     parser.add_argument("--lora", action="store_true",
                         help="fingerprint TURNIP's LoRA points instead (minutes each)")
+    parser.add_argument("--deployed", action="store_true",
+                        help="fingerprint the deployed schemes on bench_deployed's problems")
     args = parser.parse_args()
+    if args.deployed:
+        deployed()
+        return
     if args.lora:
         for workload in LORA:
             graph = build_workload(workload)

@@ -50,22 +50,28 @@ def check_layout(memory: GpuMemory) -> None:
     # the index of free runs, when kept, agrees with the segments
     runs = free_runs(memory) if memory._indexed else []
     assert memory._run_start == {b: a for a, b in runs}
-    assert {a: end for a, (end, _) in memory._runs.items()} == dict(runs)
-    # each run's steps: the latest freeing among the segments a window at its start covers,
-    # for every size, is the least value among the steps serving that size (size >= it)
+    assert {a: run.end for a, run in memory._runs.items()} == dict(runs)
+    # each run's steps, found up to its reached segment: the latest freeing among the segments
+    # a window at its start covers is, for every size up to the reached segment's end, the
+    # least value among the items serving that size (size >= it), and for longer windows at
+    # least that (the open step's item a lower bound)
     shift = memory._shift
+    items = []
     for a, b in runs:
+        run = memory._runs[a]
         inside = [seg for seg in segs if a <= seg.start < b]
-        steps = memory._runs[a][1]
+        assert run.reached in inside
+        steps = run.steps + [b - a, run.key]
+        items += [(steps[k], steps[k + 1]) for k in range(0, len(steps), 2)]
         pairs = [(steps[k], (steps[k + 1] >> shift) - 1) for k in range(0, len(steps), 2)]
         assert all(steps[k + 1] & ((1 << shift) - 1) == a for k in range(0, len(steps), 2))
+        assert pairs[-1][1] == run.newest
         for size in range(1, b - a + 1):
             newest = max(seg.freed_at for seg in inside if seg.start < a + size)
-            assert min(v for n, v in pairs if n >= size) == newest
+            found = min(v for n, v in pairs if n >= size)
+            assert found == newest if a + size <= run.reached.end else found <= newest
         assert [v for _, v in pairs] == sorted({v for _, v in pairs})   # rising
-    assert memory._steps.items() == sorted(
-        ((steps[k], steps[k + 1]) for _, steps in memory._runs.values()
-         for k in range(0, len(steps), 2)), key=lambda item: item[1])
+    assert memory._steps.items() == sorted(items, key=lambda item: item[1])
 
 
 @pytest.fixture(autouse=True, scope="module")

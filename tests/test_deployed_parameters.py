@@ -5,7 +5,10 @@ line, and execute to the reference under every dispatch policy."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -295,3 +298,20 @@ def test_fsdp_unshards_the_updated_parameters_after_each_optimizer_step():
         t = int(v.of.split("@")[1])
         assert v.order < mg[f"F1@{t + 1}"].order
         assert (t > 0) == any(mg[u].device == "cpu" for u in mg.pred[v.id])
+
+
+@pytest.mark.parametrize("spec", ["zero-offload", "fsdp-cpu-offload"])
+def test_the_cpu_step_is_the_same_in_every_process(spec):
+    """The optimizer step's updates whose weights are first read together (a layer's weight
+    and bias) run in program order: they were ordered as a set of strings iterates, so the
+    plan changed with the process's string hash seed."""
+    code = ("import hashlib; from offloadlab.core.machine import machine_from_spec; "
+            "from offloadlab.core.workloads import build_workload; "
+            "from offloadlab.planner import plan; "
+            "g = build_workload('model:name=mlp,mode=train,gpus=1'); "
+            f"print(hashlib.sha1(plan(g, machine_from_spec('p100x4:gpus=1'), '{spec}')"
+            ".to_json().encode()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+               for seed in ("1", "2", "3")}
+    assert len(digests) == 1

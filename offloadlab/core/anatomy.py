@@ -48,7 +48,12 @@ def forward(graph: TaskGraph) -> list[str]:
     that tells (no ``meta["forward"]``, no training chain, no categories)."""
     compute = [t for t in graph if t.kind == "compute"]
     if "forward" in graph.meta:
-        return [t.id for t in compute[:graph.meta["forward"]]]
+        count = graph.meta["forward"]
+        if type(count) is not int or not 0 <= count <= len(compute):
+            raise GraphError(f"TaskGraph {graph.name!r}: meta 'forward' (its forward pass's "
+                             f"compute vertices) must be an integer from 0 to {len(compute)}, "
+                             f"got {count!r:.40}")
+        return [t.id for t in compute[:count]]
     if "chain" in graph.meta:
         return [t.id for t in compute if t.op == "layer_forward"]
     if any(t.category is not UNKNOWN for t in compute):
@@ -57,18 +62,26 @@ def forward(graph: TaskGraph) -> list[str]:
                      f"(no meta 'forward', training chain or categories)")
 
 
+def _passes(graph: TaskGraph) -> tuple[list[str], list[str], list[str]]:
+    """The forward pass, the updates and the backward pass (:func:`forward`, :func:`updates`,
+    :func:`backward`), each found once."""
+    ahead = forward(graph)
+    skip = set(ahead)
+    changed = [t.id for t in graph if t.kind == "compute" and t.id not in skip
+               and (t.op in UPDATE_OPS or t.category == "weights")]
+    skip.update(changed)
+    return ahead, changed, [t.id for t in graph if t.kind == "compute" and t.id not in skip]
+
+
 def updates(graph: TaskGraph) -> list[str]:
     """The optimizer updates: ``adam_update``/``sgd_update`` vertices, and backward vertices
     writing weights (an update ``import-torch`` could only trace as ``mix``)."""
-    ahead = set(forward(graph))
-    return [t.id for t in graph if t.kind == "compute" and t.id not in ahead
-            and (t.op in UPDATE_OPS or t.category == "weights")]
+    return _passes(graph)[1]
 
 
 def backward(graph: TaskGraph) -> list[str]:
     """The backward pass's compute vertices: those after the forward pass but the updates."""
-    skip = {*forward(graph), *updates(graph)}
-    return [t.id for t in graph if t.kind == "compute" and t.id not in skip]
+    return _passes(graph)[2]
 
 
 def _read_by(graph: TaskGraph, vertices: set[str]) -> set[str]:
@@ -85,7 +98,11 @@ def forward_tensors(graph: TaskGraph) -> list[str]:
     """The forward pass's tensors: its compute vertices, the batch (inputs whose category is
     ``activations``) and the transfers copying either to a forward vertex on another GPU."""
     ahead = set(forward(graph))
-    read = _read_by(graph, ahead)
+    return _forward_tensors(graph, ahead, _read_by(graph, ahead))
+
+
+def _forward_tensors(graph: TaskGraph, ahead: set[str], read: set[str]) -> list[str]:
+    """:func:`forward_tensors` given the forward pass and what it reads."""
     found: set[str] = set()
     for t in graph:
         if t.id in ahead or (t.kind == "input" and t.category == "activations") or (
@@ -98,9 +115,15 @@ def saved(graph: TaskGraph) -> tuple[list[str], list[str]]:
     """The saved activations (forward tensors a backward vertex reads, directly or through a
     transfer the backward makes, less the outputs) and the forward pass's outputs (forward
     tensors but copies that no forward vertex reads)."""
-    tensors = forward_tensors(graph)
-    ahead, later = set(forward(graph)), set(backward(graph))
-    in_forward, in_backward = _read_by(graph, ahead), _read_by(graph, later)
+    ahead, _, behind = _passes(graph)
+    in_forward = _read_by(graph, set(ahead))
+    tensors = _forward_tensors(graph, set(ahead), in_forward)
+    return _saved(graph, tensors, in_forward, _read_by(graph, set(behind)))
+
+
+def _saved(graph: TaskGraph, tensors: list[str], in_forward: set[str], in_backward: set[str]
+           ) -> tuple[list[str], list[str]]:
+    """:func:`saved` given the forward tensors and what each pass reads."""
     outputs = [v for v in tensors if graph[v].kind != "transfer" and v not in in_forward]
     last = set(outputs)
     return [v for v in tensors if v not in last and v in in_backward], outputs
@@ -111,8 +134,13 @@ def category(graph: TaskGraph) -> dict[str, str | None]:
     and the weight it reads: weights; the forward's tensors: activations; the backward's:
     gradients; a transfer: its source's), or None where neither tells (an input that no update
     reads, in a graph without categories)."""
-    ahead, behind = set(forward_tensors(graph)), set(backward(graph))
-    changed = set(updates(graph))
+    _, changed, behind = _passes(graph)
+    return _category(graph, set(forward_tensors(graph)), set(behind), set(changed))
+
+
+def _category(graph: TaskGraph, ahead: set[str], behind: set[str], changed: set[str]
+              ) -> dict[str, str | None]:
+    """:func:`category` given the forward's tensors, the backward and the updates."""
     trained = {graph[u].inputs[0] for u in changed if graph[u].inputs}
     found: dict[str, str | None] = {}
     for t in graph:
@@ -126,13 +154,15 @@ def category(graph: TaskGraph) -> dict[str, str | None]:
 def training_step(graph: TaskGraph) -> TrainingStep:
     """The anatomy of ``graph`` as a training step; a :class:`GraphError` (one line) if it is
     not one: no forward pass it can find, no backward pass, or no saved activation."""
-    ahead, behind = forward(graph), backward(graph)
+    ahead, changed, behind = _passes(graph)
     if not ahead or not behind:
         raise GraphError(f"TaskGraph {graph.name!r} is not a training step: "
                          f"{len(ahead)} forward and {len(behind)} backward vertices")
-    keep, outputs = saved(graph)
-    cats = category(graph)
-    return TrainingStep(ahead, behind, updates(graph), keep, outputs,
+    in_forward = _read_by(graph, set(ahead))
+    tensors = _forward_tensors(graph, set(ahead), in_forward)
+    keep, outputs = _saved(graph, tensors, in_forward, _read_by(graph, set(behind)))
+    cats = _category(graph, set(tensors), set(behind), set(changed))
+    return TrainingStep(ahead, behind, changed, keep, outputs,
                         [v for v, c in cats.items() if c == "weights"],
                         [v for v, c in cats.items() if c == "gradients"],
                         [v for v, c in cats.items() if c == "optimizer_state"])

@@ -335,6 +335,10 @@ def graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
             type(digest) is str and HASH.fullmatch(digest)):
         raise GraphError(f"{where}: graph.{HASH_FIELD} must be 'sha256:' and 64 lowercase hex "
                          f"digits (TaskGraph.content_hash), got {short(digest)}")
+    forward = meta.get("forward", 0) if kind == "TaskGraph" else 0
+    if type(forward) is not int or forward < 0:
+        raise GraphError(f"{where}: graph.forward (the forward pass's compute vertices, "
+                         f"core.anatomy) must be an integer >= 0, got {short(forward)}")
     if kind == "TaskGraph" and "chain" in meta:
         from .cycle import TrainingChain
         try:

@@ -94,7 +94,8 @@ def apply_options(defaults: dict[str, object], options: dict[str, str], where: s
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise SpecError(f"{where}: unknown option(s) {', '.join(unknown)}; "
-                        f"known: {', '.join(sorted(defaults))}")
+                        + (f"known: {', '.join(sorted(defaults))}" if defaults else
+                           "it takes none"))
     unlimited = set(unlimited)
     merged = dict(defaults)
     for key, raw in options.items():

@@ -342,6 +342,10 @@ class TaskGraph:
             self.validate()
         except GraphError as exc:
             raise GraphError(f"{where}: {exc}") from None
+        compute = sum(t.kind == "compute" for t in tasks.values())
+        if self.meta.get("forward", 0) > compute:
+            raise GraphError(f"{where}: graph.forward is {self.meta['forward']} (the forward "
+                             f"pass's compute vertices), but the graph has {compute}")
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> TaskGraph:

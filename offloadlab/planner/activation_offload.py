@@ -51,14 +51,7 @@ class Training:
 
     def __init__(self, graph: TaskGraph, name: str):
         self.g, self.name = graph, name
-        try:
-            self.parts = anatomy.training_step(graph)
-        except GraphError as exc:
-            raise PlanError(f"{name} plans training steps: {exc}") from None
-        cpu = [t.id for t in graph if t.kind == "compute" and not is_gpu(t.device)]
-        if cpu:
-            raise PlanError(f"{name} plans training steps run on GPUs; TaskGraph "
-                            f"{graph.name!r} runs {cpu[0]!r} on the CPU")
+        self.parts = training_step(graph, name)
         self.order = graph.topological_order()
         self.at = {v: i for i, v in enumerate(self.order)}
         self.forward = set(self.parts.forward) | {
@@ -136,12 +129,26 @@ class Training:
         return Emitter(self.g, machine, self.name).run(steps)
 
 
+def training_step(graph: TaskGraph, name: str) -> anatomy.TrainingStep:
+    """The anatomy of ``graph``, a training step run on GPUs, or a PlanError opening with
+    ``name`` (the scheme) saying why it is not one."""
+    try:
+        parts = anatomy.training_step(graph)
+    except GraphError as exc:
+        raise PlanError(f"{name} plans training steps: {exc}") from None
+    cpu = next((t.id for t in graph if t.kind == "compute" and not is_gpu(t.device)), None)
+    if cpu is not None:
+        raise PlanError(f"{name} plans training steps run on GPUs; TaskGraph "
+                        f"{graph.name!r} runs {cpu!r} on the CPU")
+    return parts
+
+
 def applies_torch_compile(graph: TaskGraph) -> None:
-    Training(graph, "torch-compile-offload")
+    training_step(graph, "torch-compile-offload")
 
 
 def applies_torchtune(graph: TaskGraph) -> None:
-    Training(graph, "torchtune-offload")
+    training_step(graph, "torchtune-offload")
 
 
 # -- torch-compile-offload ------------------------------------------------------------------------

@@ -13,8 +13,13 @@ With many segments, free *runs* (maximal stretches of free segments) are indexed
 at its start is judged by the latest freeing among the segments it covers, a step function of
 the window's size that rises at the run's prefix maxima; each step is an item (the largest
 size it serves, its value and the run's start packed in one key) of a :class:`Blocked` list,
-and the best window of a size is the least key among the items that serve it.  With few
-segments, a scan is cheaper than keeping the index, and the allocator scans.
+and the best window of a size is the least key among the items that serve it.  A run's steps
+are found lazily, from its start as far as a query needs (:class:`_Run`): the step it has
+reached stands for the rest of the run with its value, a lower bound on theirs, so a query
+walks a run's segments only when that bound is the least key and its window reaches past
+them.  A run split or joined keeps no more than that, and costs no walk over its segments,
+which many frees leave apart (each keeps its own guard).  With few segments, a scan is
+cheaper than keeping the index, and the allocator scans.
 """
 
 from __future__ import annotations
@@ -44,6 +49,27 @@ class Segment:
         self.start, self.end, self.owner, self.guard, self.freed_at = \
             start, end, owner, guard, freed_at
         self.prev = self.next = None
+
+
+@dataclass(slots=True, eq=False, init=False)
+class _Run:
+    """A free run ``[start, end)`` of the index, its steps found up to segment ``reached``
+    (:meth:`GpuMemory._reach`): ``steps`` holds the closed ones, ``[size, key, ...]``; the
+    step of value ``newest`` that ``reached`` is in is the item ``(end - start, key)``, exact
+    for the windows up to ``reached.end`` and a lower bound for the longer ones."""
+
+    start: int
+    end: int
+    steps: list[int]
+    newest: int
+    key: int
+    reached: Segment
+
+    def __init__(self, start: int, end: int, first: Segment, shift: int):
+        self.start, self.end, self.steps = start, end, []
+        self.newest = first.freed_at
+        self.key = (first.freed_at + 1) << shift | start
+        self.reached = first
 
 
 INDEX_AT = 64
@@ -85,8 +111,7 @@ class GpuMemory:
         self._hand = 0                # find_victims' clock hand: an offset,
         self._hand_at = self.first    # and the segment containing it
         self._indexed = False         # whether the free runs below are kept
-        # free run start -> (its end, its steps: [size, key, size, key, ...], as in _steps)
-        self._runs: dict[int, tuple[int, list[int]]] = {}
+        self._runs: dict[int, _Run] = {}         # free run start -> its steps found so far
         self._run_start: dict[int, int] = {}     # free run end -> its start
         self._steps = Blocked()                  # every run's steps (_add_run)
         self._shift = capacity.bit_length()     # a step key's bits for a start
@@ -109,18 +134,27 @@ class GpuMemory:
         among its bytes, ties going to the lowest offset.  ``None`` if no run is large enough.
 
         With the index, it is the least key among the steps serving ``size`` (:meth:`_add_run`):
-        a run's steps serving it are the one its window falls in and the later, higher ones."""
+        a run's steps serving it are the one its window falls in and the later, higher ones.
+        Where that key is a run's open step and the window reaches past the segments its
+        value is known for, the run's steps are found up to the window's end
+        (:meth:`_reach`) and the query asked again: every other item's key is at most that
+        of the step it stands for, so the least key that is exact is the answer."""
         if size >= self._no_fit:
             return None
         if self._indexed != (len(self._at) >= (INDEX_AT // 4 if self._indexed else INDEX_AT)):
             self._index_runs(not self._indexed)
         if not self._indexed:
             return self._scan_free(size)
-        key = self._steps.least(size)
-        if key < 0:
-            self._no_fit = size
-            return None
-        return key & ((1 << self._shift) - 1)
+        mask = (1 << self._shift) - 1
+        while True:
+            key = self._steps.least(size)
+            if key < 0:
+                self._no_fit = size
+                return None
+            run = self._runs[key & mask]
+            if key != run.key or run.reached.end - run.start >= size:
+                return run.start
+            self._reach(run, run.start + size)
 
     def _scan_free(self, size: int) -> int | None:
         """:meth:`find_free` by one pass over the segments."""
@@ -262,7 +296,7 @@ class GpuMemory:
             while r.prev is not None and r.prev.owner is None:
                 r = r.prev
             run = r.start
-            run_end = self._runs[run][0]
+            run_end = self._runs[run].end
             assert end <= run_end, "place: the bytes are not free"
             self._drop_run(run)
         last = first
@@ -340,18 +374,21 @@ class GpuMemory:
             return
         runs = self._runs
         left = self._run_start.get(start, start)
-        right = runs[end][0] if end in runs else end
+        right = runs[end].end if end in runs else end
         if right > end:
             self._drop_run(end)
         if left == start:
             self._add_run(start, right)
             return
-        # the run on the left keeps its steps but the last, which the freed segments extend
-        steps = runs.pop(left)[1]
+        # the run on the left keeps the steps it found; its open step's item grows with it
+        grown = runs[left]
         del self._run_start[start]
-        key = steps.pop()
-        self._steps.remove(steps.pop(), key)
-        self._extend(left, right, steps, (key >> self._shift) - 1, i)
+        self._steps.remove(grown.end - left, grown.key)
+        grown.end = right
+        self._run_start[right] = left
+        self._steps.add(right - left, grown.key)
+        if right - left >= self._no_fit:
+            self._no_fit = right - left + 1
 
     def _index_runs(self, on: bool) -> None:
         """Start keeping the index of free runs (``on``), or stop."""
@@ -377,40 +414,44 @@ class GpuMemory:
         by the latest freeing among the segments it covers, which rises at each prefix maximum
         of the segments' freeings; each value ``v`` serves the windows up to the start of the
         segment where the next one begins (the last, up to the run's end), and is the item
-        ``(the largest size it serves, (v + 1) << shift | start)`` of :attr:`_steps`."""
-        self._extend(start, end, [], -2, self._at[start])    # -2: below every freeing
-
-    def _extend(self, start: int, end: int, steps: list[int], newest: int, s: Segment) -> None:
-        """Index the free run ``[start, end)`` whose steps up to segment ``s`` (excluded) are
-        ``steps``, already indexed, the latest freeing among those segments being ``newest``."""
-        shift, known = self._shift, len(steps)
-        while True:
-            if s.freed_at > newest:
-                if newest > -2:
-                    steps.append(s.start - start)
-                    steps.append((newest + 1) << shift | start)
-                newest = s.freed_at
-            if s.end >= end:
-                break
-            nxt = s.next
-            assert nxt is not None
-            s = nxt
-        steps.append(end - start)
-        steps.append((newest + 1) << shift | start)
-        add = self._steps.add
-        for k in range(known, len(steps), 2):
-            add(steps[k], steps[k + 1])
-        self._runs[start] = (end, steps)
+        ``(the largest size it serves, (v + 1) << shift | start)`` of :attr:`_steps`.  Only
+        the first step is found here, its item standing for the rest (:class:`_Run`)."""
+        run = _Run(start, end, self._at[start], self._shift)
+        self._runs[start] = run
         self._run_start[end] = start
+        self._steps.add(end - start, run.key)
         if end - start >= self._no_fit:
             self._no_fit = end - start + 1
 
+    def _reach(self, run: _Run, end: int) -> None:
+        """Find ``run``'s steps up to the segment holding byte ``end - 1``: each segment
+        freed later than those before it closes the open step and opens the next."""
+        shift, start, s, newest = self._shift, run.start, run.reached, run.newest
+        closed = len(run.steps)
+        while s.end < end:
+            nxt = s.next
+            assert nxt is not None and nxt.owner is None, "_reach: past the run's end"
+            s = nxt
+            if s.freed_at > newest:
+                run.steps.append(s.start - start)
+                run.steps.append((newest + 1) << shift | start)
+                newest = s.freed_at
+        run.reached = s
+        if len(run.steps) > closed:
+            steps, add = run.steps, self._steps.add
+            self._steps.remove(run.end - start, run.key)
+            for k in range(closed, len(steps), 2):
+                add(steps[k], steps[k + 1])
+            run.newest, run.key = newest, (newest + 1) << shift | start
+            add(run.end - start, run.key)
+
     def _drop_run(self, start: int) -> None:
-        end, steps = self._runs.pop(start)
-        del self._run_start[end]
-        remove = self._steps.remove
+        run = self._runs.pop(start)
+        del self._run_start[run.end]
+        remove, steps = self._steps.remove, run.steps
         for k in range(0, len(steps), 2):
             remove(steps[k], steps[k + 1])
+        remove(run.end - start, run.key)
 
     # -- the linked segments ----------------------------------------------------------------
     def _link(self, prev: Segment | None, s: Segment, next: Segment | None) -> None:

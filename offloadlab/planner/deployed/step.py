@@ -82,22 +82,22 @@ def cpu_step(graph: TaskGraph, step: Step) -> Schedule:
     order: list[str] = []
     iteration: dict[str, int] = {}
 
-    def optimizer_step(pending: set[str], now: int) -> None:
-        for u in sorted(pending, key=param_order):
+    def optimizer_step(pending: dict[str, None], now: int) -> None:
+        for u in sorted(pending, key=param_order):  # ties in program order
             order.append(u)
             iteration[u] = now
 
-    pending: set[str] = set()
+    pending: dict[str, None] = {}
     now = 1
     for t in graph:
         if t.kind == "input":
             continue
         if t.id in moved:
-            pending.add(t.id)
+            pending[t.id] = None
             continue
-        if not pending.isdisjoint(t.inputs):         # it reads an updated weight
+        if not pending.keys().isdisjoint(t.inputs):  # it reads an updated weight
             optimizer_step(pending, now)
-            pending, now = set(), now + 1
+            pending, now = {}, now + 1
         order.append(t.id)
         iteration[t.id] = now
     optimizer_step(pending, now)
