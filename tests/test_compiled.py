@@ -1,8 +1,9 @@
 """The two builds of the core (docs/install.md, The compiled build): ``pip install .`` compiles the
-planner core (``planner/allocator.py``, ``planner/blocked.py``, ``planner/buildmemgraph.py``),
-the MemGraph, its readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``,
-``core/columnar.py``, ``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the
-simulator's model
+planner core (``planner/allocator.py``, ``planner/blocked.py``, ``planner/buildmemgraph.py``,
+``planner/residents.py``),
+the MemGraph, its readers and its verifier (``core/memgraph.py``,
+``core/formats/nodelink.py``, ``core/formats/memgraph_json.py``, ``core/formats/parquet.py``,
+``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the simulator's model
 (``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``,
 ``core/memory.py``)
 and the random workload's drawing loop (``core/workloads/layered.py``) with mypyc where it
@@ -24,22 +25,28 @@ import pytest
 from offloadlab.core import (
     bound,
     checks,
-    columnar,
     dispatch,
     intervals,
     memgraph,
     memory,
-    nodelink,
     verify,
 )
+from offloadlab.core.formats import memgraph_json, nodelink, parquet
 from offloadlab.core.workloads import layered
 from offloadlab.lab.cli import main
-from offloadlab.planner import PLANNERS, allocator, blocked, buildmemgraph, planner_options
+from offloadlab.planner import (
+    PLANNERS,
+    allocator,
+    blocked,
+    buildmemgraph,
+    planner_options,
+    residents,
+)
 from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = (allocator, blocked, buildmemgraph, memgraph, verify, intervals, checks, nodelink,
-        columnar, dispatch, bound, model, resources, memory, layered)
+CORE = (allocator, blocked, buildmemgraph, residents, memgraph, verify, intervals, checks, nodelink,
+        memgraph_json, parquet, dispatch, bound, model, resources, memory, layered)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from test_cli import _program, fails, run
 
+from offloadlab.core import formats
 from offloadlab.core.machine import Machine, machine_from_spec
-from offloadlab.core.memgraph import MemGraph
 
 pytestmark = pytest.mark.slow
 
@@ -165,7 +165,7 @@ def test_validate_reports_components_and_plots(capsys, tmp_path):
 def test_memgraph_files_keep_shapes_for_the_executor(capsys, tmp_path):
     path = tmp_path / "mg.json"
     run(capsys, "plan", "--workload", WORKLOAD, "--machine", MACHINE, "--out", path)
-    mg = MemGraph.from_json(path)
+    mg = formats.memgraph_from_json(path)
     assert mg["X2.0"].shape == (64, 128) and mg["X2.0"].dtype == "float32"
 
 
