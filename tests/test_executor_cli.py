@@ -41,12 +41,12 @@ def test_run_a_memgraph_file_with_its_stored_machine(capsys, tmp_path):
 
 def test_run_check_fails_with_exit_1_naming_the_output(capsys, monkeypatch):
     """An executor whose ``add`` kernel is broken (the reference's is not)."""
-    from offloadlab.executor import kernels, loop
+    from offloadlab.executor import kernels, workspace
 
     def zeros(xp, out, args, scratch):
         out.fill(0)
 
-    monkeypatch.setattr(loop, "kernel", lambda op, vertex: kernels.Kernel(zeros) if op == "add"
+    monkeypatch.setattr(workspace, "kernel", lambda op, vertex: kernels.Kernel(zeros) if op == "add"
                         else kernels.kernel(op, vertex))
     code, out, err = run(capsys, "run", "--workload", "tp-matmul:n=64", "--machine",
                          "p100x4:gpus=3", "--check")

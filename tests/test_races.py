@@ -136,13 +136,13 @@ def test_checksums_alone_see_an_overwrite_that_happens(monkeypatch):
 
 def test_a_kernel_that_changes_its_input_is_reported_by_its_checksum(monkeypatch):
     """A write no vertex of the plan makes: the reader's own checksum after its work."""
-    from offloadlab.executor import loop
+    from offloadlab.executor import workspace
 
     def add_in_place(xp, out, args, scratch):
         xp.add(args[0], args[1], out=out)
         args[0][...] = 0
 
-    monkeypatch.setattr(loop, "kernel", lambda op, vertex: kernels.Kernel(add_in_place)
+    monkeypatch.setattr(workspace, "kernel", lambda op, vertex: kernels.Kernel(add_in_place)
                         if op == "add" else kernels.kernel(op, vertex))
     graph = build_workload("tp-matmul:n=64")
     m = machine_from_spec("p100x4:gpus=3")
