@@ -88,8 +88,8 @@ def test_list_describes_every_planner(capsys):
 PLANS = ("buildmemgraph", "buildmemgraph:victim=lru", "buildmemgraph:ahead=false", "levelwise")
 SCRIPT = """
 import hashlib, os, sys
+from offloadlab.core import formats
 from offloadlab.core.machine import machine_from_spec
-from offloadlab.core.memgraph import MemGraph
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import buildmemgraph, plan
 from offloadlab.planner.buildmemgraph import min_capacity
@@ -100,13 +100,13 @@ machine = machine_from_spec(sys.argv[2].format(memory=int(min_capacity(graph) * 
 digest = lambda text: hashlib.sha256(text.encode()).hexdigest()
 for spec in sys.argv[4:]:
     mg = plan(graph, machine, spec)
-    print(digest(mg.to_json()))
+    print(digest(formats.to_json(mg)))
 for policy in ("dynamic", "fixed", "random"):      # the last plan, simulated
     print(digest(simulate(mg, machine, policy, noise=0.1, seed=3).trace.to_csv()))
 for name in ("mg.json", "mg.parquet"):             # and read back from either format
     path = os.path.join(sys.argv[3], name)
-    mg.write(path)
-    print(digest(MemGraph.read(path).to_json()))
+    formats.write_memgraph(mg, path)
+    print(digest(formats.to_json(formats.read_memgraph(path))))
 """
 
 
