@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from offloadlab.core.memgraph import MemGraph
+from offloadlab.core import formats
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner.buildmemgraph import min_capacity
 
@@ -158,7 +158,7 @@ def main() -> None:
                       f" (build, plan, verify, write {fmt}){label}")
                 if "simulate" not in commands:
                     continue
-                memgraph = len(MemGraph.read(out))
+                memgraph = len(formats.read_memgraph(out))
                 print(f"simulate   {summary(sim_s[python], memgraph, 'MemGraph vertices')} "
                       f"({memgraph} vertices: read {fmt}, verify, simulate; file "
                       f"{os.path.getsize(out) / 2**20:.1f} MiB){label}")

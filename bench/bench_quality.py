@@ -40,16 +40,16 @@ def workloads() -> list[str]:
 def one(spec: str, factor: float, planner: str) -> dict:
     from dataclasses import replace
 
+    from offloadlab.core import formats
     from offloadlab.core.bound import lower_bound
     from offloadlab.core.machine import machine_from_spec
-    from offloadlab.core.taskgraph import TaskGraph
     from offloadlab.core.verify import verify
     from offloadlab.core.workloads import build_workload
     from offloadlab.planner import plan
     from offloadlab.planner.buildmemgraph import min_capacity
     from offloadlab.simulator import makespan, simulate
 
-    graph = TaskGraph.from_json(spec) if spec.endswith(".json") else build_workload(spec)
+    graph = formats.taskgraph_from_json(spec) if spec.endswith(".json") else build_workload(spec)
     machine = replace(machine_from_spec("p100x4"), gpus=max(1, len(graph.gpus())),
                       gpu_memory=int(min_capacity(graph) * factor))
     row: dict = dict(workload=spec, factor=factor, planner=planner)

@@ -87,6 +87,7 @@ def plan_process(spec: str, machine: str, factor: float | None, path: str) -> di
     """What ``offloadlab plan`` does, stage by stage, in this process, for the workload
     ``spec`` on the preset ``machine`` (with ``factor`` times the tightest feasible memory,
     or, None, the preset's own); writes ``path``."""
+    from offloadlab.core import formats
     from offloadlab.core.machine import machine_from_spec
     from offloadlab.core.verify import verify
     from offloadlab.core.workloads import build_workload
@@ -102,7 +103,7 @@ def plan_process(spec: str, machine: str, factor: float | None, path: str) -> di
     lap("plan")
     verify(mg, graph, m)
     lap("verify")
-    mg.write(path)
+    formats.write_memgraph(mg, path)
     lap("write")
     row.update(vertices=len(graph), memgraph=len(mg), offloads=mg.count("offload"),
                plan_rss_mib=peak_mib())
@@ -111,14 +112,14 @@ def plan_process(spec: str, machine: str, factor: float | None, path: str) -> di
 
 def simulate_process(path: str) -> dict:
     """What ``offloadlab simulate`` does, stage by stage, in this process."""
+    from offloadlab.core import formats
     from offloadlab.core.machine import Machine
-    from offloadlab.core.memgraph import MemGraph
     from offloadlab.core.verify import verify
     from offloadlab.simulator import simulate
 
     row: dict = {}
     lap = staged(row)
-    mg = MemGraph.read(path)
+    mg = formats.read_memgraph(path)
     lap("read")
     m = Machine.from_dict(mg.graph["machine"])
     verify(mg, machine=m)

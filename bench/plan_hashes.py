@@ -39,6 +39,7 @@ import json
 import os
 import tempfile
 
+from offloadlab.core import formats
 from offloadlab.core.errors import PlanError
 from offloadlab.core.machine import Machine, machine_from_spec
 from offloadlab.core.taskgraph import TaskGraph
@@ -88,7 +89,7 @@ def fingerprint(graph: TaskGraph, machine: str, factor: float, planner: str,
         mg = plan(graph, machine_from_spec(spec), planner)
     except PlanError as exc:
         return f"PlanError {str(exc)[:60]}"
-    text = json.dumps(json.loads(mg.to_json()), sort_keys=True)
+    text = json.dumps(json.loads(formats.to_json(mg)), sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -102,7 +103,7 @@ def file_fingerprint(graph: TaskGraph, machine: str, planner: str) -> str:
     digest = hashlib.sha1()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "mg.json")
-        mg.write(path)
+        formats.write_memgraph(mg, path)
         del mg
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 24), b""):

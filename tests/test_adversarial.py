@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from offloadlab.core import formats
 from offloadlab.core.machine import PRESETS
 from offloadlab.core.spec import apply_options, parse_spec
 from offloadlab.core.workloads import build_workload, estimated_vertices, workload_options
@@ -55,7 +56,7 @@ def check_refusal(code: int, err: str, out_dir: Path, before: set[str],
 def inputs(tmp_path) -> Path:
     """A directory with a valid TaskGraph (tg.json), MemGraph (mg.json) and machine file
     (m.json) for the cases to damage."""
-    build_workload(SMALL).to_json(tmp_path / "tg.json")
+    formats.to_json(build_workload(SMALL), tmp_path / "tg.json")
     assert main(["-q", "plan", "--taskgraph", str(tmp_path / "tg.json"), "--machine", MACHINE,
                  "--out", str(tmp_path / "mg.json")]) == 0
     (tmp_path / "m.json").write_text(PRESETS[MACHINE].to_json())
@@ -438,7 +439,7 @@ def runaways(tmp_path_factory) -> dict[str, tuple[int, str, int, set[str], set[s
     """Every runaway case, run two at a time: (status, stderr, peak RSS, files before,
     files after)."""
     base = tmp_path_factory.mktemp("runaways")
-    build_workload(SMALL).to_json(base / "tg.json")
+    formats.to_json(build_workload(SMALL), base / "tg.json")
     assert main(["-q", "plan", "--taskgraph", str(base / "tg.json"), "--machine", MACHINE,
                  "--out", str(base / "mg.json")]) == 0
 
@@ -563,7 +564,7 @@ def test_a_signal_while_writing_leaves_nothing(tmp_path, sig, code, line, ctrl_c
 def big_memgraph(tmp_path_factory) -> Path:
     """A MemGraph of :data:`BIG`, which takes seconds to read, simulate or run."""
     d = tmp_path_factory.mktemp("big")
-    build_workload(BIG).to_json(d / "tg.json")
+    formats.to_json(build_workload(BIG), d / "tg.json")
     assert main(["-q", "plan", "--taskgraph", str(d / "tg.json"), "--machine",
                  "p100x4:gpus=2,gpu_memory=64MiB", "--out", str(d / "mg.json")]) == 0
     return d / "mg.json"

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from offloadlab.core import formats
 from offloadlab.core.errors import VerificationError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import Loc
@@ -170,7 +171,7 @@ def test_plan_and_simulate_commands_verify_in_a_child(forking, capsys, tmp_path)
     assert main(["simulate", str(out), "--chrome", str(tmp_path / "t.json")]) == 0
     assert len(forking) == 2
     mg, _, _ = broken()
-    mg.write(out)
+    formats.write_memgraph(mg, out)
     capsys.readouterr()
     assert main(["simulate", str(out), "--chrome", str(tmp_path / "u.json")]) == 2
     err = capsys.readouterr().err

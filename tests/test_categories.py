@@ -13,7 +13,7 @@ from conftest import need_torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offloadlab.core import anatomy
+from offloadlab.core import anatomy, formats
 from offloadlab.core.errors import GraphError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.taskgraph import CATEGORIES, UNKNOWN, TaskGraph
@@ -120,32 +120,32 @@ def test_pipeline_keeps_categories():
 # -- formats, validation, hash ----------------------------------------------------------------
 def test_round_trip_by_both_readers():
     g = build_workload("llama-lora-train:model=tiny,seq=32,batch=1,gpus=2,block=32")
-    text = g.to_json()
-    for back in (TaskGraph.from_json(text), TaskGraph.from_dict(json.loads(text))):
+    text = formats.to_json(g)
+    for back in (formats.taskgraph_from_json(text), formats.taskgraph_from_dict(json.loads(text))):
         assert [t.category for t in back] == [t.category for t in g]
-    assert [n.get("category") for n in g.to_dict()["nodes"]] == [t.category for t in g]
+    assert [n.get("category") for n in formats.to_dict(g)["nodes"]] == [t.category for t in g]
 
 
 def test_unknown_is_left_out_of_files():
     g = strip(build_workload("training-chain:iterations=1"))
-    assert '"category"' not in g.to_json()
-    assert all("category" not in n for n in g.to_dict()["nodes"])
-    data = json.loads(build_workload("training-chain:iterations=1").to_json())
+    assert '"category"' not in formats.to_json(g)
+    assert all("category" not in n for n in formats.to_dict(g)["nodes"])
+    data = json.loads(formats.to_json(build_workload("training-chain:iterations=1")))
     for n in data["nodes"]:
         n["category"] = None                        # null reads as unknown
-    assert {t.category for t in TaskGraph.from_json(json.dumps(data))} == {UNKNOWN}
-    assert {t.category for t in TaskGraph.from_dict(data)} == {UNKNOWN}
+    assert {t.category for t in formats.taskgraph_from_json(json.dumps(data))} == {UNKNOWN}
+    assert {t.category for t in formats.taskgraph_from_dict(data)} == {UNKNOWN}
 
 
 @pytest.mark.parametrize("value", ["weight", "Weights", 5, ["weights"], ""])
 def test_unknown_category_refused(value, tmp_path):
-    data = json.loads(build_workload("training-chain:iterations=1").to_json())
+    data = json.loads(formats.to_json(build_workload("training-chain:iterations=1")))
     data["nodes"][2]["category"] = value
     vertex = data["nodes"][2]["id"]
     path = tmp_path / "g.json"
     path.write_text(json.dumps(data))
     with pytest.raises(GraphError) as err:
-        TaskGraph.from_json(path)
+        formats.taskgraph_from_json(path)
     message = str(err.value)
     assert "\n" not in message and str(path) in message and repr(vertex) in message
     assert "category" in message and json.dumps(value).strip('"') in message.replace("'", '"')
@@ -164,7 +164,7 @@ def test_categories_stay_out_of_the_hash(cats):
     for t, cat in zip(g, cats):
         t.category = cat
     assert g.content_hash() == before
-    assert TaskGraph.from_json(g.to_json()).content_hash() == before
+    assert formats.taskgraph_from_json(formats.to_json(g)).content_hash() == before
 
 
 def test_hash_is_that_of_the_vertices_without_categories():
@@ -186,7 +186,8 @@ def test_hash_is_that_of_the_vertices_without_categories():
 def test_plans_do_not_see_categories(planner):
     g = build_workload("gpt2-train:depth=3,iterations=2")
     machine = machine_from_spec("v100:gpu_memory=2GB")
-    assert plan(g, machine, planner).to_json() == plan(strip(g), machine, planner).to_json()
+    assert formats.to_json(plan(g, machine, planner)) == \
+        formats.to_json(plan(strip(g), machine, planner))
 
 
 # -- the anatomy of a training step -----------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from offloadlab.core import formats
 from offloadlab.core.workloads import build_workload
 from offloadlab.lab.cli import main
 
@@ -114,7 +115,7 @@ def test_simulate_human_summary(capsys, memgraph_file):
 def test_plan_from_taskgraph_file(capsys, tmp_path):
     from offloadlab.core.workloads import build_workload
     tg = tmp_path / "tg.json"
-    build_workload("tp-matmul:n=64").to_json(tg)
+    formats.to_json(build_workload("tp-matmul:n=64"), tg)
     out_path = tmp_path / "mg.json"
     code, out, err = run(capsys, "plan", "--taskgraph", tg, "--machine", "p100x4",
                          "--planner", "levelwise", "--out", out_path)
@@ -272,7 +273,7 @@ def test_an_output_may_not_overwrite_an_input(capsys, tmp_path):
     code, out, err = run(capsys, "simulate", mg, "--chrome", mg)
     assert code == 2 and "--chrome name the same file" in err and mg.read_bytes() == before
     tg = tmp_path / "tg.json"
-    build_workload("matmul-chain:layers=2").to_json(tg)
+    formats.to_json(build_workload("matmul-chain:layers=2"), tg)
     before = tg.read_bytes()
     code, out, err = run(capsys, "plan", "--taskgraph", tg, "--machine", "disco-example",
                          "--out", tg)
@@ -360,7 +361,7 @@ def test_cross_gpu_read_without_transfer(capsys, tmp_path):
 
 def test_links_instead_of_edges(capsys, tmp_path):
     from offloadlab.core.workloads import build_workload
-    data = build_workload("matmul-chain:layers=2").to_dict()
+    data = formats.to_dict(build_workload("matmul-chain:layers=2"))
     for node in data["nodes"]:
         del node["inputs"]
     data["links"] = data.pop("edges")
@@ -504,11 +505,9 @@ def test_demo_that_fails_leaves_no_directory(capsys, tmp_path, monkeypatch):
 
 
 def test_errors_name_the_users_path_not_a_temporary_file(capsys, tmp_path, monkeypatch):
-    from offloadlab.core.memgraph import MemGraph
-
-    def full(self, path):
+    def full(mg, path):
         raise OSError(28, "No space left on device", str(path))
-    monkeypatch.setattr(MemGraph, "write", full)
+    monkeypatch.setattr(formats, "write_memgraph", full)
     out_path = tmp_path / "mg.json"
     err = one_line_error(fails(capsys, "plan", "--workload", "matmul-chain:layers=2",
                                "--machine", "disco-example", "--out", out_path))
@@ -763,7 +762,7 @@ def test_planner_and_simulator_report_progress(disco):
     heard: list[int] = []
     mg = plan(graph, machine, "buildmemgraph", progress=heard.append)
     assert len(heard) >= 3 and heard == sorted(heard) and heard[-1] <= len(graph)
-    assert plan(graph, machine, "buildmemgraph").to_json() == mg.to_json()   # same plan
+    assert formats.to_json(plan(graph, machine, "buildmemgraph")) == formats.to_json(mg)  # same
     levels: list[int] = []
     plan(graph, machine, "levelwise", progress=levels.append)
     assert levels
@@ -824,7 +823,7 @@ def test_list_writes_options_as_specs_do_and_plans_name_their_taskgraph_file(cap
     tg = tmp_path / "model.json"
     graph = build_workload("matmul-chain:layers=2")
     graph.name = ""
-    graph.to_json(tg)
+    formats.to_json(graph, tg)
     mg = tmp_path / "mg.json"
     assert run(capsys, "plan", "--taskgraph", tg, "--machine", "disco-example", "--out", mg)[0] == 0
     assert json.loads(mg.read_text())["graph"]["taskgraph"] == "model"

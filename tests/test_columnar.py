@@ -1,4 +1,4 @@
-"""MemGraphs as Parquet tables (core/columnar.py, issue 16): the same graph back as node-link
+"""MemGraphs as Parquet tables (core/formats/parquet.py, issue 16): the same graph back as node-link
 JSON gives, the same checks with the same kind of message, and the CLI's contract on malformed
 tables (exit 2, one line, nothing left behind)."""
 
@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from test_malformed import run_cli, simulate_file
 from test_properties import machine_for, task_graphs
 
-from offloadlab.core import columnar, nodelink
+from offloadlab.core import formats
 from offloadlab.core.errors import GraphError
+from offloadlab.core.formats import nodelink, parquet
 from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
 from offloadlab.core.workloads import build_workload, random_dag
 from offloadlab.lab.cli import main
@@ -42,8 +43,8 @@ def same(a: MemGraph, b: MemGraph) -> None:
 
 
 def back(mg: MemGraph, tmp: Path) -> MemGraph:
-    mg.write(tmp / "mg.parquet")
-    return MemGraph.read(tmp / "mg.parquet")
+    formats.write_memgraph(mg, tmp / "mg.parquet")
+    return formats.read_memgraph(tmp / "mg.parquet")
 
 
 @pytest.mark.parametrize("workload,planner,machine", [
@@ -56,11 +57,11 @@ def back(mg: MemGraph, tmp: Path) -> MemGraph:
 def test_a_parquet_file_reads_back_what_json_reads_back(workload, planner, machine, tmp_path):
     from offloadlab.core.machine import machine_from_spec
     mg = plan(build_workload(workload), machine_from_spec(machine), planner)
-    mg.write(tmp_path / "mg.json")
-    from_json = MemGraph.read(tmp_path / "mg.json")
+    formats.write_memgraph(mg, tmp_path / "mg.json")
+    from_json = formats.read_memgraph(tmp_path / "mg.json")
     from_parquet = back(mg, tmp_path)
     same(from_json, from_parquet)
-    assert from_parquet.to_json() == mg.to_json()
+    assert formats.to_json(from_parquet) == formats.to_json(mg)
     ids = {id(v.id): v.id for v in from_parquet}        # one string object per id
     assert all(id(v.task) in ids for v in from_parquet if v.task is not None)
     assert all(id(x) in ids for v in from_parquet for x in v.inputs)
@@ -74,14 +75,14 @@ def test_random_plans_survive_parquet_and_simulate_alike(graph, slack, planner):
     mg = plan(graph, m, planner)
     with tempfile.TemporaryDirectory() as tmp:
         again = back(mg, Path(tmp))
-    same(MemGraph.from_json(mg.to_json()), again)
+    same(formats.memgraph_from_json(formats.to_json(mg)), again)
     assert simulate(again, m).makespan == simulate(mg, m).makespan
 
 
 def test_self_loops_and_repeated_edges_read_as_json_reads_them(tmp_path):
     mg = plan(random_dag(vertices=30, gpus=2, seed=3), machine_for(random_dag(
         vertices=30, gpus=2, seed=3), 2, 0.0), "buildmemgraph")
-    mg.write(tmp_path / "mg.parquet")
+    formats.write_memgraph(mg, tmp_path / "mg.parquet")
     table = pq.read_table(tmp_path / "mg.parquet")
     succ = table.column("succ").to_pylist()
     data = table.column("succ_data").to_pylist()
@@ -93,8 +94,8 @@ def test_self_loops_and_repeated_edges_read_as_json_reads_them(tmp_path):
     bad = bad.set_column(bad.schema.get_field_index("succ_data"), "succ_data",
                          pa.array(data, pa.list_(pa.bool_())))
     pq.write_table(bad, tmp_path / "bad.parquet")
-    got = MemGraph.read(tmp_path / "bad.parquet")
-    expected = MemGraph.from_json(mg.to_json())
+    got = formats.read_memgraph(tmp_path / "bad.parquet")
+    expected = formats.memgraph_from_json(formats.to_json(mg))
     ids = list(expected.vertices)
     expected.add_edge(ids[u], ids[u], "data")
     expected.add_edge(ids[u], ids[succ[u][0]], "memory" if data[u][0] else "data")
@@ -110,10 +111,10 @@ def test_pandas_reads_the_table(tmp_path):
     import pandas as pd
     mg = plan(build_workload("matmul-chain:layers=2"), machine_for(build_workload(
         "matmul-chain:layers=2"), 2, 1.0), "buildmemgraph")
-    mg.write(tmp_path / "mg.parquet")
+    formats.write_memgraph(mg, tmp_path / "mg.parquet")
     frame = pd.read_parquet(tmp_path / "mg.parquet")
     assert list(frame["id"]) == list(mg.vertices)
-    assert list(frame.columns) == list(columnar.COLUMNS)
+    assert list(frame.columns) == list(parquet.COLUMNS)
 
 
 # -- what the writer refuses --------------------------------------------------------------------
@@ -136,19 +137,19 @@ def test_the_writer_refuses_what_json_cannot_hold(change, message, tmp_path):
     mg = small()
     change(mg)
     with pytest.raises(GraphError, match=re.escape(f"cannot write MemGraph as Parquet: {message}")):
-        mg.write(tmp_path / "mg.parquet")
+        formats.write_memgraph(mg, tmp_path / "mg.parquet")
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_full_disk_names_the_file():
     with pytest.raises(OSError) as info:
-        columnar.write(small(), "/dev/full")
+        parquet.write(small(), "/dev/full")
     assert info.value.filename == "/dev/full" and info.value.errno == 28
 
 
 # -- what the reader refuses --------------------------------------------------------------------
 def table_of(mg: MemGraph):
-    return columnar._table(mg, pa)
+    return parquet._table(mg, pa)
 
 
 def with_column(table, name, values, kind=None):
@@ -215,18 +216,18 @@ def with_column(table, name, values, kind=None):
     (lambda t: with_column(t, "inputs", [None, [0, None]], pa.list_(pa.int32())),
      "vertex 'b': inputs must be a list of row numbers, got [0, None]"),
     (lambda t: t.replace_schema_metadata({}), "not a MemGraph Parquet file of offloadlab"),
-    (lambda t: t.replace_schema_metadata({columnar.FORMAT_KEY: columnar.FORMAT,
-                                          columnar.GRAPH_KEY: b'{"type": "TaskGraph"}'}),
+    (lambda t: t.replace_schema_metadata({parquet.FORMAT_KEY: parquet.FORMAT,
+                                          parquet.GRAPH_KEY: b'{"type": "TaskGraph"}'}),
      "holds a 'TaskGraph', not a MemGraph"),
-    (lambda t: t.replace_schema_metadata({columnar.FORMAT_KEY: columnar.FORMAT,
-                                          columnar.GRAPH_KEY: b'{"x": NaN}'}),
+    (lambda t: t.replace_schema_metadata({parquet.FORMAT_KEY: parquet.FORMAT,
+                                          parquet.GRAPH_KEY: b'{"x": NaN}'}),
      "offloadlab.graph is not strict JSON"),
 ])
 def test_the_reader_names_the_file_the_vertex_and_the_field(edit, message, tmp_path):
     path = tmp_path / "mg.parquet"
     pq.write_table(edit(table_of(small())), path)
     with pytest.raises(GraphError) as info:
-        MemGraph.read(path)
+        formats.read_memgraph(path)
     assert str(info.value).startswith(f"MemGraph Parquet file {str(path)!r}: ")
     assert message in str(info.value)
 
@@ -242,11 +243,11 @@ def test_damaged_files_found_by_fuzzing(capsys, name):
 
 
 def test_json_and_parquet_mixed_up_say_so(capsys, tmp_path):
-    small().write(tmp_path / "mg.json")
+    formats.write_memgraph(small(), tmp_path / "mg.json")
     (tmp_path / "mg.json").rename(tmp_path / "json.parquet")
     with pytest.raises(GraphError, match="it begins with '{': node-link JSON"):
-        MemGraph.read(tmp_path / "json.parquet")
-    small().write(tmp_path / "mg.parquet")
+        formats.read_memgraph(tmp_path / "json.parquet")
+    formats.write_memgraph(small(), tmp_path / "mg.parquet")
     code, out, err = run_cli(capsys, ["plan", "--taskgraph", str(tmp_path / "mg.parquet"),
                                       "--machine", "disco-example", "--out",
                                       str(tmp_path / "out.json")])
@@ -258,15 +259,15 @@ def test_messages_are_the_json_readers(tmp_path):
     for field, value in (("device", "gpu01"), ("op", "nosuchop"), ("dtype", "complex64"),
                          ("flops", math.nan), ("bytes", -1), ("time", -2.0)):
         mg = small()
-        data = mg.to_dict()
+        data = formats.to_dict(mg)
         data["nodes"][1][field] = value
         with pytest.raises(GraphError) as from_json:
-            MemGraph.from_dict(data, "F")
+            formats.memgraph_from_dict(data, "F")
         values = table_of(mg).column(field).to_pylist()
         values[1] = value
         pq.write_table(with_column(table_of(mg), field, values), tmp_path / "mg.parquet")
         with pytest.raises(GraphError) as from_parquet:
-            MemGraph.read(tmp_path / "mg.parquet")
+            formats.read_memgraph(tmp_path / "mg.parquet")
         assert str(from_parquet.value).split(": ", 1)[1] == str(from_json.value).split(": ", 1)[1]
 
 
@@ -288,28 +289,28 @@ def test_other_arrow_layouts_read_alike(tmp_path):
     table = with_column(table, "flops", pa.array(
         [int(x) for x in table.column("flops").to_pylist()], pa.int64()))
     pq.write_table(table, tmp_path / "odd.parquet", row_group_size=3)
-    mg = MemGraph.read(tmp_path / "plain.parquet")
+    mg = formats.read_memgraph(tmp_path / "plain.parquet")
     for v in mg:
         v.flops = float(int(v.flops))
-    same(mg, MemGraph.read(tmp_path / "odd.parquet"))
+    same(mg, formats.read_memgraph(tmp_path / "odd.parquet"))
 
 
 def test_optional_columns_may_be_left_out(tmp_path):
     table = table_of(small()).drop_columns(["task", "of", "time", "shape", "dtype", "flops",
                                             "order", "loc_device", "loc_offset", "loc_size"])
     pq.write_table(table, tmp_path / "mg.parquet")
-    mg = MemGraph.read(tmp_path / "mg.parquet")
+    mg = formats.read_memgraph(tmp_path / "mg.parquet")
     assert mg["b"].flops == 0.0 and mg["b"].order == 0 and mg["b"].dtype == "float32"
     assert mg["b"].loc is None and mg["b"].time is None and mg.succ["a"] == {"b": "data"}
 
 
 def test_a_file_is_parquet_by_its_suffix_or_its_first_bytes(tmp_path):
-    small().write(tmp_path / "plan.bin")             # no .parquet: written as JSON
+    formats.write_memgraph(small(), tmp_path / "plan.bin")   # no .parquet: written as JSON
     assert not nodelink.is_parquet(tmp_path / "plan.bin")
-    small().write(tmp_path / "mg.parquet")
+    formats.write_memgraph(small(), tmp_path / "mg.parquet")
     (tmp_path / "mg.parquet").rename(tmp_path / "mg.data")
     assert nodelink.is_parquet(tmp_path / "mg.data")
-    same(MemGraph.read(tmp_path / "mg.data"), MemGraph.read(tmp_path / "plan.bin"))
+    same(formats.read_memgraph(tmp_path / "mg.data"), formats.read_memgraph(tmp_path / "plan.bin"))
 
 
 # -- the CLI ------------------------------------------------------------------------------------
@@ -330,7 +331,7 @@ def test_parquet_without_pyarrow_fails_before_any_work(capsys, tmp_path, monkeyp
     assert code == 2 and err.count("\n") == 1
     assert "need pyarrow, which is missing here: pip install pyarrow (or write .json)" in err
     assert list(tmp_path.iterdir()) == []
-    small().write(tmp_path / "mg.json")
+    formats.write_memgraph(small(), tmp_path / "mg.json")
     code, out, err = run_cli(capsys, ["simulate", str(tmp_path / "mg.json"), "--machine",
                                       "p100x4:gpus=1"])                 # JSON needs none
     assert code == 0, err
@@ -379,8 +380,8 @@ def malformed_table(draw, table) -> bytes:
             table = table.take(rows + ([i] if what == "repeat row" else []))
         elif what == "metadata":
             table = table.replace_schema_metadata({
-                columnar.FORMAT_KEY: draw(st.sampled_from([b"1", b"2", b""])),
-                columnar.GRAPH_KEY: draw(st.sampled_from([
+                parquet.FORMAT_KEY: draw(st.sampled_from([b"1", b"2", b""])),
+                parquet.GRAPH_KEY: draw(st.sampled_from([
                     b"{}", b"[]", b"{", b'{"type": "MemGraph", "machine": 3}',
                     b'{"type": "TaskGraph"}', b'{"machine": {"gpus": -1}}']))})
     if table.column_names and draw(st.sampled_from([False] * 7 + [True])):

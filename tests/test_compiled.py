@@ -1,8 +1,9 @@
 """The two builds of the core (docs/install.md, The compiled build): ``pip install .`` compiles the
-planner core (``planner/allocator.py``, ``planner/blocked.py``, ``planner/buildmemgraph.py``),
-the MemGraph, its readers and its verifier (``core/memgraph.py``, ``core/nodelink.py``,
-``core/columnar.py``, ``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the
-simulator's model
+planner core (``planner/allocator.py``, ``planner/blocked.py``, ``planner/buildmemgraph.py``,
+``planner/residents.py``),
+the MemGraph, its readers and its verifier (``core/memgraph.py``,
+``core/formats/nodelink.py``, ``core/formats/memgraph_json.py``, ``core/formats/parquet.py``,
+``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the simulator's model
 (``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``,
 ``core/memory.py``)
 and the random workload's drawing loop (``core/workloads/layered.py``) with mypyc where it
@@ -24,22 +25,28 @@ import pytest
 from offloadlab.core import (
     bound,
     checks,
-    columnar,
     dispatch,
     intervals,
     memgraph,
     memory,
-    nodelink,
     verify,
 )
+from offloadlab.core.formats import memgraph_json, nodelink, parquet
 from offloadlab.core.workloads import layered
 from offloadlab.lab.cli import main
-from offloadlab.planner import PLANNERS, allocator, blocked, buildmemgraph, planner_options
+from offloadlab.planner import (
+    PLANNERS,
+    allocator,
+    blocked,
+    buildmemgraph,
+    planner_options,
+    residents,
+)
 from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = (allocator, blocked, buildmemgraph, memgraph, verify, intervals, checks, nodelink,
-        columnar, dispatch, bound, model, resources, memory, layered)
+CORE = (allocator, blocked, buildmemgraph, residents, memgraph, verify, intervals, checks, nodelink,
+        memgraph_json, parquet, dispatch, bound, model, resources, memory, layered)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 
@@ -81,8 +88,8 @@ def test_list_describes_every_planner(capsys):
 PLANS = ("buildmemgraph", "buildmemgraph:victim=lru", "buildmemgraph:ahead=false", "levelwise")
 SCRIPT = """
 import hashlib, os, sys
+from offloadlab.core import formats
 from offloadlab.core.machine import machine_from_spec
-from offloadlab.core.memgraph import MemGraph
 from offloadlab.core.workloads import build_workload
 from offloadlab.planner import buildmemgraph, plan
 from offloadlab.planner.buildmemgraph import min_capacity
@@ -93,13 +100,13 @@ machine = machine_from_spec(sys.argv[2].format(memory=int(min_capacity(graph) * 
 digest = lambda text: hashlib.sha256(text.encode()).hexdigest()
 for spec in sys.argv[4:]:
     mg = plan(graph, machine, spec)
-    print(digest(mg.to_json()))
+    print(digest(formats.to_json(mg)))
 for policy in ("dynamic", "fixed", "random"):      # the last plan, simulated
     print(digest(simulate(mg, machine, policy, noise=0.1, seed=3).trace.to_csv()))
 for name in ("mg.json", "mg.parquet"):             # and read back from either format
     path = os.path.join(sys.argv[3], name)
-    mg.write(path)
-    print(digest(MemGraph.read(path).to_json()))
+    formats.write_memgraph(mg, path)
+    print(digest(formats.to_json(formats.read_memgraph(path))))
 """
 
 

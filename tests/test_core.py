@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from offloadlab.core import GraphError, MemGraph, SpecError, TaskGraph
+from offloadlab.core import GraphError, MemGraph, SpecError, TaskGraph, formats
 from offloadlab.core.machine import PRESETS, Machine, MiB, machine_from_spec
 from offloadlab.core.memgraph import Loc, MemVertex
 from offloadlab.core.spec import parse_bytes, parse_spec
@@ -58,13 +58,13 @@ def test_disco_example_assumptions():
 def test_taskgraph_json_round_trip(tmp_path):
     g = build_workload("matmul-chain:layers=2")
     path = tmp_path / "tg.json"
-    g.to_json(path)
+    formats.to_json(g, path)
     data = json.loads(path.read_text())
     assert data["directed"] is True and {"nodes", "edges", "graph"} <= set(data)
-    h = TaskGraph.from_json(path)
+    h = formats.taskgraph_from_json(path)
     assert [t.id for t in h] == [t.id for t in g]
     assert all(h[t.id] == t for t in g)
-    nx_graph = g.to_networkx()
+    nx_graph = formats.to_networkx(g)
     assert nx_graph.number_of_nodes() == len(g)
     assert nx_graph.has_edge("Y1.0", "X2.0")
 
@@ -72,12 +72,12 @@ def test_taskgraph_json_round_trip(tmp_path):
 def test_memgraph_json_round_trip(disco):
     g = build_workload("matmul-chain:layers=2")
     mg = plan(g, disco, "buildmemgraph")
-    back = MemGraph.from_json(mg.to_json())
+    back = formats.memgraph_from_json(formats.to_json(mg))
     assert list(back.vertices) == list(mg.vertices)
     assert all(back[v.id] == v for v in mg)
     assert sorted(back.edges()) == sorted(mg.edges())
     assert back.graph["planner"] == "buildmemgraph"
-    assert back.to_networkx().number_of_edges() == len(list(mg.edges()))
+    assert formats.to_networkx(back).number_of_edges() == len(list(mg.edges()))
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
@@ -114,31 +114,31 @@ def _bad(nodes, edges=()):
 def test_taskgraph_validation_errors():
     a = {"id": "a", "kind": "input", "device": "gpu0", "bytes": 8}
     with pytest.raises(GraphError, match="cycle"):
-        TaskGraph.from_dict(_bad([a, {"id": "b", "kind": "compute", "device": "gpu0", "op": "add",
-                                      "bytes": 8, "inputs": ["a", "c"]},
-                                  {"id": "c", "kind": "compute", "device": "gpu0", "op": "add",
-                                   "bytes": 8, "inputs": ["b"]}]))
+        formats.taskgraph_from_dict(_bad([a, {"id": "b", "kind": "compute", "device": "gpu0",
+                                               "op": "add", "bytes": 8, "inputs": ["a", "c"]},
+                                           {"id": "c", "kind": "compute", "device": "gpu0",
+                                            "op": "add", "bytes": 8, "inputs": ["b"]}]))
     with pytest.raises(GraphError, match="vertex 'b': unknown op 'conv9'"):
-        TaskGraph.from_dict(_bad([a, {"id": "b", "kind": "compute", "device": "gpu0",
-                                      "op": "conv9", "bytes": 8, "inputs": ["a"]}]))
+        formats.taskgraph_from_dict(_bad([a, {"id": "b", "kind": "compute", "device": "gpu0",
+                                               "op": "conv9", "bytes": 8, "inputs": ["a"]}]))
     with pytest.raises(GraphError, match="vertex 'a': bytes must be a positive integer"):
-        TaskGraph.from_dict(_bad([dict(a, bytes=0)]))
+        formats.taskgraph_from_dict(_bad([dict(a, bytes=0)]))
     with pytest.raises(GraphError, match="vertex 'a': bytes must be a positive integer"):
-        TaskGraph.from_dict(_bad([dict(a, bytes=-5)]))
+        formats.taskgraph_from_dict(_bad([dict(a, bytes=-5)]))
     with pytest.raises(GraphError, match="input 'zz' is not a vertex"):
-        TaskGraph.from_dict(_bad([a, {"id": "b", "kind": "compute", "device": "gpu0",
-                                      "op": "add", "bytes": 8, "inputs": ["zz"]}]))
+        formats.taskgraph_from_dict(_bad([a, {"id": "b", "kind": "compute", "device": "gpu0",
+                                               "op": "add", "bytes": 8, "inputs": ["zz"]}]))
     with pytest.raises(GraphError, match="malformed JSON"):
-        TaskGraph.from_json('{"nodes": [')
+        formats.taskgraph_from_json('{"nodes": [')
 
 
 def test_from_json_names_the_file(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text("{not json")
     with pytest.raises(GraphError, match="broken.json.*malformed JSON"):
-        TaskGraph.from_json(bad)
+        formats.taskgraph_from_json(bad)
     with pytest.raises(GraphError, match="cannot read.*missing.json"):
-        MemGraph.from_json(tmp_path / "missing.json")
+        formats.memgraph_from_json(tmp_path / "missing.json")
 
 
 def test_training_chain_from_csv_and_lists(tmp_path):
@@ -250,7 +250,7 @@ def _graph(**b_fields):
 ])
 def test_taskgraph_reader_checks_number_fields(field, value, must):
     with pytest.raises(GraphError) as info:
-        TaskGraph.from_json(json.dumps(_graph(**{field: value})))
+        formats.taskgraph_from_json(json.dumps(_graph(**{field: value})))
     assert f"TaskGraph JSON: vertex 'b': {must}" in str(info.value)
 
 
@@ -259,7 +259,7 @@ def test_taskgraph_file_errors_name_the_file(tmp_path):
     path.write_text(json.dumps(_graph(flops=float("nan"))))   # Python writes NaN
     assert "NaN" in path.read_text()
     with pytest.raises(GraphError, match=r"TaskGraph JSON file '.*tg\.json': vertex 'b': flops"):
-        TaskGraph.from_json(path)
+        formats.taskgraph_from_json(path)
 
 
 def test_validate_rejects_non_finite_numbers_from_the_api():
@@ -295,25 +295,25 @@ def test_validate_rejects_non_finite_numbers_from_the_api():
 ])
 def test_taskgraph_reader_refuses_unknown_kinds_devices_and_shapes(b_fields, message):
     with pytest.raises(GraphError, match=re.escape(message)):
-        TaskGraph.from_dict(_graph(**b_fields))
+        formats.taskgraph_from_dict(_graph(**b_fields))
 
 
 def test_taskgraph_reader_refuses_inconsistent_structure():
     a = {"id": "a", "kind": "input", "device": "gpu0", "bytes": 8}
     with pytest.raises(GraphError, match="duplicate vertex id 'a'"):
-        TaskGraph.from_dict(_bad([a, a]))
+        formats.taskgraph_from_dict(_bad([a, a]))
     with pytest.raises(GraphError, match="edge 'a' -> 'zz' names unknown vertex 'zz'"):
-        TaskGraph.from_dict(_bad([a], [{"source": "a", "target": "zz"}]))
+        formats.taskgraph_from_dict(_bad([a], [{"source": "a", "target": "zz"}]))
     with pytest.raises(GraphError, match="does not list 'a' among its inputs"):
-        TaskGraph.from_dict(_graph(inputs=[]))
+        formats.taskgraph_from_dict(_graph(inputs=[]))
     with pytest.raises(GraphError, match="lacks a 'source' or 'target'"):
-        TaskGraph.from_dict(_bad([a], [{"source": "a"}]))
+        formats.taskgraph_from_dict(_bad([a], [{"source": "a"}]))
     with pytest.raises(GraphError, match="holds a 'MemGraph', not a TaskGraph"):
-        TaskGraph.from_dict({**_bad([a]), "graph": {"type": "MemGraph"}})
+        formats.taskgraph_from_dict({**_bad([a]), "graph": {"type": "MemGraph"}})
     with pytest.raises(GraphError, match="not a JSON object"):
-        TaskGraph.from_dict(_bad([a, 7]))
+        formats.taskgraph_from_dict(_bad([a, 7]))
     with pytest.raises(GraphError, match=r"graph\.layers\[1\] is inf"):
-        TaskGraph.from_dict({**_bad([a]), "graph": {"layers": [1, float("inf")]}})
+        formats.taskgraph_from_dict({**_bad([a]), "graph": {"layers": [1, float("inf")]}})
 
 
 def test_a_gpu_vertex_reading_another_gpus_tensor_needs_a_transfer(disco):
@@ -347,30 +347,30 @@ def test_a_gpu_vertex_reading_another_gpus_tensor_needs_a_transfer(disco):
 
 def test_node_link_links_is_a_synonym_of_edges(disco):
     g = build_workload("matmul-chain:layers=2")
-    data = g.to_dict()
+    data = formats.to_dict(g)
     for node in data["nodes"]:
         del node["inputs"]                                   # the edges are all there is
     data["links"] = data.pop("edges")
-    assert TaskGraph.from_dict(data).tasks == g.tasks
+    assert formats.taskgraph_from_dict(data).tasks == g.tasks
     data["edges"] = data["links"]                            # both, the same: fine
-    assert TaskGraph.from_dict(data).tasks == g.tasks
+    assert formats.taskgraph_from_dict(data).tasks == g.tasks
     data["edges"] = data["links"][1:]
     with pytest.raises(GraphError, match="both 'edges' and 'links', with different contents"):
-        TaskGraph.from_dict(data)
+        formats.taskgraph_from_dict(data)
     del data["edges"], data["links"]
     with pytest.raises(GraphError, match="needs an 'edges' list"):
-        TaskGraph.from_dict(data)
+        formats.taskgraph_from_dict(data)
     mg = plan(g, disco)
-    mdata = mg.to_dict()
+    mdata = formats.to_dict(mg)
     mdata["links"] = mdata.pop("edges")
-    assert sorted(MemGraph.from_dict(mdata).edges()) == sorted(mg.edges())
+    assert sorted(formats.memgraph_from_dict(mdata).edges()) == sorted(mg.edges())
     del mdata["links"]
     with pytest.raises(GraphError, match="needs an 'edges' list"):
-        MemGraph.from_dict(mdata)
+        formats.memgraph_from_dict(mdata)
 
 
 def _memgraph_dict(disco):
-    return plan(build_workload("matmul-chain:layers=2"), disco).to_dict()
+    return formats.to_dict(plan(build_workload("matmul-chain:layers=2"), disco))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -395,7 +395,7 @@ def test_memgraph_reader_checks_every_field(disco, change, message):
     node = next(n for n in data["nodes"] if n["id"] == "X2.0")
     change(node)
     with pytest.raises(GraphError) as info:
-        MemGraph.from_json(json.dumps(data))
+        formats.memgraph_from_json(json.dumps(data))
     assert f"MemGraph JSON: vertex 'X2.0': {message}" in str(info.value)
 
 
@@ -404,22 +404,22 @@ def test_memgraph_reader_refuses_bad_edges_and_moves(disco):
     load = next(n for n in data["nodes"] if n["kind"] == "load")
     load["device"] = "cpu"
     with pytest.raises(GraphError, match="an load vertex's device must be a GPU|load vertex's"):
-        MemGraph.from_dict(data)
+        formats.memgraph_from_dict(data)
     data = _memgraph_dict(disco)
     data["edges"][0]["kind"] = "control"
     with pytest.raises(GraphError, match="has unknown kind 'control'"):
-        MemGraph.from_dict(data)
+        formats.memgraph_from_dict(data)
     data["edges"][0].update(kind="data", target="nowhere")
     with pytest.raises(GraphError, match="names unknown vertex 'nowhere'"):
-        MemGraph.from_dict(data)
+        formats.memgraph_from_dict(data)
     data = _memgraph_dict(disco)
     data["nodes"].append(dict(data["nodes"][0]))
     with pytest.raises(GraphError, match="duplicate vertex id"):
-        MemGraph.from_dict(data)
+        formats.memgraph_from_dict(data)
     data = _memgraph_dict(disco)
     data["graph"]["type"] = "TaskGraph"
     with pytest.raises(GraphError, match="holds a 'TaskGraph', not a MemGraph"):
-        MemGraph.from_dict(data)
+        formats.memgraph_from_dict(data)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -548,16 +548,16 @@ def test_everything_written_is_strict_json(disco):
     def strict(text):
         return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
     mg = plan(build_workload("matmul-chain:layers=2"), disco)
-    assert strict(mg.to_json())["graph"]["machine"]["gpu_gpu_bandwidth"] is None
-    strict(build_workload("matmul-chain:layers=2").to_json())
+    assert strict(formats.to_json(mg))["graph"]["machine"]["gpu_gpu_bandwidth"] is None
+    strict(formats.to_json(build_workload("matmul-chain:layers=2")))
     g = build_workload("tp-matmul:n=64")
     g.meta["ratio"] = float("nan")
     with pytest.raises(GraphError, match=r"cannot write TaskGraph as JSON: graph\.ratio = nan"):
-        g.to_json()
+        formats.to_json(g)
     mg["X1.0"].flops = float("inf")     # orjson would write null: the writer checks floats
     with pytest.raises(GraphError, match=r"cannot write MemGraph as JSON: vertex 'X1.0': "
                                          r"flops = inf is not a finite number"):
-        mg.to_json()
+        formats.to_json(mg)
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -607,17 +607,18 @@ def test_graph_files_are_written_in_chunks_that_join_into_the_same_json(chunk, d
     import io
 
     from offloadlab.core.checks import write_node_link
+    from offloadlab.core.formats.memgraph_json import memgraph_node_link
     mg = plan(build_workload("matmul-chain:layers=3"), disco)
     out = io.BytesIO()
-    write_node_link(out, *mg._node_link(), "MemGraph", chunk=chunk)
-    assert json.loads(out.getvalue()) == json.loads(mg.to_json())
-    assert len(json.loads(out.getvalue())["edges"]) == len(mg.to_dict()["edges"]) > 0
+    write_node_link(out, *memgraph_node_link(mg), "MemGraph", chunk=chunk)
+    assert json.loads(out.getvalue()) == json.loads(formats.to_json(mg))
+    assert len(json.loads(out.getvalue())["edges"]) == len(formats.to_dict(mg)["edges"]) > 0
     empty = io.BytesIO()
     write_node_link(empty, {}, [], [], "graph", chunk=chunk)
     assert json.loads(empty.getvalue()) == {"directed": True, "multigraph": False, "graph": {},
                                             "nodes": [], "edges": []}
-    assert mg.to_json(tmp_path / "mg.json") is None
-    assert MemGraph.from_json(tmp_path / "mg.json").to_json() == mg.to_json()
+    assert formats.to_json(mg, tmp_path / "mg.json") is None
+    assert formats.to_json(formats.memgraph_from_json(tmp_path / "mg.json")) == formats.to_json(mg)
 
 
 def test_numbers_of_float_and_int_subclasses_are_written_as_plain_ones():
@@ -630,12 +631,12 @@ def test_numbers_of_float_and_int_subclasses_are_written_as_plain_ones():
     g.add_compute("b", "add", ["a"], "gpu0", 8, flops=np.float64(3.0))
     g.meta["scale"] = np.float64(0.5)
     assert g.topological_order() == ["a", "b", "c"]
-    data = json.loads(g.to_json())
+    data = json.loads(formats.to_json(g))
     assert data["graph"]["scale"] == 0.5 and data["nodes"][1]["flops"] == 2.0
-    assert g.to_dict()["nodes"][1]["flops"] == 2.0
+    assert formats.to_dict(g)["nodes"][1]["flops"] == 2.0
     g.meta["odd"] = object()
     with pytest.raises(TypeError, match="cannot hold a value of type .object."):
-        g.to_json()
+        formats.to_json(g)
 
 
 def test_host_bytes_counts_offloads_reloads_and_loads_not_transfers():

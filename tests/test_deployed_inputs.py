@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from offloadlab.core import formats
 from offloadlab.core.errors import PlanError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.workloads import build_workload
@@ -33,7 +34,7 @@ def test_a_taskgraph_file_with_a_bad_forward_count_is_refused(capsys, tmp_path, 
     """``graph.forward`` (where the forward pass ends) is checked as the file is read: a
     string or a float made the schemes fail with a traceback, a negative or boolean count
     was taken as a Python slice, a count beyond the graph's compute vertices as all of them."""
-    data = build_workload(LORA).to_dict()
+    data = formats.to_dict(build_workload(LORA))
     data["graph"]["forward"] = forward
     path = tmp_path / "tg.json"
     path.write_text(json.dumps(data))

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import SETTINGS, machine_for, task_graphs
 
-from offloadlab.core import Machine, TaskGraph
+from offloadlab.core import Machine, TaskGraph, formats
 from offloadlab.core.verify import verify
 from offloadlab.lab.ablate import ablate_determinism, planned
 from offloadlab.lab.cli import main
@@ -118,7 +118,7 @@ def test_the_noisy_runs_are_paired_by_seed():
 
 def test_ablate_cli_fixed_planned_and_replay(capsys, tmp_path):
     graph, machine = late_weight()
-    graph.to_json(tmp_path / "g.json")
+    formats.to_json(graph, tmp_path / "g.json")
     (tmp_path / "m.json").write_text(machine.to_json())
     argv = ["ablate", "determinism", "--taskgraph", str(tmp_path / "g.json"), "--machine",
             str(tmp_path / "m.json"), "--planner", "buildmemgraph", "--noise", "0",

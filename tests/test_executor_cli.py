@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from test_cli import _program, fails, run
 
+from offloadlab.core import formats
 from offloadlab.core.machine import Machine, machine_from_spec
-from offloadlab.core.memgraph import MemGraph
 
 pytestmark = pytest.mark.slow
 
@@ -41,12 +41,12 @@ def test_run_a_memgraph_file_with_its_stored_machine(capsys, tmp_path):
 
 def test_run_check_fails_with_exit_1_naming_the_output(capsys, monkeypatch):
     """An executor whose ``add`` kernel is broken (the reference's is not)."""
-    from offloadlab.executor import kernels, loop
+    from offloadlab.executor import kernels, workspace
 
     def zeros(xp, out, args, scratch):
         out.fill(0)
 
-    monkeypatch.setattr(loop, "kernel", lambda op, vertex: kernels.Kernel(zeros) if op == "add"
+    monkeypatch.setattr(workspace, "kernel", lambda op, vertex: kernels.Kernel(zeros) if op == "add"
                         else kernels.kernel(op, vertex))
     code, out, err = run(capsys, "run", "--workload", "tp-matmul:n=64", "--machine",
                          "p100x4:gpus=3", "--check")
@@ -166,7 +166,7 @@ def test_validate_reports_components_and_plots(capsys, tmp_path):
 def test_memgraph_files_keep_shapes_for_the_executor(capsys, tmp_path):
     path = tmp_path / "mg.json"
     run(capsys, "plan", "--workload", WORKLOAD, "--machine", MACHINE, "--out", path)
-    mg = MemGraph.from_json(path)
+    mg = formats.memgraph_from_json(path)
     assert mg["X2.0"].shape == (64, 128) and mg["X2.0"].dtype == "float32"
 
 

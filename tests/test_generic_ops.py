@@ -14,10 +14,10 @@ from conftest import need_torch
 
 import offloadlab.executor
 import offloadlab.planner
+from offloadlab.core import formats
 from offloadlab.core.errors import GraphError
 from offloadlab.core.machine import Machine
 from offloadlab.core.ops import OPS, OpError, op_flops, parse_op, touched_bytes
-from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.executor import KernelError, execute, reference_outputs
 from offloadlab.lab.cli import main
 from offloadlab.planner import plan
@@ -56,7 +56,7 @@ def test_a_generic_op_is_priced_from_its_shapes():
 
 
 def test_a_taskgraph_file_with_a_generic_op_reads_plans_and_simulates(generic_file):
-    graph = TaskGraph.from_json(generic_file)
+    graph = formats.taskgraph_from_json(generic_file)
     assert graph["scan"].op == CUMSUM
     machine = Machine(gpus=1, gpu_memory=3 * 4096)
     for planner in ("buildmemgraph", "levelwise"):
@@ -69,7 +69,7 @@ def test_a_taskgraph_file_with_a_generic_op_reads_plans_and_simulates(generic_fi
 ])
 def test_other_op_names_stay_errors_naming_the_vertex(op, message):
     with pytest.raises(GraphError) as err:
-        TaskGraph.from_dict(graph_data(op))
+        formats.taskgraph_from_dict(graph_data(op))
     assert message in str(err.value)
     if op == "cumsum":
         assert all(name in str(err.value) for name in OPS)
@@ -77,7 +77,7 @@ def test_other_op_names_stay_errors_naming_the_vertex(op, message):
 
 def test_the_executor_refuses_a_generic_op_before_setting_anything_up(generic_file,
                                                                       monkeypatch):
-    graph = TaskGraph.from_json(generic_file)
+    graph = formats.taskgraph_from_json(generic_file)
     machine = Machine(gpus=1)
     mg = plan(graph, machine, "buildmemgraph")
 
@@ -175,7 +175,7 @@ def test_import_torch_generic_plans_simulates_and_run_refuses(tmp_path, capsys):
     assert main(["import-torch", f"{models}:scan", "--input", "8,16", "--train", "--generic",
                  "--out", str(out)]) == 0
     assert "2 generic op(s)" in capsys.readouterr().out          # cumsum and its backward's
-    graph = TaskGraph.from_json(out)
+    graph = formats.taskgraph_from_json(out)
     assert graph["cumsum"].op == "generic:aten.cumsum.default"
     mg = tmp_path / "mg.json"
     assert main(["plan", "--taskgraph", str(out), "--machine", "p100x4:gpus=1",

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import PLANNERS, SETTINGS, machine_for, task_graphs
 
+from offloadlab.core import formats
 from offloadlab.core.errors import HostMemoryError, PlanError, SpecError
 from offloadlab.core.host import planned_host_peak
 from offloadlab.core.machine import HOST_MEMORY, PRESETS, GiB, Machine, machine_from_spec
@@ -189,9 +190,9 @@ def test_an_unlimited_host_writes_the_plan_as_before():
                                   f"host_memory=unlimited")
     mg = plan(graph, unlimited)
     assert mg.count("offload") > 0 and "host_memory" not in mg.graph["machine"]
-    limited = json.loads(plan(graph, replace(unlimited, host_memory=2**40)).to_json())
+    limited = json.loads(formats.to_json(plan(graph, replace(unlimited, host_memory=2**40))))
     assert limited["graph"].pop("machine").pop("host_memory") == 2**40
-    same = json.loads(mg.to_json())
+    same = json.loads(formats.to_json(mg))
     same["graph"].pop("machine")
     assert limited == same
 
@@ -238,7 +239,7 @@ def test_the_simulator_flags_a_run_over_host_memory():
 def test_simulate_reports_the_host_peak_and_exits_1_out_of_memory(tmp_path, capsys):
     graph, m, mg = _tight_plan()
     path = tmp_path / "mg.json"
-    mg.to_json(path)
+    formats.to_json(mg, path)
     peak = simulate(mg, m).host_peak
     assert main(["simulate", str(path), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)

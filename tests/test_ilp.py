@@ -320,11 +320,11 @@ def test_time_limit_gives_a_valid_bound(solver):
 
 
 def test_cbc_bound_helpers():
-    from offloadlab.ilp.milp import Milp, _lp_relaxation, _printed_floor, _run_cbc
+    from offloadlab.ilp.milp import Milp, _lp_relaxation, _printed_floor, run_cbc
     assert _printed_floor("13.225") == pytest.approx(13.224) and _printed_floor("1.5e+02") < 150
     c, memory = two_layers(0.5)
     model = Milp(c, memory, 1e9, 1e9)
-    _run_cbc(model.prob, mip=True)
+    run_cbc(model.prob, mip=True)
     mip = model.prob.objective.value()
     values = {v.name: v.varValue for v in model.prob.variables()}
     assert 0 <= _lp_relaxation(model.prob) <= mip + 1e-9

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 
+from offloadlab.core import formats
 from offloadlab.core.errors import GraphError
 from offloadlab.core.ops import OPS, OpError, op_call, op_flops, parse_op, touched_bytes
 from offloadlab.core.taskgraph import TaskGraph
@@ -117,7 +118,7 @@ def _graph_with_op(op: object) -> dict:
     g = TaskGraph(name="t")
     g.add_input("a", 64, shape=(4, 4))
     g.add_compute("b", "copy", ["a"], "gpu0", 64, shape=(4, 4))
-    data = g.to_dict()
+    data = formats.to_dict(g)
     data["nodes"][1]["op"] = op
     return data
 
@@ -126,25 +127,25 @@ def test_an_unknown_op_in_a_taskgraph_file_names_the_vertex_and_the_known_ops(tm
     path = tmp_path / "tg.json"
     path.write_text(json.dumps(_graph_with_op("flash_attention")))
     with pytest.raises(GraphError) as err:
-        TaskGraph.from_json(path)
+        formats.taskgraph_from_json(path)
     message = str(err.value)
     assert "vertex 'b'" in message and "unknown op 'flash_attention'" in message
     assert all(name in message for name in OPS)
     with pytest.raises(GraphError, match="vertex 'b'.*bad parameter"):
-        TaskGraph.from_dict(_graph_with_op("rotary:angle=3"))
-    assert TaskGraph.from_dict(_graph_with_op("rotary:offset=3"))["b"].op == "rotary:offset=3"
+        formats.taskgraph_from_dict(_graph_with_op("rotary:angle=3"))
+    graph = formats.taskgraph_from_dict(_graph_with_op("rotary:offset=3"))
+    assert graph["b"].op == "rotary:offset=3"
 
 
 def test_an_unknown_op_in_a_memgraph_file_names_the_vertex():
     from offloadlab.core.machine import machine_from_spec
-    from offloadlab.core.memgraph import MemGraph
     from offloadlab.planner import plan
-    g = TaskGraph.from_dict(_graph_with_op("rotary:offset=3"))
-    data = plan(g, machine_from_spec("p100x4"), "buildmemgraph").to_dict()
+    g = formats.taskgraph_from_dict(_graph_with_op("rotary:offset=3"))
+    data = formats.to_dict(plan(g, machine_from_spec("p100x4"), "buildmemgraph"))
     node = next(n for n in data["nodes"] if n["id"] == "b")
     node["op"] = "rotary:offset=three"
     with pytest.raises(GraphError, match="vertex 'b'.*must be an integer"):
-        MemGraph.from_dict(data)
+        formats.memgraph_from_dict(data)
 
 
 # -- the llama-prefill builder -------------------------------------------------------------

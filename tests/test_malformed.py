@@ -16,10 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offloadlab.core import nodelink, typed
+from offloadlab.core import formats
 from offloadlab.core.errors import OffloadlabError
-from offloadlab.core.memgraph import MemGraph
-from offloadlab.core.taskgraph import TaskGraph
+from offloadlab.core.formats import nodelink, typed
 from offloadlab.core.workloads import build_workload
 from offloadlab.lab import beside
 from offloadlab.lab.cli import main
@@ -47,7 +46,7 @@ MACHINE_FIELDS = ["gpus", "gpu_memory", "gpu_flops", "h2d_bandwidth", "gpu_gpu_b
 def valid_files(tmp_path_factory) -> dict[str, dict]:
     """A TaskGraph and a MemGraph as the toolkit writes them (node-link JSON, parsed)."""
     d = tmp_path_factory.mktemp("valid")
-    build_workload("matmul-chain:layers=3").to_json(d / "tg.json")
+    formats.to_json(build_workload("matmul-chain:layers=3"), d / "tg.json")
     assert main(["plan", "--workload", "matmul-chain:layers=3", "--machine", "disco-example",
                  "--out", str(d / "mg.json")]) == 0
     return {kind: json.loads((d / f"{kind}.json").read_text()) for kind in ("tg", "mg")}
@@ -192,12 +191,11 @@ def test_files_read_in_blocks_give_what_a_whole_read_gives(valid_files, data, ki
     """A large file the toolkit wrote is read a block and a batch of items at a time
     (``nodelink.STREAM_AT``); on any file, valid or not, that gives the same graph or the same
     error as reading it whole."""
-    cls = TaskGraph if kind == "tg" else MemGraph
     text = data.draw(malformed(valid_files[kind], compact=True))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "g.json"
         path.write_bytes(text)
-        assert outcome(cls.from_json, path) == outcome(cls.from_json, path, block)
+        assert outcome(FROM_JSON[kind], path) == outcome(FROM_JSON[kind], path, block)
 
 
 @contextmanager
@@ -217,25 +215,31 @@ def outcome(read, path: Path, block: int | None = None) -> str:
     graph's JSON, or its error."""
     with in_blocks(block):
         try:
-            return read(path).to_json()
+            return formats.to_json(read(path))
         except OffloadlabError as exc:
             return f"error: {exc}"
 
 
-def checking_reader(cls):
-    """``cls``'s checking reader alone: ``from_dict`` on the data ``nodelink.read`` parses."""
-    return lambda path: cls.from_dict(*nodelink.read(path, f"{cls.__name__} JSON"))
+FROM_JSON = {"tg": formats.taskgraph_from_json, "mg": formats.memgraph_from_json}
+FROM_DICT = {"tg": formats.taskgraph_from_dict, "mg": formats.memgraph_from_dict}
+
+
+def checking_reader(kind: str):
+    """The checking reader alone of ``kind`` (``tg``, ``mg``): ``*_from_dict`` on the data
+    ``nodelink.read`` parses."""
+    what = "TaskGraph JSON" if kind == "tg" else "MemGraph JSON"
+    return lambda path: FROM_DICT[kind](*nodelink.read(path, what))
 
 
 def test_the_toolkits_own_large_files_are_read_in_blocks(valid_files, tmp_path, monkeypatch):
     monkeypatch.setattr(nodelink, "STREAM_AT", 0)
     monkeypatch.setattr(nodelink, "BLOCK", 16)
-    for kind, cls in (("tg", TaskGraph), ("mg", MemGraph)):
+    for kind in ("tg", "mg"):
         path = tmp_path / f"{kind}.json"
-        cls.from_dict(valid_files[kind]).to_json(path)
+        formats.to_json(FROM_DICT[kind](valid_files[kind]), path)
         data, _ = nodelink.read(path, "graph", stream=True)
         assert type(data["nodes"]) is nodelink.Items and type(data["edges"]) is nodelink.Items
-        assert cls.from_json(path).to_json() == path.read_text()
+        assert formats.to_json(FROM_JSON[kind](path)) == path.read_text()
         path.write_text(json.dumps(valid_files[kind]))            # spaces: another tool's
         assert type(nodelink.read(path, "graph", stream=True)[0]["nodes"]) is list
 
@@ -254,34 +258,32 @@ def test_the_unmutated_files_are_valid(capsys, valid_files, tmp_path):
 @settings(**SETTINGS)
 @given(data=st.data(), kind=st.sampled_from(["tg", "mg"]), stream=st.booleans())
 def test_the_typed_reader_gives_what_the_checking_reader_gives(valid_files, data, kind, stream):
-    """``from_json`` decodes typed records first (:mod:`offloadlab.core.typed`) and falls back
-    to checking every field; on any file, valid or not, that gives the same graph or the same
-    error as the checking reader alone."""
-    cls = TaskGraph if kind == "tg" else MemGraph
+    """``*_from_json`` decodes typed records first (:mod:`offloadlab.core.formats.typed`) and
+    falls back to checking every field; on any file, valid or not, that gives the same graph
+    or the same error as the checking reader alone."""
     text = data.draw(malformed(valid_files[kind], compact=stream))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "g.json"
         path.write_bytes(text)
         block = 64 if stream else None
-        assert outcome(cls.from_json, path, block) == outcome(checking_reader(cls), path, block)
+        assert outcome(FROM_JSON[kind], path, block) == outcome(checking_reader(kind), path, block)
 
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("kind", ["tg", "mg"])
 def test_a_valid_file_is_read_as_typed_records(valid_files, tmp_path, monkeypatch, kind, stream):
     """The toolkit's own files never need the checking reader (the fast path is taken)."""
-    cls = TaskGraph if kind == "tg" else MemGraph
     path = tmp_path / "g.json"
-    cls.from_dict(valid_files[kind]).to_json(path)
+    formats.to_json(FROM_DICT[kind](valid_files[kind]), path)
     if stream:
         monkeypatch.setattr(typed, "STREAM_AT", 0)
         monkeypatch.setattr(nodelink, "BLOCK", 16)
 
     def checking(*args):
         raise AssertionError("the checking reader ran")
-    monkeypatch.setattr(cls, "from_dict", classmethod(checking))
-    assert cls.from_json(path).to_json() == path.read_text()
-    assert cls.from_json(path.read_text()).to_json() == path.read_text()
+    monkeypatch.setattr(nodelink, "load", checking)     # the checking reader's way in
+    assert formats.to_json(FROM_JSON[kind](path)) == path.read_text()
+    assert formats.to_json(FROM_JSON[kind](path.read_text())) == path.read_text()
 
 
 @pytest.mark.parametrize("workload,machine,planner", [
@@ -301,16 +303,16 @@ def test_every_planners_output_is_read_as_typed_records(tmp_path, monkeypatch, w
     from offloadlab.planner import plan
 
     graph = build_workload(workload)
-    files = {TaskGraph: tmp_path / "tg.json", MemGraph: tmp_path / "mg.json"}
-    graph.to_json(files[TaskGraph])
-    plan(graph, machine_from_spec(machine), planner).to_json(files[MemGraph])
-    checked = {cls: checking_reader(cls)(path).to_json() for cls, path in files.items()}
+    files = {"tg": tmp_path / "tg.json", "mg": tmp_path / "mg.json"}
+    formats.to_json(graph, files["tg"])
+    formats.to_json(plan(graph, machine_from_spec(machine), planner), files["mg"])
+    checked = {kind: formats.to_json(checking_reader(kind)(path)) for kind, path in files.items()}
 
     def checking(*args):
         raise AssertionError("the checking reader ran")
-    for cls, path in files.items():
-        monkeypatch.setattr(cls, "from_dict", classmethod(checking))
-        assert cls.from_json(path).to_json() == checked[cls] == path.read_text()
+    monkeypatch.setattr(nodelink, "load", checking)     # the checking reader's way in
+    for kind, path in files.items():
+        assert formats.to_json(FROM_JSON[kind](path)) == checked[kind] == path.read_text()
 
 
 def _rename(data: dict, old: str, new: str) -> None:
@@ -349,7 +351,6 @@ EDGE_CASES = {
 def test_the_readers_agree_on_edge_cases(valid_files, tmp_path, kind, case):
     """Inputs a review found where the typed reader once accepted what the checking reader
     refused, or read it otherwise (with the default layout, and in blocks)."""
-    cls = TaskGraph if kind == "tg" else MemGraph
     data = json.loads(json.dumps(valid_files[kind]))
     EDGE_CASES[case](data)
     text = json.dumps(data, separators=(",", ":"))
@@ -358,5 +359,5 @@ def test_the_readers_agree_on_edge_cases(valid_files, tmp_path, kind, case):
     path = tmp_path / "g.json"
     path.write_text(text)
     for block in (None, 64):
-        assert outcome(cls.from_json, path, block) == \
-            outcome(checking_reader(cls), path, block), (case, block)
+        assert outcome(FROM_JSON[kind], path, block) == \
+            outcome(checking_reader(kind), path, block), (case, block)

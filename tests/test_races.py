@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from test_cli import fails, run
 from test_properties import SETTINGS, machine_for, task_graphs
 
+from offloadlab.core import formats
 from offloadlab.core.dispatch import POLICIES, Hazards, PolicyError, Queues
 from offloadlab.core.errors import GraphError, VerificationError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import MemGraph
-from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
 from offloadlab.executor import (
@@ -136,13 +136,13 @@ def test_checksums_alone_see_an_overwrite_that_happens(monkeypatch):
 
 def test_a_kernel_that_changes_its_input_is_reported_by_its_checksum(monkeypatch):
     """A write no vertex of the plan makes: the reader's own checksum after its work."""
-    from offloadlab.executor import loop
+    from offloadlab.executor import workspace
 
     def add_in_place(xp, out, args, scratch):
         xp.add(args[0], args[1], out=out)
         args[0][...] = 0
 
-    monkeypatch.setattr(loop, "kernel", lambda op, vertex: kernels.Kernel(add_in_place)
+    monkeypatch.setattr(workspace, "kernel", lambda op, vertex: kernels.Kernel(add_in_place)
                         if op == "add" else kernels.kernel(op, vertex))
     graph = build_workload("tp-matmul:n=64")
     m = machine_from_spec("p100x4:gpus=3")
@@ -196,7 +196,7 @@ def test_execute_verifies_by_default():
 def test_run_refuses_a_broken_plan_unless_told_not_to_verify(capsys, tmp_path):
     name, graph, m, mg, (u, v) = _broken("matmul-chain")
     path = tmp_path / "broken.json"
-    mg.to_json(path)
+    formats.to_json(mg, path)
     err = fails(capsys, "run", path, "--no-rate-limit")
     assert "is not a correct plan: rule 3: race on" in err and len(err.splitlines()) == 1
     code, out, err = run(capsys, "run", path, "--no-rate-limit", "--no-verify", "--policy",
@@ -220,7 +220,7 @@ def test_a_memgraph_with_swapped_matmul_operands_is_refused_given_the_workload(c
     mg = plan(graph, m, "buildmemgraph")
     _swapped(mg)
     path = tmp_path / "swapped.json"
-    mg.to_json(path)
+    formats.to_json(mg, path)
     # the file alone: it verifies and computes what it says (the reference is its own)
     code, out, err = run(capsys, "run", path, "--check", "--no-rate-limit")
     assert code == 0 and "warning: --check compares the outputs with the TaskGraph" in err
@@ -234,12 +234,12 @@ def test_a_memgraph_with_swapped_matmul_operands_is_refused_given_the_workload(c
 def test_a_memgraph_planned_from_another_taskgraph_is_refused(capsys, tmp_path):
     graph = build_workload(SQUARE)
     m = machine_from_spec(SQUARE_MACHINE)
-    other = TaskGraph.from_json(graph.to_json())
+    other = formats.taskgraph_from_json(formats.to_json(graph))
     swapped = next(t for t in other if t.op == "matmul")
     swapped.inputs = swapped.inputs[::-1]
     path = tmp_path / "other.json"
-    plan(other, m, "buildmemgraph").to_json(path)
-    graph.to_json(tmp_path / "tg.json")
+    formats.to_json(plan(other, m, "buildmemgraph"), path)
+    formats.to_json(graph, tmp_path / "tg.json")
     for reference in (["--workload", SQUARE], ["--taskgraph", tmp_path / "tg.json"]):
         err = fails(capsys, "run", path, "--check", *reference)
         assert re.fullmatch(r"offloadlab: error: .*other\.json was planned from TaskGraph "
@@ -251,12 +251,12 @@ def test_taskgraph_writes_the_file_whose_hash_plans_record(capsys, tmp_path):
     out = tmp_path / "tg.json"
     code, text, err = run(capsys, "taskgraph", "--workload", SQUARE, "--out", out)
     assert code == 0, err
-    graph = TaskGraph.from_json(out)
+    graph = formats.taskgraph_from_json(out)
     digest = build_workload(SQUARE).content_hash()
     assert graph.content_hash() == digest and digest in text
     assert run(capsys, "plan", "--taskgraph", out, "--machine", SQUARE_MACHINE, "--out",
                tmp_path / "mg.json")[0] == 0
-    assert MemGraph.read(tmp_path / "mg.json").graph["taskgraph_hash"] == digest
+    assert formats.read_memgraph(tmp_path / "mg.json").graph["taskgraph_hash"] == digest
     code, text, err = run(capsys, "run", tmp_path / "mg.json", "--check", "--taskgraph", out,
                           "--no-rate-limit", "--policy", "adversarial")
     assert code == 0 and "outputs: equal to the reference" in text
@@ -269,7 +269,7 @@ def test_taskgraph_writes_the_file_whose_hash_plans_record(capsys, tmp_path):
 @given(graph=task_graphs())
 def test_the_content_hash_survives_a_file_and_ignores_the_name(graph):
     digest = graph.content_hash()
-    back = TaskGraph.from_json(graph.to_json())
+    back = formats.taskgraph_from_json(formats.to_json(graph))
     back.name = "renamed"
     assert back.content_hash() == digest
     reordered = next((t for t in back if len(set(t.inputs)) > 1), None)
@@ -282,15 +282,15 @@ def test_json_and_parquet_keep_the_hash_and_refuse_a_malformed_one(tmp_path):
     graph = build_workload(SQUARE)
     mg = plan(graph, machine_from_spec(SQUARE_MACHINE), "buildmemgraph")
     assert mg.graph["taskgraph_hash"] == graph.content_hash()
-    mg.write(tmp_path / "mg.parquet")
-    assert MemGraph.read(tmp_path / "mg.parquet").graph["taskgraph_hash"] == \
+    formats.write_memgraph(mg, tmp_path / "mg.parquet")
+    assert formats.read_memgraph(tmp_path / "mg.parquet").graph["taskgraph_hash"] == \
         graph.content_hash()
-    data = json.loads(mg.to_json())
+    data = json.loads(formats.to_json(mg))
     data["graph"]["taskgraph_hash"] = "md5:abc"
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(GraphError, match=r"bad\.json'?: graph\.taskgraph_hash must be "
                                          r"'sha256:' and 64 lowercase hex digits.*'md5:abc'"):
-        MemGraph.read(tmp_path / "bad.json")
+        formats.read_memgraph(tmp_path / "bad.json")
     table = pq.read_table(tmp_path / "mg.parquet")
     meta = dict(table.schema.metadata)
     stored = json.loads(meta[b"offloadlab.graph"])
@@ -299,4 +299,4 @@ def test_json_and_parquet_keep_the_hash_and_refuse_a_malformed_one(tmp_path):
     pq.write_table(pa.Table.from_batches(table.to_batches(), table.schema.with_metadata(meta)),
                    tmp_path / "bad.parquet")
     with pytest.raises(GraphError, match=r"graph\.taskgraph_hash must be .*got 7"):
-        MemGraph.read(tmp_path / "bad.parquet")
+        formats.read_memgraph(tmp_path / "bad.parquet")

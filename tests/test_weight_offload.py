@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offloadlab.core import MemGraph, PlanError, SpecError
+from offloadlab.core import MemGraph, PlanError, SpecError, formats
 from offloadlab.core.machine import PRESETS
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
@@ -156,7 +156,7 @@ def test_memgraph_metadata_and_json_roundtrip():
     assert mg.graph["analytic_iteration_time"] >= sum_u * (1 - 1e-12)
     assert all(1 <= k <= 8 and d in (0, 1) for k, d in mg.graph["selection"])
     assert mg.count("offload") > 0 and mg.count("reload") > 0
-    again = MemGraph.from_json(mg.to_json())
+    again = formats.memgraph_from_json(formats.to_json(mg))
     verify(again, g, machine)
     assert again.graph["selection"] == mg.graph["selection"]
 

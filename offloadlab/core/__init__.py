@@ -1,5 +1,5 @@
 """The shared vocabulary: TaskGraph, MemGraph, Machine (+ cost model), Trace, verifier,
-workloads."""
+workloads, and the graphs' files (:mod:`.formats`)."""
 
 from .errors import GraphError, OffloadlabError, PlanError, SpecError, VerificationError
 from .machine import PRESETS, Machine, machine_from_spec

@@ -65,7 +65,9 @@ def bound(memgraph: MemGraph, machine: Machine) -> Bound:
     pred = memgraph.pred
     if any(memgraph[u].order > v.order for v in vertices for u in pred[v.id]):
         import networkx as nx
-        position = {t: i for i, t in enumerate(nx.topological_sort(memgraph.to_networkx()))}
+
+        from .formats import to_networkx
+        position = {t: i for i, t in enumerate(nx.topological_sort(to_networkx(memgraph)))}
         ranked = sorted(range(len(vertices)), key=lambda i: position[vertices[i].id])
     else:
         ranked = list(range(len(vertices)))

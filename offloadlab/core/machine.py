@@ -17,6 +17,7 @@ from .budget import MACHINE_GPU, STREAM_SLOT, check_ram
 from .checks import INF, dumps, number, short
 from .devices import CPU, gpu_index, gpu_name, is_gpu
 from .errors import GraphError, SpecError
+from .formats.nodelink import check_input
 from .kernel_model import (
     A100_FIT,
     H100_FIT,
@@ -26,7 +27,6 @@ from .kernel_model import (
     kernel_time,
     op_class,
 )
-from .nodelink import check_input
 from .ops import op_name, touched_bytes
 from .registry import Registry
 from .spec import apply_options, parse_bytes, parse_spec

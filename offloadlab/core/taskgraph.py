@@ -3,6 +3,7 @@
 Each vertex produces one tensor.  ``input`` vertices exist before the run (``device`` is their
 home, ``"host"`` or a GPU); ``compute`` vertices run an op on one GPU or on the CPU;
 ``transfer`` vertices copy a tensor from one GPU to another (``device="gpu0->gpu1"``).
+Its files are :mod:`offloadlab.core.formats`'s.
 """
 
 from __future__ import annotations
@@ -12,21 +13,16 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from msgspec import UNSET, UnsetType
 
-from . import nodelink
 from .checks import (
     INF,
     MAX_COUNT,
     builtin_number,
-    edge_ends,
-    ids,
     number,
     short,
-    vertex_id,
 )
 from .devices import CPU, HOST, is_gpu_name, split_transfer
 from .errors import GraphError
@@ -166,7 +162,7 @@ class TaskGraph:
             return list(self.tasks)
         import networkx as nx
         position = {t: i for i, t in enumerate(self.tasks)}
-        return list(nx.lexicographical_topological_sort(self.to_networkx(),
+        return list(nx.lexicographical_topological_sort(self._digraph(),
                                                         key=position.__getitem__))
 
     def out_of_order(self) -> tuple[str, str] | None:
@@ -241,37 +237,11 @@ class TaskGraph:
         if self.out_of_order() is None:
             return                              # insertion order is topological
         import networkx as nx
-        g = self.to_networkx()
+        g = self._digraph()
         if not nx.is_directed_acyclic_graph(g):
             cycle = nx.find_cycle(g)
             raise GraphError("TaskGraph has a cycle: " + " -> ".join(str(e[0]) for e in cycle)
                              + f" -> {cycle[0][0]}")
-
-    # -- interchange ------------------------------------------------------------------
-    def to_networkx(self):
-        """A networkx DiGraph with the vertex fields as node attributes."""
-        return nodelink.to_networkx(*self._node_link())
-
-    def to_dict(self) -> dict:
-        return nodelink.as_dict(*self._node_link())
-
-    def _node_link(self) -> tuple[dict, Iterable[Task], Iterator[Any]]:
-        """The ``graph`` attributes, the nodes and the edges as the records msgspec encodes,
-        one at a time: each :class:`Task` is its node's record (its fields are the node's),
-        each edge a :class:`typed.EdgeRecord`."""
-        from . import typed
-        edges = (typed.EdgeRecord(u, t.id, "data") for t in self.tasks.values()
-                 for u in dict.fromkeys(t.inputs))
-        return {"type": "TaskGraph", "name": self.name, **self.meta}, self.tasks.values(), edges
-
-    @overload
-    def to_json(self, path: None = None) -> str: ...
-    @overload
-    def to_json(self, path: str | Path) -> None: ...
-
-    def to_json(self, path: str | Path | None = None) -> str | None:
-        """Node-link JSON text, or, given ``path``, the same written there."""
-        return nodelink.write(*self._node_link(), path, "TaskGraph")
 
     def content_hash(self) -> str:
         """``"sha256:"`` and the hex digest of the TaskGraph's attributes (less its name) and its
@@ -289,95 +259,12 @@ class TaskGraph:
             digest.update(encode(_hashed(tasks[at:at + HASH_BLOCK])))
         return "sha256:" + digest.hexdigest()
 
-    @classmethod
-    def from_dict(cls, data: dict, where: str = "TaskGraph JSON") -> TaskGraph:
-        """Read node-link data (:meth:`to_dict`'s, or networkx's with ``edges`` or ``links``),
-        checking every field; a :class:`GraphError` names ``where`` (the file), the vertex
-        and the field.  A node without ``inputs`` reads its edges' sources in edge order."""
-        with no_gc():
-            return cls._from_dict(data, where)
-
-    @classmethod
-    def _from_dict(cls, data: dict, where: str) -> TaskGraph:
-        nodes, edges = nodelink.node_link(data, where)
-        name, meta = nodelink.graph_meta(data, where, "TaskGraph")
-        g = cls(name=name, meta=meta)
-        edge_inputs: dict[str, list[str]] = {}
-        for e in edges:
-            if type(e) is dict:
-                u, v = e.get("source"), e.get("target")
-                if type(u) is not str or type(v) is not str:
-                    u, v = edge_ends(e, where)
-            else:
-                u, v = edge_ends(e, where)
-            if v in edge_inputs:
-                edge_inputs[v].append(u)
-            else:
-                edge_inputs[v] = [u]
-        tasks = g.tasks
-        for n in nodes:
-            task = _read_task(n, where, edge_inputs)
-            if task.id in tasks:
-                raise GraphError(f"{where}: duplicate vertex id {task.id!r}")
-            tasks[task.id] = task
-        g._link(edge_inputs, where)
-        return g
-
-    def _link(self, edge_inputs: dict[str, list[str]], where: str) -> None:
-        """The readers' last steps: every edge ``u -> v`` of the file (``edge_inputs[v]``) is
-        one of ``v``'s inputs, each id is one string object, and :meth:`validate`."""
-        tasks = self.tasks
-        for v, sources in edge_inputs.items():
-            target = tasks.get(v)
-            for u in sources:
-                if target is None or u not in tasks:
-                    raise GraphError(f"{where}: edge {u!r} -> {v!r} names unknown vertex "
-                                     f"{v if target is None else u!r}")
-                if u not in target.inputs:
-                    raise GraphError(f"{where}: edge {u!r} -> {v!r}, but vertex {v!r} does "
-                                     f"not list {u!r} among its inputs {list(target.inputs)}")
-        for task in tasks.values():      # one string object per id (see MemGraph._share_ids)
-            task.inputs = tuple([tasks[u].id if u in tasks else u for u in task.inputs])
-        try:
-            self.validate()
-        except GraphError as exc:
-            raise GraphError(f"{where}: {exc}") from None
-        compute = sum(t.kind == "compute" for t in tasks.values())
-        if self.meta.get("forward", 0) > compute:
-            raise GraphError(f"{where}: graph.forward is {self.meta['forward']} (the forward "
-                             f"pass's compute vertices), but the graph has {compute}")
-
-    @classmethod
-    def from_json(cls, text_or_path: str | Path) -> TaskGraph:
-        """Read node-link JSON from a string or a file path: typed records first
-        (:mod:`offloadlab.core.typed`), else checking every field (:meth:`from_dict`)."""
-        from . import typed
-        return typed.load(text_or_path, typed.TASKGRAPH, cls._from_typed, cls.from_dict,
-                          "TaskGraph JSON")
-
-    @classmethod
-    def _from_typed(cls, graph: Any, nodes: Iterable[Any], edges: Iterable[Any]) -> TaskGraph:
-        """The TaskGraph of :func:`typed.read`'s records: :meth:`from_dict`'s steps, with any
-        problem a :class:`GraphError` with no place (the checking reader names it)."""
-        name, meta = nodelink.graph_meta({"graph": graph}, "", "TaskGraph")
-        g = cls(name=name, meta=meta)
-        edge_inputs: dict[str, list[str]] = {}
-        for e in edges:
-            if e.target in edge_inputs:
-                edge_inputs[e.target].append(e.source)
-            else:
-                edge_inputs[e.target] = [e.source]
-        tasks = g.tasks
-        for n in nodes:
-            if n.id in tasks:
-                raise GraphError("")
-            tasks[n.id] = Task(
-                n.id, n.kind, n.device, n.bytes,
-                tuple(edge_inputs.get(n.id, ()) if n.inputs is None else n.inputs), n.op,
-                0.0 if n.flops is None else n.flops, None if n.shape is None else tuple(n.shape),
-                n.dtype or "float32", n.time,
-                UNKNOWN if n.category is None else n.category)
-        g._link(edge_inputs, "")
+    def _digraph(self):
+        """A networkx DiGraph of the vertex ids and the edges (input -> reader)."""
+        import networkx as nx
+        g = nx.DiGraph()
+        g.add_nodes_from(self.tasks)
+        g.add_edges_from((u, t.id) for t in self.tasks.values() for u in dict.fromkeys(t.inputs))
         return g
 
 
@@ -447,32 +334,3 @@ def _check_readable(t: Task, gpu: str, src: Task) -> None:
         raise GraphError(f"vertex {t.id!r} on {gpu} reads {src.id!r}, which lives on {lives}: "
                          f"add a transfer vertex that copies it from {lives} to {gpu} "
                          f"(TaskGraph.add_transfer) and read that instead")
-
-
-def _read_task(n: object, where: str, edge_inputs: dict[str, list[str]]) -> Task:
-    """One node of a TaskGraph file.  Checks what :meth:`TaskGraph.validate` cannot see
-    (a node that is no object, the id, the types of ``flops``, ``inputs`` and ``shape``, which
-    are converted); ``validate`` checks the rest, by field."""
-    if type(n) is not dict:
-        raise GraphError(f"{where}: node {short(n)} is not a JSON object")
-    nid: Any = n.get("id")
-    if type(nid) is not str:
-        nid = vertex_id(n, where)
-    flops: Any = n.get("flops")
-    if type(flops) is not float:
-        flops = 0.0 if flops is None else number(flops, f"{where}: vertex {nid!r}", "flops")
-    inputs: Any = n.get("inputs")
-    if inputs is None:
-        inputs = edge_inputs.get(nid, ())
-    elif type(inputs) is not list:
-        ids(inputs, f"{where}: vertex {nid!r}", "inputs")
-    shape: Any = n.get("shape")
-    if shape is not None:
-        if type(shape) is not list:
-            raise GraphError(f"{where}: vertex {nid!r}: shape must be a list of integers >= 0, "
-                             f"got {short(shape)}")
-        shape = tuple(shape)
-    category: Any = n.get("category")
-    return Task(nid, n.get("kind"), n.get("device"), n.get("bytes"),  # type: ignore[arg-type]
-                tuple(map(str, inputs)), n.get("op"), flops, shape, n.get("dtype") or "float32",
-                n.get("time"), UNKNOWN if category is None else category)

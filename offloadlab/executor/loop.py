@@ -46,7 +46,8 @@ from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
 from .device import Array, Backend, Cancelled, Done, ExecutionError, Lane, StallError, WarmUp
 from .hostblock import HostAllocator, fill
-from .kernels import KernelError, aligned, initial_value, kernel, tensor_shape, view
+from .kernels import aligned, initial_value, tensor_shape, view
+from .workspace import needs
 
 if TYPE_CHECKING:
     from .races import RaceDetector
@@ -206,36 +207,11 @@ class EventLoop:
                     backend.upload(self.tensor[i], value)
 
     def _scratch_needs(self) -> None:
-        """Each compute vertex's kernel and the workspace it needs on its lane (plus room for
-        its output, aligned, where the output overlaps an input, so it is computed aside);
-        ``need`` holds the most per engine."""
-        self.need: dict[str, int] = {}
-        self.kernel: list = [None] * len(self.vertices)
-        self.aliased = [False] * len(self.vertices)
-        self.signature: list[tuple | None] = [None] * len(self.vertices)
-        sized: dict[tuple, int] = {}     # (op, output and input shapes and dtypes) -> bytes
-        for i, v in enumerate(self.vertices):
-            if v.kind != "compute":
-                continue
-            k = kernel(v.op, v.id)
-            signature = (v.op, self.shape[i], v.dtype,
-                         *((self.shape[u], self.vertices[u].dtype) for u in self.inputs[i]))
-            nbytes = sized.get(signature, -1)
-            if nbytes < 0:
-                out = _stand_in(self.shape[i], v.dtype)
-                args = [_stand_in(self.shape[u], self.vertices[u].dtype) for u in self.inputs[i]]
-                try:
-                    nbytes = sized[signature] = k.scratch(out, args)
-                except (ValueError, TypeError, IndexError) as exc:
-                    raise KernelError(f"vertex {v.id!r} ({v.op}): {exc}") from None
-            self.aliased[i] = v.loc is not None and any(
-                _overlap(v, self.vertices[u]) for u in self.inputs[i])
-            if self.aliased[i]:
-                nbytes += aligned(math.prod(self.shape[i]) * np.dtype(v.dtype).itemsize)
-            self.kernel[i] = k
-            self.signature[i] = (signature, self.aliased[i])
-            name = self.engine[i].name  # type: ignore[union-attr]
-            self.need[name] = max(self.need.get(name, 0), nbytes)
+        """Each compute vertex's kernel and the workspace it needs (:func:`workspace.needs`)."""
+        found = needs(self.vertices, self.shape, self.inputs,
+                      [None if e is None else e.name for e in self.engine])
+        self.kernel, self.aliased, self.signature = found.kernel, found.aliased, found.signature
+        self.need = found.need
 
     def _check_gpu_memory(self, machine: Machine, extent: dict[str, int]) -> None:
         """Refuse, naming the numbers, a run whose arena, lane workspaces and lanes' own
@@ -596,20 +572,6 @@ def _alloc(what: str, nbytes: int, make: Callable[[], T]) -> T:
 
 def _fill(xp, tensor) -> None:
     tensor.reshape(-1).view(xp.uint8).fill(POISON)
-
-
-def _stand_in(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """A C-contiguous array of ``shape`` and ``dtype`` that takes no memory (for sizing
-    scratch: its flags and its slices' flags are those of the real tensor's, never read)."""
-    item = np.dtype(dtype).itemsize
-    strides = tuple(item * math.prod(shape[k + 1:]) for k in range(len(shape)))
-    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, strides, writeable=False)
-
-
-def _overlap(v: MemVertex, u: MemVertex) -> bool:
-    a, b = v.loc, u.loc
-    return b is not None and a is not None and a.device == b.device \
-        and a.offset < b.end and b.offset < a.end
 
 
 __all__ = ["EventLoop", "ExecutionError", "StallError", "Cancelled"]

@@ -99,7 +99,7 @@ def solve(model: CostModel, memory: float, fixed: dict[str, float]) -> Solution 
     when FlexGen searches)."""
     import pulp
 
-    from .milp import _run_cbc
+    from .milp import run_cbc
 
     prob = pulp.LpProblem("flexgen_policy", pulp.LpMinimize)
     new = getattr(prob, "add_variable", pulp.LpVariable)  # PuLP >= 3.3 wants the former
@@ -116,7 +116,7 @@ def solve(model: CostModel, memory: float, fixed: dict[str, float]) -> Solution 
             prob += T >= part * (1 / tau), f"{name}_{j}"
     prob += model.peak(x["wg"], x["cg"], x["hg"]) * (1 / max(memory, 1.0)) <= 1, "peak"
     prob += prologue * (1 / tau) + pulp.lpSum(times)
-    _run_cbc(prob, mip=False)
+    run_cbc(prob, mip=False)
     if prob.status != pulp.LpStatusOptimal:
         return None
     wg, cg, hg = (min(1.0, max(0.0, x[k].varValue or 0.0)) for k in ("wg", "cg", "hg"))

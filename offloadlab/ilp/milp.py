@@ -274,7 +274,7 @@ def _solve_highs(prob, time_limit: float | None, msg: bool, gap_abs: float):
 def _solve_cbc(prob, time_limit: float | None, msg: bool, gap_abs: float):
     import pulp
 
-    text = _run_cbc(prob, mip=True, time_limit=time_limit, gap_abs=gap_abs)
+    text = run_cbc(prob, mip=True, time_limit=time_limit, gap_abs=gap_abs)
     if msg:
         print(text, file=sys.stderr)
     if prob.sol_status == pulp.LpSolutionInfeasible:
@@ -328,7 +328,7 @@ def _printed_floor(number: str) -> float:
     return float(number) - 10.0 ** (int(exponent or 0) - decimals)
 
 
-def _run_cbc(prob, *, mip: bool, time_limit: float | None = None, gap_abs: float | None = None
+def run_cbc(prob, *, mip: bool, time_limit: float | None = None, gap_abs: float | None = None
              ) -> str:
     """Solve ``prob`` with PuLP's bundled CBC; return CBC's log."""
     import pulp
@@ -351,7 +351,7 @@ def _lp_relaxation(prob) -> float:
 
     incumbent = {v.name: v.varValue for v in prob.variables()}
     status = prob.sol_status
-    _run_cbc(prob, mip=False)
+    run_cbc(prob, mip=False)
     relaxed = pulp.value(prob.objective) if prob.status == pulp.LpStatusOptimal else 0.0
     prob.assignVarsVals(incumbent)
     prob.sol_status = status

@@ -166,15 +166,15 @@ def run_point(point: Point) -> dict[str, object]:
     grid coordinates, then the columns of :func:`offloadlab.lab.compare.compare_planners`)."""
     from .. import __version__
     from ..core.errors import OffloadlabError
+    from ..core.formats import taskgraph_from_json
     from ..core.machine import machine_from_spec
-    from ..core.taskgraph import TaskGraph
     from ..core.workloads import build_workload
     from .compare import compare_planners
 
     workload = point.taskgraph or point.workload
     where = {"workload": workload, "machine": point.machine, **coordinate_values(point)}
     try:
-        graph = TaskGraph.from_json(point.taskgraph) if point.taskgraph else \
+        graph = taskgraph_from_json(point.taskgraph) if point.taskgraph else \
             build_workload(point.workload)
     except OffloadlabError as exc:        # e.g. a grid value the workload cannot be built with
         return {**where, "planner": point.planner, "policy": point.policy,

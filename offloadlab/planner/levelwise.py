@@ -17,8 +17,9 @@ from ..core.devices import HOST
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
-from .buildmemgraph import BuildMemGraph, check_victim
+from .buildmemgraph import BuildMemGraph
 from .registry import Hooks, Options, option, register
+from .residents import check_victim
 
 
 def levels(graph: TaskGraph) -> list[list[str]]:

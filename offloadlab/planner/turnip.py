@@ -16,9 +16,10 @@ from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
 from ..core.taskgraph import TaskGraph
-from .buildmemgraph import BuildMemGraph, OverBudget, check_victim, serial_order
+from .buildmemgraph import BuildMemGraph, OverBudget, serial_order
 from .levelwise import level_order
 from .registry import Hooks, Options, option, register
+from .residents import check_victim
 
 PORTFOLIO: tuple[dict[str, Any], ...] = (
     {"reserve": 0.0}, {"victim": "cost"}, {"order": "levels"}, {"ahead": False},

@@ -26,13 +26,14 @@ dtype and strides only; a module built on the meta device works) and
   ``bmm``/``baddbmm``), ``2*out_numel*Cin/groups*kh*kw`` for ``convolution`` (its backward: that
   per input and weight gradient it computes), ``4*L*S*E`` per batch and head for fused attention
   (2.5 times that backward), none for a cast, and the largest input or output numel for the
-  elementwise ops, reductions, normalizations, losses, copies and pooling of :data:`PER_ELEMENT`;
+  elementwise ops, reductions, normalizations, losses, copies and pooling of
+  :data:`~.aten.PER_ELEMENT`;
 - any other ATen op (``cumsum``, ``sort``, ``mish``, ...) is one the toolkit does not know: a
   :class:`GraphError` naming the node and the op, unless ``generic=True``, which makes it a
   ``generic:<op>`` vertex (:data:`~offloadlab.core.ops.GENERIC`) priced from its shapes alone,
   one flop per output element: planners and the simulator take it, the executor refuses it;
 - the op is the executor's kernel when that kernel computes exactly what the ATen op does with
-  those input vertices in that order (:func:`kernel_op`), else ``mix``.  A ``mix`` vertex
+  those input vertices in that order (:func:`~.aten.kernel_op`), else ``mix``.  A ``mix`` vertex
   that all its readers read through one reshape (``addmm``'s ``[B*T, D]`` viewed as
   ``[B, T, D]``) is recorded with that shape, so that they can be real ops.  A compute vertex
   whose tensor is not floating point (indices, masks) is recorded as a float of the same item
@@ -53,7 +54,6 @@ forward pass's vertices activations; the backward pass's gradients.
 from __future__ import annotations
 
 import logging
-import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,6 +63,7 @@ from ..devices import HOST
 from ..errors import GraphError, OffloadlabError, SpecError
 from ..ops import DTYPES, FLOAT_DTYPES, GENERIC
 from ..taskgraph import TaskGraph
+from . import aten
 from .pipeline import pipeline
 
 if TYPE_CHECKING:
@@ -73,46 +74,7 @@ LOSSES = ("mean", "cross_entropy")
 OPTIMIZERS = {"adam": "adam_update", "sgd": "sgd_update"}
 FLOAT_OF_SIZE = {2: "float16", 4: "float32", 8: "float64"}
 ALIGN = 8         # vertex bytes are rounded up to a multiple of the largest item size
-NO_COPY = ("_unsafe_view",)   # not views by their schema, but they move no bytes
 DEVICE = "gpu0"   # where compute runs before the pipeline placement
-MATMULS = ("mm", "bmm", "addmm", "baddbmm")
-CONVOLUTIONS = ("convolution", "convolution_backward")
-CAST = "_to_copy"   # x.half(), x.to(dtype), autocast: aten.to and type_as dispatch to it
-PER_ELEMENT = frozenset((
-    # arithmetic, comparisons and selection (an in-place ``add_`` is ``add``)
-    "add", "sub", "rsub", "mul", "div", "neg", "pow", "sqrt", "rsqrt", "exp", "log", "abs",
-    "reciprocal", "sin", "cos", "erf", "sign", "clamp", "clamp_min", "clamp_max", "maximum",
-    "minimum", "where", "masked_fill", "addcmul", "addcdiv", "lerp", "eq", "ne", "lt", "le",
-    "gt", "ge", "logical_not", "logical_and", "logical_or", "bitwise_not", "bitwise_and",
-    "bitwise_or", "fill", "zero", "copy",
-    # activations and their gradients
-    "relu", "gelu", "silu", "sigmoid", "tanh", "hardtanh", "leaky_relu", "elu", "threshold",
-    "threshold_backward", "gelu_backward", "silu_backward", "sigmoid_backward",
-    "tanh_backward", "hardtanh_backward", "leaky_relu_backward", "elu_backward",
-    # softmax, normalizations, dropout, losses
-    "_softmax", "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data",
-    "native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
-    "native_batch_norm_backward", "_native_batch_norm_legit",
-    "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
-    "native_group_norm", "native_group_norm_backward", "native_dropout",
-    "native_dropout_backward", "nll_loss_forward", "nll_loss_backward", "mse_loss",
-    "mse_loss_backward",
-    # reductions
-    "sum", "mean", "amax", "amin", "max", "min", "var", "var_mean", "std", "argmax", "argmin",
-    "all", "any",
-    # copies, gathers, scatters and new tensors
-    "clone", "cat", "stack", "constant_pad_nd", "repeat", "flip", "roll", "triu", "tril",
-    "embedding", "embedding_dense_backward", "index_select", "gather", "index", "scatter",
-    "scatter_add", "index_add", "index_put", "select_backward", "slice_backward", "arange",
-    "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like",
-    "new_zeros", "new_ones", "new_full", "new_empty", "empty_strided", "scalar_tensor",
-    # pooling
-    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
-    "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
-))
-"""The ATen ops (overload packets, an in-place ``op_`` as ``op``) priced by the largest
-input's or output's element count: with :data:`MATMULS`, :data:`CONVOLUTIONS`, fused attention
-and :data:`CAST`, the ops the toolkit knows."""
 
 
 def from_torch(module: torch.nn.Module, inputs: torch.Tensor | Sequence[torch.Tensor], *,
@@ -268,8 +230,9 @@ class _Converter:
                 self._input(node, str(node.target))
             elif node.op == "call_function" and node.target is operator.getitem:
                 self.refs[node] = self.refs[node.args[0]][node.args[1]]
-            elif node.op == "call_function" and _is_view(node.target):
-                self.refs[node] = _alias(self.refs[_tensor_args(node)[0]].base, node.meta["val"])
+            elif node.op == "call_function" and aten.is_view(node.target):
+                base = self.refs[aten.tensor_args(node)[0]].base
+                self.refs[node] = _alias(base, node.meta["val"])
             elif node.op == "call_function":
                 self._compute(node)
             elif node.op != "output":
@@ -315,7 +278,7 @@ class _Converter:
     def _copied(self, node: fx.Node) -> tuple[str, Any]:
         """The vertex a ``_to_copy`` reads, and the tensor it holds if the copy reads that
         tensor's elements in order (whatever its shape), else None."""
-        ref = self.refs[_tensor_args(node)[0]]
+        ref = self.refs[aten.tensor_args(node)[0]]
         vertex = self._vertex(ref.base)
         held = self.holds[vertex]
         return vertex, held if held is not None and _in_order(ref.val, held) else None
@@ -323,7 +286,7 @@ class _Converter:
     def _copy_of_same(self, node: fx.Node) -> bool:
         """Whether ``node`` is a ``_to_copy`` changing neither dtype nor element order; then
         its readers read the vertex of the tensor it copies, under a version of their own."""
-        if _aten_name(node) != CAST:
+        if aten.packet_name(node) != aten.CAST:
             return False
         vertex, held = self._copied(node)
         val = node.meta["val"]
@@ -344,22 +307,22 @@ class _Converter:
         if self._copy_of_same(node):
             return
         val = node.meta.get("val")
-        outputs = _outputs(node, val)
+        outputs = aten.outputs(node, val)
         if outputs is None:
             return                                       # an op returning nothing (an assert)
-        known = _known(_aten_name(node))
+        known = aten.known(aten.packet_name(node))
         if not known and not self.generic:
             raise GraphError(f"{self.g.name}: node {node.name!r}: ATen op {node.target} is not "
                              f"one the toolkit knows (--generic prices it from its shapes "
                              f"alone, and the executor then refuses the graph)")
-        args = _tensor_args(node)
+        args = aten.tensor_args(node)
         reads = {a: self._read(a) for a in args}
-        written = _written(node)
+        written = aten.written(node)
         for a in written:
             if not reads[a][1]:
                 raise GraphError(f"{self.g.name}: op {node.target} writes in place into part "
                                  f"of tensor {reads[a][0]!r}, which a TaskGraph cannot hold")
-        aliased = _returns_written(node)               # ``add_`` returns the ``self`` it wrote
+        aliased = aten.returns_written(node)               # ``add_`` returns the ``self`` it wrote
         tensors = [self.refs[a].val for a in written]
         if not aliased:
             tensors[:0] = [t for t in outputs if t is not None]
@@ -375,14 +338,14 @@ class _Converter:
                 single = None                           # the vertex is not this tensor
         found = None
         if single is not None and known:
-            found = self._cast(node, single) if _aten_name(node) == CAST else \
-                kernel_op(node, single, reads)
+            found = self._cast(node, single) if aten.packet_name(node) == aten.CAST else \
+                aten.kernel_op(node, single, reads)
         op, inputs = found or ("mix" if known else f"{GENERIC}:{node.target}",
                                list(dict.fromkeys(v for v, _ in reads.values())))
         if op == "mix" and single is not None and not written:
-            single = _read_as(node, single)
+            single = aten.read_as(node, single)
             shape = tuple(single.shape)
-        flops = _flops(node, val) if known else float(sum(t.numel() for t in tensors))
+        flops = aten.flops(node, val) if known else float(sum(t.numel() for t in tensors))
         self.g.add_compute(node.name, op, inputs, DEVICE, _nbytes(tensors), flops=flops,
                            shape=shape, dtype=dtype, category=self._category(node, written))
         self.holds[node.name] = single
@@ -415,172 +378,10 @@ class _Converter:
                            category="weights")
 
 
-def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
-              ) -> tuple[str, list[str]] | None:
-    """The executor op computing exactly what ATen ``node`` does, with its input vertices in
-    argument order, or None (then the vertex is ``mix``).  ``out`` is the node's one
-    (floating-point) output, ``reads`` the vertex of each tensor argument and whether it holds
-    exactly that tensor."""
-    import torch
-    name = _aten_name(node)
-    args: Any = node.args
-    kwargs: Any = node.kwargs
-    shape = tuple(out.shape)
-
-    def exact(*nodes: Any, fits: Any = lambda s: tuple(s) == shape) -> list[str] | None:
-        """The vertices of ``nodes`` if each holds exactly its tensor, of ``out``'s dtype and
-        of a shape that ``fits``."""
-        for n in nodes:
-            if not (isinstance(n, torch.fx.Node) and reads[n][1]
-                    and n.meta["val"].dtype == out.dtype and fits(n.meta["val"].shape)):
-                return None
-        return [reads[n][0] for n in nodes]
-
-    unary = {"relu": "relu", "silu": "silu", "clone": "copy"}
-    if name in unary and len(args) == 1:
-        ins = exact(args[0])
-        return (unary[name], ins) if ins else None
-    if name == "gelu" and len(args) == 1 and kwargs.get("approximate") == "tanh":
-        ins = exact(args[0])
-        return ("gelu", ins) if ins else None
-    if name == "_softmax" and shape and args[1] % len(shape) == len(shape) - 1 and not args[2]:
-        ins = exact(args[0])
-        return ("softmax", ins) if ins else None
-    if name == "mul" and len(args) == 2 and not kwargs:
-        ins = exact(*args)
-        return ("mul", ins) if ins else None
-    if name == "add" and len(args) == 2 and kwargs.get("alpha", 1) == 1:
-        ins = exact(*args, fits=lambda s: _tiles(s, shape))
-        return ("add", ins) if ins else None
-    if name == "mm":
-        ins = exact(*args, fits=lambda s: True)
-        return ("matmul", ins) if ins else None
-    return None
-
-
-def _aten_name(node: fx.Node) -> str:
-    """The ATen op of a ``call_function`` node, without its overload (``add`` for
-    ``aten.add.Tensor``)."""
-    return node.target._overloadpacket.__name__      # type: ignore[union-attr]
-
-
-def _known(name: str) -> bool:
-    """Whether the toolkit prices ATen op ``name`` by a rule of its own (module docstring)."""
-    return name in MATMULS or name in CONVOLUTIONS or name == CAST or _attention(name) \
-        or name.removesuffix("_") in PER_ELEMENT
-
-
-def _attention(name: str) -> bool:
-    """Fused attention, forward or backward (``_scaled_dot_product_flash_attention``...)."""
-    return name.startswith("_scaled_dot_product") and "attention" in name
-
-
-# -- FX nodes ------------------------------------------------------------------------------
-def _is_view(target: Any) -> bool:
-    """An op whose outputs alias its input without writing it (``view``, ``t``, ``split``,
-    ``alias``, ...), or one that moves no bytes though its schema says otherwise."""
-    schema = getattr(target, "_schema", None)
-    if schema is None:
-        return False
-    if target._overloadpacket.__name__ in NO_COPY:
-        return True
-    returns = [r.alias_info for r in schema.returns]
-    return bool(returns) and all(a is not None and not a.is_write for a in returns)
-
-
 def _alias(base: str, val: Any) -> Any:
     if isinstance(val, (tuple, list)):
         return [_Ref(base, v) for v in val]
     return _Ref(base, val)
-
-
-def _tensor_args(node: fx.Node) -> list[fx.Node]:
-    """The FX nodes among a node's arguments, in order (a repeated one once)."""
-    import torch
-    leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
-    return list(dict.fromkeys(a for a in leaves if isinstance(a, torch.fx.Node)))
-
-
-def _written(node: fx.Node) -> list[fx.Node]:
-    """The arguments an op writes in place, by its schema (``self`` of ``add_``)."""
-    import torch
-    schema = node.target._schema                    # type: ignore[union-attr]
-    bound = dict(zip((a.name for a in schema.arguments), node.args)) | dict(node.kwargs)
-    return [bound[a.name] for a in schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write
-            and isinstance(bound.get(a.name), torch.fx.Node)]
-
-
-def _read_as(node: fx.Node, val: Any) -> Any:
-    """The tensor every reader of ``node`` sees if they all read it through one reshape
-    keeping its element order (the ``[B*T, D]`` output of ``addmm`` viewed as ``[B, T, D]``, a
-    bias gradient ``[1, D]`` viewed as ``[D]``), else ``val``: the shape a ``mix`` vertex,
-    which writes any shape, is best recorded with, so that its readers can use real ops."""
-    seen: list[Any] = [u.meta.get("val") for u in node.users if _is_view(u.target)]
-    if len(seen) != len(node.users) or not seen:
-        return val
-    first = seen[0]
-    if val.is_contiguous() and all(
-            type(t) is type(val) and t.shape == first.shape and t.is_contiguous()
-            and t.numel() == val.numel() and t.storage_offset() == val.storage_offset()
-            for t in seen):
-        return first
-    return val
-
-
-def _returns_written(node: fx.Node) -> bool:
-    """Whether an op returns an argument it wrote in place (``add_``)."""
-    return any(r.alias_info is not None and r.alias_info.is_write
-               for r in node.target._schema.returns)           # type: ignore[union-attr]
-
-
-def _outputs(node: fx.Node, val: Any) -> list[Any] | None:
-    """The tensors an op makes that are used (None at an unused output's index), or None
-    for an op returning nothing."""
-    import torch
-    if isinstance(val, torch.Tensor):
-        return [val]
-    if val is None or (isinstance(val, (tuple, list)) and not val):
-        return None
-    if not isinstance(val, (tuple, list)) or \
-            not all(isinstance(t, torch.Tensor) or t is None for t in val):
-        raise GraphError(f"op {node.target} returns {type(val).__name__}, not tensors "
-                         f"(data-dependent values are not supported)")
-    used = set()
-    for user in node.users:
-        if user.target is not operator.getitem:
-            raise GraphError(f"op {node.target}: its outputs are read by {user.format_node()}, "
-                             f"not one at a time")
-        used.add(user.args[1])
-    return [t if i in used else None for i, t in enumerate(val)]
-
-
-def _flops(node: fx.Node, val: Any) -> float:
-    """Flops from shapes (see the module's docstring)."""
-    import torch
-    name = _aten_name(node)
-    shapes = [a.meta["val"].shape for a in _tensor_args(node)
-              if isinstance(a.meta.get("val"), torch.Tensor)]
-    args: list[Any] = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args]
-    if name in ("mm", "bmm"):
-        return 2.0 * args[0].numel() * args[1].shape[-1]
-    if name in ("addmm", "baddbmm"):
-        return 2.0 * args[1].numel() * args[2].shape[-1]
-    if name == "convolution":
-        return 2.0 * val.numel() * math.prod(args[1].shape[1:])
-    if name == "convolution_backward":
-        grad_out, weight, mask = args[0], args[2], args[-1]
-        per = 2.0 * grad_out.numel() * math.prod(weight.shape[1:])
-        return per * (mask[0] + mask[1]) + grad_out.numel() * mask[2]
-    if name == CAST:
-        return 0.0                  # memory-bound, and none in torch.utils.flop_counter either
-    if _attention(name):
-        backward = name.endswith("_backward")
-        q, k, v = args[1:4] if backward else args[0:3]
-        forward = 2.0 * math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
-        return forward * (2.5 if backward else 1.0)
-    outs = [val] if isinstance(val, torch.Tensor) else [t for t in val or () if t is not None]
-    return float(max([math.prod(s) for s in shapes] + [t.numel() for t in outs] + [1]))
 
 
 # -- tensors -------------------------------------------------------------------------------
@@ -612,12 +413,3 @@ def _in_order(t: Any, held: Any) -> bool:
     return t is held or (t.dtype == held.dtype and t.numel() == held.numel()
                          and t.is_contiguous() and held.is_contiguous()
                          and t.storage_offset() == held.storage_offset())
-
-
-def _tiles(shape: Sequence[int], out: Sequence[int]) -> bool:
-    """Whether broadcasting ``shape`` to ``out`` repeats it whole (leading dimensions only),
-    as the ``add`` kernel's tiling does."""
-    rest = list(shape)
-    while rest and rest[0] == 1:
-        rest.pop(0)
-    return not rest or list(out[len(out) - len(rest):]) == rest

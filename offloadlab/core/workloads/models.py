@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib import resources
 
 from ..errors import SpecError
+from ..formats import taskgraph_from_json
 from ..taskgraph import TaskGraph
 from .registry import workload
 
@@ -25,4 +26,4 @@ def model(name: str = "gpt2", mode: str = "infer", gpus: int = 1) -> TaskGraph:
                             f"{', '.join(map(str, known))}")
     data = resources.files("offloadlab") / "data" / "models" / f"{name}-{mode}-g{gpus}.json"
     with resources.as_file(data) as path:
-        return TaskGraph.from_json(path)
+        return taskgraph_from_json(path)

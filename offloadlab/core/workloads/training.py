@@ -12,8 +12,8 @@ from pathlib import Path
 from ..budget import TASK_VERTEX, check_ram
 from ..cycle import TrainingChain
 from ..errors import SpecError
+from ..formats.nodelink import check_input
 from ..machine import PRESETS, Machine
-from ..nodelink import check_input
 from ..taskgraph import TaskGraph
 from .registry import workload
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from offloadlab.core.formats import to_json
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.workloads.from_torch import from_torch
 
@@ -294,7 +295,7 @@ def main() -> None:
             for gpus in GPUS:
                 graph = export(name, mode, gpus)
                 path = args.out / f"{name}-{mode}-g{gpus}.json"
-                graph.to_json(path)
+                to_json(graph, path)
                 print(f"{path.name}: {len(graph)} vertices, "
                       f"{sum(t.bytes for t in graph) / 2**20:.1f} MiB")
 

@@ -297,13 +297,13 @@ def write_plots_and_traces(outputs: Outputs, runs: Mapping[str, pd.DataFrame],
 
 def read_taskgraph(args: argparse.Namespace):
     """The TaskGraph of ``--workload`` or ``--taskgraph``."""
-    from ...core.taskgraph import TaskGraph
+    from ...core.formats import taskgraph_from_json
     from ...core.workloads import build_workload
     if args.workload is not None:           # '' too: build_workload names the empty spec
         with phases(args).phase(f"building {args.workload}"):
             return build_workload(args.workload)
     with phases(args).phase(f"reading {args.taskgraph}"):
-        graph = TaskGraph.from_json(args.taskgraph)
+        graph = taskgraph_from_json(args.taskgraph)
     graph.name = graph.name or Path(args.taskgraph).stem     # plans name what they planned
     return graph
 
@@ -382,19 +382,19 @@ def memgraph_file(args: argparse.Namespace):
 def read_memgraph(args: argparse.Namespace):
     """The MemGraph file ``args.memgraph``, not verified yet, and the machine it runs on
     (``--machine``, else the one stored in the file)."""
+    from ...core.formats import read_memgraph as read
     from ...core.machine import machine_from_spec
-    from ...core.memgraph import MemGraph
 
     path = args.memgraph
     with phases(args).phase(f"reading {path}"):
-        mg = MemGraph.read(path)
+        mg = read(path)
     machine = machine_from_spec(args.machine) if args.machine else stored_machine(mg, path)
     return mg, machine
 
 
 def memgraph_file_name(path: str) -> str:
     """How errors name a MemGraph file: ``MemGraph JSON file 'mg.json'``."""
-    from ...core.nodelink import is_parquet
+    from ...core.formats.nodelink import is_parquet
     return f"MemGraph {'Parquet' if is_parquet(path) else 'JSON'} file {path!r}"
 
 
@@ -412,7 +412,7 @@ def check_table_suffix(path: str | None, flag: str = "--out") -> None:
         raise SpecError(f"{flag}: cannot write {path!r}: a table needs one of the suffixes "
                         f"{', '.join(TABLE_SUFFIXES)}")
     if path and path.lower().endswith(".parquet"):
-        from ...core.columnar import need_pyarrow
+        from ...core.formats.parquet import need_pyarrow
         need_pyarrow("Parquet tables", "write .csv")
 
 
@@ -481,7 +481,7 @@ def explained(args: argparse.Namespace, summary: dict, trace, mg, graph=None) ->
 
 def check_planned_from(mg, graph, args: argparse.Namespace) -> None:
     """Refuse a MEMGRAPH that records the content hash of a TaskGraph other than ``graph``."""
-    from ...core.nodelink import HASH_FIELD
+    from ...core.formats.nodelink import HASH_FIELD
     recorded = mg.graph.get(HASH_FIELD)
     if recorded is None:
         print(f"offloadlab: warning: {args.memgraph} records no TaskGraph hash (planned before "

@@ -11,15 +11,15 @@ from .common import AddCommand, json_text, leave, phases, stored_machine, verify
 def cmd_diff(args: argparse.Namespace) -> int:
     """Two MemGraph files of one TaskGraph: the moves only one makes, both simulated makespans,
     and where the timelines part."""
+    from ...core.formats import read_memgraph
     from ...core.machine import machine_from_spec
-    from ...core.memgraph import MemGraph
     from ..diff import check_same_taskgraph, diff, text
 
     names = (args.a, args.b)
     plans = []
     for path in names:
         with phases(args).phase(f"reading {path}"):
-            plans.append(MemGraph.read(path))
+            plans.append(read_memgraph(path))
     a, b = plans
     leave(a, b)
     check_same_taskgraph(a, b, names)

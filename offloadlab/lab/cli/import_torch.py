@@ -23,6 +23,7 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
     except ImportError:
         raise SpecError("import-torch needs PyTorch: pip install \"offloadlab[torch]\""
                         ) from None
+    from ...core.formats import to_json
     from ...core.workloads.from_torch import from_torch
     factory = _factory(args.factory)
     with phases(args).phase(f"building {args.factory} on the meta device"):
@@ -46,7 +47,7 @@ def cmd_import_torch(args: argparse.Namespace) -> int:
                            loss=args.loss, target=target, optimizer=args.optimizer,
                            generic=args.generic)
     with args.outputs.file(args.out) as tmp, phases(args).phase(f"writing {args.out}"):
-        graph.to_json(tmp)
+        to_json(graph, tmp)
     args.outputs.commit()
     if not args.quiet:
         weights = sum(t.bytes for t in graph if t.kind == "input")

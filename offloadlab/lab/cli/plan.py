@@ -21,16 +21,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it (node-link
     JSON, or a Parquet table for ``--out *.parquet``)."""
     check_writable(args, "out")
-    from ...core.nodelink import parquet_name
-    if parquet_name(args.out):                          # as MemGraph.write decides
-        from ...core.columnar import need_pyarrow
+    from ...core.formats import write_memgraph
+    from ...core.formats.nodelink import parquet_name
+    if parquet_name(args.out):                          # as write_memgraph decides
+        from ...core.formats.parquet import need_pyarrow
         need_pyarrow("MemGraph Parquet files", "write .json")
     graph = read_taskgraph(args)
     mg, machine = plan_graph(args, graph)
     leave(graph, mg)
     with verifying(args, mg, graph, machine):
         with args.outputs.file(args.out) as tmp, phases(args).phase(f"writing {args.out}"):
-            mg.write(tmp)
+            write_memgraph(mg, tmp)
         kinds = mg.counts()
         wrote = (f"wrote {args.out}: {len(mg)} vertices, {kinds.get('offload', 0)} offloads, "
                  f"{kinds.get('reload', 0)} reloads, {kinds.get('load', 0)} loads, "

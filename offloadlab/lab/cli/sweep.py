@@ -31,7 +31,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_writable(args, "out", "plot", "store")
     check_table_suffix(args.out)
     if args.taskgraph is not None:                  # before its contents are hashed
-        from ...core.nodelink import check_input
+        from ...core.formats.nodelink import check_input
         check_input(args.taskgraph, "TaskGraph JSON")
     points = grid(args.workload, args.taskgraph, args.machine,
                   args.planner or list(DEMO_PLANNERS), args.policy or ["dynamic"], args.grid)

@@ -11,14 +11,15 @@ from .common import AddCommand, check_writable, phases, read_taskgraph
 def cmd_taskgraph(args: argparse.Namespace) -> int:
     """Write a workload's TaskGraph as node-link JSON (the file ``plan --taskgraph`` reads and
     ``run MEMGRAPH --check --taskgraph`` takes as the reference)."""
-    from ...core.nodelink import parquet_name
+    from ...core.formats import to_json
+    from ...core.formats.nodelink import parquet_name
     if parquet_name(args.out):
         raise SpecError(f"{args.out}: a TaskGraph is written as node-link JSON only; name the "
                         f"file .json")
     check_writable(args, "out")
     graph = read_taskgraph(args)
     with args.outputs.file(args.out) as tmp, phases(args).phase(f"writing {args.out}"):
-        graph.to_json(tmp)
+        to_json(graph, tmp)
     args.outputs.commit()
     if not args.quiet:
         print(f"wrote {args.out}: {len(graph)} vertices, {graph.content_hash()}")

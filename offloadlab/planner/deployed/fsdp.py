@@ -44,7 +44,7 @@ from ...core.ops import DTYPES, UPDATE_OPS
 from ...core.taskgraph import TaskGraph
 from ..registry import Hooks, Options, option, register
 from .emit import Emitter, Slot
-from .step import Step, cpu_step, step_of
+from .step import Schedule, Step, cpu_step, step_of
 
 NAME = "fsdp-cpu-offload"
 INFLIGHT = 2
@@ -92,22 +92,20 @@ def units(graph: TaskGraph, step: Step, min_num_params: int) -> tuple[dict[str, 
     return unit, count if elements else -1
 
 
-@register(NAME, FsdpOptions, applies=applies)
-def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
-                     hooks: Hooks) -> MemGraph:
-    """PyTorch FSDP offloading its parameters (CPUOffload's offload_params): each unit's
-    parameters copied from host RAM for its forward and again for its backward and dropped
-    after each, gradients copied to host RAM after each unit's backward, the optimizer step on
-    the CPU."""
-    step = step_of(graph)
-    loop = cpu_step(graph, step)
+Slots = dict[tuple[int, str, int], set[Slot]]
+"""Each (unit, GPU, iteration)'s parameter slots."""
+
+
+def unit_windows(loop: Schedule, step: Step, unit: dict[str, int], root: int,
+                 grad_of: dict[str, str | None]
+                 ) -> tuple[Slots, dict[int, list[Window]], dict[int, list[Window]]]:
+    """Each unit's windows in ``loop``'s order: the parameter slots of each (unit, GPU,
+    iteration), and the windows that start (the unit's pre-forward or pre-backward unshard)
+    and end (its reshard) at each position.  The root's forward window starts with its
+    iteration and does not end (the root is kept for the backward)."""
     placed, schedule = loop.placed, loop.order
-    unit, root = units(graph, step, options.min_num_params)
-    em = Emitter(NAME, placed, machine, schedule)
-    updates = set(step.updates)
-    grad_of = {graph[u].inputs[1]: step.parameter.get(graph[u].inputs[0]) for u in updates}
     windows: dict[Window, list[int]] = {}           # a window's positions
-    slots: dict[tuple[int, str, int], set[Slot]] = {}   # (unit, GPU, iteration): its params
+    slots: Slots = {}
     for i, t in enumerate(schedule):
         task = placed[t]
         if task.read_device == HOST:
@@ -132,6 +130,24 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
         starts.setdefault(begins[w[2]] if root_forward else positions[0], []).append(w)
         if w[0] != root or w[3]:                    # the root is not freed after its forward
             ends.setdefault(positions[-1], []).append(w)
+    return slots, starts, ends
+
+
+@register(NAME, FsdpOptions, applies=applies)
+def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
+                     hooks: Hooks) -> MemGraph:
+    """PyTorch FSDP offloading its parameters (CPUOffload's offload_params): each unit's
+    parameters copied from host RAM for its forward and again for its backward and dropped
+    after each, gradients copied to host RAM after each unit's backward, the optimizer step on
+    the CPU."""
+    step = step_of(graph)
+    loop = cpu_step(graph, step)
+    placed, schedule = loop.placed, loop.order
+    unit, root = units(graph, step, options.min_num_params)
+    em = Emitter(NAME, placed, machine, schedule)
+    updates = set(step.updates)
+    grad_of = {graph[u].inputs[1]: step.parameter.get(graph[u].inputs[0]) for u in updates}
+    slots, starts, ends = unit_windows(loop, step, unit, root, grad_of)
     grads: dict[tuple[int, str, int], list[str]] = {}
     frees: dict[str, deque[str]] = {gpu: deque() for gpu in em.memory}
     stepped: list[str] = []                         # the previous iteration's CPU step

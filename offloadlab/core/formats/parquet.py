@@ -45,13 +45,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..checks import MAX_COUNT, non_finite, number, short
+from ..devices import is_gpu_name
+from ..errors import GraphError, OffloadlabError
+from ..memgraph import EDGE_KINDS, Loc, MemGraph, MemVertex, vertex_device_problem
+from ..ops import DTYPES, op_problem
+from ..util import no_gc
 from . import nodelink
-from .checks import MAX_COUNT, non_finite, number, short
-from .devices import is_gpu_name
-from .errors import GraphError, OffloadlabError
-from .memgraph import EDGE_KINDS, Loc, MemGraph, MemVertex, vertex_device_problem
-from .ops import DTYPES, op_problem
-from .util import no_gc
 
 GRAPH_KEY = b"offloadlab.graph"
 FORMAT_KEY = b"offloadlab.format"

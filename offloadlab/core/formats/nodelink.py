@@ -1,5 +1,5 @@
-"""Node-link JSON and networkx export, the plumbing TaskGraph and MemGraph share
-(docs/design.md, Interchange).  Each graph hands over its node-link parts, ``(graph, nodes,
+"""Node-link JSON and networkx export, the plumbing the TaskGraph and MemGraph formats share
+(docs/formats.md).  Each graph hands over its node-link parts, ``(graph, nodes,
 edges)``: the ``graph`` attributes (``type`` first) and iterators of node and edge dicts."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Any, BinaryIO, TypeVar
 
 import orjson
 
-from .budget import JSON_FILE_BYTE, OTHER_JSON_FILE_BYTE, PARQUET_FILE_BYTE, check_ram
-from .checks import builtin_number, finite_tree, short, write_node_link
-from .errors import GraphError, OffloadlabError
-from .util import no_gc
+from ..budget import JSON_FILE_BYTE, OTHER_JSON_FILE_BYTE, PARQUET_FILE_BYTE, check_ram
+from ..checks import builtin_number, finite_tree, short, write_node_link
+from ..cycle import TrainingChain
+from ..errors import GraphError, OffloadlabError
+from ..util import no_gc
 
 T = TypeVar("T")
 
@@ -36,7 +37,7 @@ HEADER = b'{"directed":true,"multigraph":false,"graph":'
 BLOCK = 8 * 2**20
 
 PARQUET_MAGIC = b"PAR1"
-"""How every Parquet file begins (a MemGraph may be one: :mod:`offloadlab.core.columnar`)."""
+"""How every Parquet file begins (a MemGraph may be one: :mod:`.parquet`)."""
 
 HASH_FIELD = "taskgraph_hash"
 """The field of a MemGraph's ``graph`` that holds the content hash of the TaskGraph it was
@@ -286,7 +287,7 @@ def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any
             raise GraphError(f"cannot read {where}: {exc.strerror or exc}") from None
     if isinstance(text, bytes) and text.startswith(PARQUET_MAGIC):
         raise GraphError(f"{where}: a Parquet file, not node-link JSON (" + (
-            "read MemGraph files with MemGraph.read, which reads both" if what.startswith(
+            "read MemGraph files with formats.read_memgraph, which reads both" if what.startswith(
                 "MemGraph") else "only a MemGraph may be a Parquet table: give it to simulate "
             "or run") + ")")
     try:
@@ -340,7 +341,6 @@ def graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
         raise GraphError(f"{where}: graph.forward (the forward pass's compute vertices, "
                          f"core.anatomy) must be an integer >= 0, got {short(forward)}")
     if kind == "TaskGraph" and "chain" in meta:
-        from .cycle import TrainingChain
         try:
             TrainingChain.from_dict(meta["chain"])
         except OffloadlabError as exc:

@@ -1,17 +1,17 @@
 """The typed reader of node-link JSON (docs/design.md, Interchange): msgspec decodes each node
 and edge of a MemGraph or TaskGraph file straight into a typed record, checking field types
-(and a MemGraph's ranges) in C, so that :meth:`MemGraph._from_typed` and
-:meth:`TaskGraph._from_typed` are left the rules between fields.
+(and a MemGraph's ranges) in C, so that the builders of :mod:`.memgraph_json` and
+:mod:`.taskgraph_json` are left the rules between fields.
 
 It is a fast path, not a second definition of the format: it only *accepts*.  Anything it does
 not take as it stands (a field of the wrong type or out of range, NaN, a missing field, ids
 written as integers, networkx's older ``links``, a layout the block reader cannot follow, any
 rule broken) makes it :class:`Declined`, and the file is read again by the checking reader
-(``from_dict``), whose error names the file, vertex and field.  Reading the benchmark's
-165k-vertex MemGraph: 1.2 s against 2.1 s.
+(``memgraph_from_dict``, ``taskgraph_from_dict``), whose error names the file, vertex and
+field.  Reading the benchmark's 165k-vertex MemGraph: 1.2 s against 2.1 s.
 
 Not compiled (mypyc does not compile msgspec's ``Struct`` classes); the MemGraph's loop over
-the records is, in :mod:`offloadlab.core.memgraph`.
+the records is, in :mod:`.memgraph_json`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 import msgspec
 import orjson
 
+from ..checks import MAX_COUNT
+from ..errors import GraphError
+from ..memgraph import MOVE_KINDS, TASK_KINDS
+from ..ops import DTYPES
+from ..util import no_gc
 from . import nodelink
-from .checks import MAX_COUNT
-from .errors import GraphError
-from .memgraph import MOVE_KINDS, TASK_KINDS
-from .ops import DTYPES
-from .util import no_gc
 
 T = TypeVar("T")
 
@@ -72,8 +72,8 @@ class LocRecord(msgspec.Struct):
 
 
 class NodeRecord(msgspec.Struct):
-    """A MemGraph node as :meth:`MemGraph.to_json` writes it; an absent field takes the
-    checking reader's default."""
+    """A MemGraph node as :func:`~offloadlab.core.formats.to_json` writes it; an absent field
+    takes the checking reader's default."""
 
     id: str
     kind: Kind

@@ -1,0 +1,81 @@
+"""Reading and writing TaskGraphs and MemGraphs (docs/formats.md), apart from the graphs
+themselves, as networkx keeps ``readwrite`` apart from its graph classes.
+
+- :mod:`.nodelink`: node-link JSON (networkx's layout), the plumbing both graphs share;
+- :mod:`.typed`: the typed fast path that reads it into msgspec records;
+- :mod:`.taskgraph_json`, :mod:`.memgraph_json`: each graph's records and readers;
+- :mod:`.parquet`: a MemGraph as one Parquet table, for large graphs.
+
+>>> from offloadlab.core import TaskGraph, formats
+>>> g = TaskGraph("tiny")
+>>> _ = g.add_input("x", 64)
+>>> formats.taskgraph_from_json(formats.to_json(g)).tasks["x"].bytes
+64
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, overload
+
+from ..memgraph import MemGraph
+from ..taskgraph import TaskGraph
+from . import nodelink
+from .memgraph_json import memgraph_from_dict, memgraph_from_json, memgraph_node_link
+from .taskgraph_json import taskgraph_from_dict, taskgraph_from_json, taskgraph_node_link
+
+__all__ = ["to_json", "to_dict", "to_networkx", "read_memgraph", "write_memgraph",
+           "taskgraph_from_json", "taskgraph_from_dict", "memgraph_from_json",
+           "memgraph_from_dict"]
+
+
+def _parts(graph: TaskGraph | MemGraph) -> tuple[dict, Any, Any]:
+    """The node-link parts ``(graph, nodes, edges)`` of either kind of graph."""
+    if isinstance(graph, MemGraph):
+        return memgraph_node_link(graph)
+    if isinstance(graph, TaskGraph):
+        return taskgraph_node_link(graph)
+    raise TypeError(f"expected a TaskGraph or a MemGraph, got {type(graph).__name__}")
+
+
+@overload
+def to_json(graph: TaskGraph | MemGraph, path: None = None) -> str: ...
+@overload
+def to_json(graph: TaskGraph | MemGraph, path: str | Path) -> None: ...
+
+
+def to_json(graph: TaskGraph | MemGraph, path: str | Path | None = None) -> str | None:
+    """Node-link JSON text of a TaskGraph or a MemGraph, or, given ``path``, the same
+    written there (strict JSON: a NaN or an infinity is refused)."""
+    what = "MemGraph" if isinstance(graph, MemGraph) else "TaskGraph"
+    return nodelink.write(*_parts(graph), path, what)
+
+
+def to_dict(graph: TaskGraph | MemGraph) -> dict:
+    """Node-link data of a TaskGraph or a MemGraph as one dict (``networkx.node_link_data``'s
+    layout, with ``edges``)."""
+    return nodelink.as_dict(*_parts(graph))
+
+
+def to_networkx(graph: TaskGraph | MemGraph) -> Any:
+    """A networkx DiGraph with the vertex fields as node attributes and ``kind`` on edges."""
+    return nodelink.to_networkx(*_parts(graph))
+
+
+def write_memgraph(mg: MemGraph, path: str | Path) -> None:
+    """Write the file ``path``: one Parquet table if it ends in ``.parquet``
+    (:mod:`.parquet`, for large graphs), else node-link JSON."""
+    if nodelink.parquet_name(path):
+        from . import parquet  # pyarrow and NumPy only where Parquet is wanted
+        parquet.write(mg, path)
+    else:
+        to_json(mg, path)
+
+
+def read_memgraph(path: str | Path) -> MemGraph:
+    """Read the MemGraph file ``path``: Parquet (by its suffix or its first bytes) or
+    node-link JSON."""
+    if nodelink.is_parquet(path):
+        from . import parquet
+        return parquet.read(path)
+    return memgraph_from_json(Path(path))
