@@ -1,41 +1,4 @@
-"""Colossal-AI Gemini's heterogeneous memory manager, registered as ``gemini``.
-
-The source is the page "Meet Gemini: The Heterogeneous Memory Manager of Colossal-AI"
-(``shared/papers/colossalai-gemini-memory-manager.txt``); sections are the page's.
-
-*Model and non-model data* ("Concepts"): Gemini's model data are the parameters, their
-gradients and optimizer states.  Here a parameter is a host-resident input with what the
-optimizer updates make of it: each update (``adam_update``/``sgd_update``) joins its output,
-the new version, to the version it reads (its first input) and to its other inputs, the
-gradients.  Every host-resident input is model data, also one no update reads (a traced step's
-batch and targets, which the toolkit keeps in host RAM beside the weights); the toolkit's
-updates keep no optimizer state (fresh moments).  Everything else is non-model data
-(activations, temporaries, tensors living on a GPU before the run such as a training chain's
-batches) and stays on its GPU from its writer to its last reader (to the end for the graph's
-outputs), unless an operator cannot run even with every HOLD chunk in host RAM: then non-model
-tensors it does not use go there too, the one read again latest first (Belady's rule), and
-come back before their next reader.  Gemini itself has no such fallback (it runs out of
-memory); the toolkit's other planners move activations, and this lets ``gemini`` plan where
-they do, at the cost of the moves.
-
-*Scope*: training steps, TaskGraphs with an optimizer update on a GPU (``training-chain``,
-``gpt2-train``, ``bert-train``, the traced ``model:...,mode=train``, ``import-torch --train``):
-Gemini's warm-up and later iterations are training iterations, and its model data what
-training updates.  Without an update every host tensor is a read-only weight paged in on
-demand, which ``levelwise`` and ``buildmemgraph`` cover.  A TaskGraph with an operator on the
-CPU is refused: Gemini runs every operator on its GPU.
-
-*Chunks*: the page's StatefulTensorMgr keeps a state per tensor; Gemini groups tensors in chunks,
-the idea it takes from PatrickStar ("Brief").  Each GPU's parameters are packed, in the order
-the program first uses them, into chunks of at most ``chunk_size`` bytes of parameters (a
-parameter counts its largest tensor; a larger one is a chunk of its own, so a tiny
-``chunk_size`` gives the page's manager of single tensors).  A chunk holds its parameters'
-live tensors on that GPU: the versions and gradients still to be read, and the model tensors
-among the graph's outputs; a version or gradient is freed after its last reader (the update
-writes the new version beside the old one: kernels do not update in place).  A chunk moves as
-a whole: all its live tensors are on the GPU, or all in host RAM, with one ``load``/``reload``
-or ``offload`` vertex per tensor; no chunk buffer is laid out, each tensor has its own
-location.
+"""Gemini's manager: one iteration over the program, in bytes.
 
 *States* ("StatefulTensorMgr"): before an operator runs, the chunks whose tensors it reads or
 writes are COMPUTE and brought to its GPU on demand; the others are HOLD, on the GPU or in host
@@ -76,156 +39,22 @@ or a version offloaded before: tensors are never written twice).  If an operator
 even with every HOLD chunk and every non-model tensor it does not use in host RAM, planning
 fails naming it.
 
-*Layout*: Gemini decides in bytes and leaves addresses to PyTorch's caching allocator.  Here
-the planned pass records when each copy of a tensor is placed and freed; :func:`pack` lays the
-copies out offline (first fit by size, or by size times lifetime, whichever needs less), and
-:func:`locate` replays them on BuildMemGraph's allocator
-(:class:`~offloadlab.planner.allocator.GpuMemory`) for the memory edges.  If the layout needs
-more than the GPU has, the pass is redone within less, the most (to 1/64 of the memory) whose
-layout fits (:func:`fitted`): the counterpart of the headroom Colossal-AI keeps for
-fragmentation (it plans within 90% of the memory, ``steady_cuda_cap_ratio``).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NoReturn
 
-from ..core.devices import CPU, HOST
-from ..core.errors import PlanError
-from ..core.machine import Machine, MiB
-from ..core.memgraph import Loc, MemGraph, MemVertex
-from ..core.ops import UPDATE_OPS
-from ..core.taskgraph import TaskGraph
-from .allocator import GpuMemory
-from .buildmemgraph import serial_order
-from .registry import Hooks, Options, option, register
-
-Slot = tuple[str, str]   # (TaskGraph vertex whose tensor it is, GPU)
-EVICTIONS = ("opt", "lru")
-NEVER = 2**62            # after every operator and event: no next use, never freed
-
-
-@dataclass(frozen=True)
-class GeminiOptions(Options):
-    chunk_size: int = option(32 * MiB, "bytes of parameters a chunk holds (a larger parameter "
-                                       "is a chunk of its own)")
-    warmup_share: float = option(0.3, "share of GPU memory model data may use in the warm-up "
-                                      "iteration, in (0, 1] (Gemini's 30%)")
-    eviction: str = option("opt", "which HOLD chunk moves to host RAM: opt (needed latest, "
-                                  "Gemini's) or lru (least recently used)")
-    max_prefetch: int = option(0, "chunks per GPU whose loads may be in flight ahead of the "
-                                  "operators that need them (GeminiDDP's max_prefetch; 0: "
-                                  "every load on demand, Colossal-AI's default)")
-
-    def __post_init__(self) -> None:
-        if type(self.chunk_size) is not int or self.chunk_size <= 0:
-            raise PlanError(f"gemini: chunk_size must be a positive number of bytes, got "
-                            f"{self.chunk_size!r}")
-        share = self.warmup_share
-        if type(share) not in (int, float) or not 0 < share <= 1:
-            raise PlanError(f"gemini: warmup_share must be in (0, 1], got {share!r}")
-        if self.eviction not in EVICTIONS:
-            raise PlanError(f"gemini: unknown eviction {self.eviction!r}; use "
-                            f"{' or '.join(EVICTIONS)}")
-        if type(self.max_prefetch) is not int or self.max_prefetch < 0:
-            raise PlanError(f"gemini: max_prefetch must be a number of chunks >= 0, got "
-                            f"{self.max_prefetch!r}")
-
-
-@dataclass(eq=False)
-class Chunk:
-    """Tensors of some parameters on one GPU that move together; ``uses`` are the operators
-    (positions in program order) it is COMPUTE for."""
-
-    index: int
-    device: str
-    slots: list[Slot] = field(default_factory=list)
-    uses: list[int] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Program:
-    """What the program order fixes: the operators, what each reads, its COMPUTE chunks, the
-    chunks of the model data and the readers of each slot."""
-
-    ops: list[str]
-    reads: list[list[Slot]]            # per operator: the slots it reads, each once
-    compute: list[list[Chunk]]         # per operator: its COMPUTE chunks
-    chunks: list[Chunk]
-    chunk_of: dict[Slot, Chunk]        # the model data's slots
-    readers: dict[Slot, list[int]]     # per slot: the operators that read it, in order
-
-
-def applies(graph: TaskGraph) -> None:
-    if not any(t.kind == "compute" and t.op in UPDATE_OPS and t.device != CPU for t in graph):
-        raise PlanError(f"gemini plans training steps: TaskGraph {graph.name!r} has no "
-                        f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
-    on_cpu = next((t.id for t in graph if t.kind == "compute" and t.device == CPU), None)
-    if on_cpu is not None:
-        raise PlanError(f"gemini runs every operator on its GPU: vertex {on_cpu!r} of "
-                        f"{graph.name!r} runs on the CPU")
-
-
-def parameters(graph: TaskGraph) -> dict[str, str]:
-    """The model tensors, each mapped to its parameter (one of its tensors, the same for all):
-    host-resident inputs, and the tensors that optimizer updates read and write, grouped
-    with the version each update reads; tensors living on a GPU before the run excluded."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            parent[x] = x = parent[parent[x]]
-        return x
-
-    for t in graph:
-        if t.kind == "input" and t.device == HOST:
-            find(t.id)
-        elif t.kind == "compute" and t.op in UPDATE_OPS:
-            weight = find(t.inputs[0])
-            for u in (t.id, *t.inputs[1:]):
-                parent[find(u)] = weight
-    return {t: find(t) for t in parent if graph[t].kind != "input" or graph[t].device == HOST}
-
-
-def program(graph: TaskGraph, chunk_size: int) -> Program:
-    """Pack each GPU's parameters into chunks in the order the program first touches them."""
-    ops = [t for t in serial_order(graph, "given") if graph[t].kind != "input"]
-    param = parameters(graph)
-    reads: list[list[Slot]] = []
-    touched: list[list[Slot]] = []                 # per operator: its model slots
-    members: dict[tuple[str, str], list[Slot]] = {}     # (parameter, GPU) -> its slots
-    readers: dict[Slot, list[int]] = {}
-    for i, t in enumerate(ops):
-        task = graph[t]
-        reads.append([(u, task.read_device) for u in dict.fromkeys(task.inputs)])
-        for slot in reads[i]:
-            readers.setdefault(slot, []).append(i)
-        slots = [s for s in (*reads[i], (t, task.out_device)) if s[0] in param]
-        touched.append(slots)
-        for slot in slots:
-            same = members.setdefault((param[slot[0]], slot[1]), [])
-            if slot not in same:
-                same.append(slot)
-    chunks: list[Chunk] = []
-    filling: dict[str, tuple[Chunk, int]] = {}     # GPU -> its open chunk and its bytes
-    for (_, dev), slots in members.items():
-        size = max(graph[t].bytes for t, _ in slots)
-        chunk, held = filling.get(dev, (None, 0))
-        if chunk is None or held + size > chunk_size:
-            chunk, held = Chunk(len(chunks), dev), 0
-            chunks.append(chunk)
-        chunk.slots += slots
-        filling[dev] = chunk, held + size
-    chunk_of = {slot: chunk for chunk in chunks for slot in chunk.slots}
-    compute = [list(dict.fromkeys(chunk_of[s] for s in slots)) for slots in touched]
-    for i, used in enumerate(compute):
-        for chunk in used:
-            chunk.uses.append(i)
-    return Program(ops, reads, compute, chunks, chunk_of, readers)
+from ...core.devices import HOST
+from ...core.errors import PlanError
+from ...core.machine import Machine
+from ...core.memgraph import MemGraph, MemVertex
+from ...core.taskgraph import TaskGraph
+from ..registry import Hooks
+from .chunks import NEVER, Chunk, Program, Slot, next_read, next_use
+from .options import GeminiOptions
 
 
 @dataclass(eq=False)
@@ -383,7 +212,7 @@ class Manager:
         if slots <= 0:
             return
         compute = self.prog.compute[i]
-        wanted = sorted((_next_use(c, i), c.index, c) for c in self.on_gpu[dev]
+        wanted = sorted((next_use(c, i), c.index, c) for c in self.on_gpu[dev]
                         if c not in compute and c not in self.inflight[dev] and self._missing(c))
         t = self.prog.ops[i]
         output = self.g[t].bytes if (t, dev) in self.prog.chunk_of else 0   # placed after this
@@ -429,7 +258,7 @@ class Manager:
                 and slot[0] != t]
         if not held:
             return None
-        return max(held, key=lambda c: (_next_read(self.prog.readers.get(c.slot, []), i),
+        return max(held, key=lambda c: (next_read(self.prog.readers.get(c.slot, []), i),
                                         -c.born))
 
     def _victim(self, i: int, dev: str) -> Chunk | None:
@@ -445,7 +274,7 @@ class Manager:
             return held[0]
         if self.options.eviction == "lru":
             return min(held, key=lambda c: self.last_use[c.index])
-        return max(held, key=lambda c: (_next_use(c, i), c.index))
+        return max(held, key=lambda c: (next_use(c, i), c.index))
 
     def _evict(self, chunk: Chunk, moves: list[str]) -> int:
         """Move a chunk's tensors to host RAM, offloading those host RAM lacks; its bytes."""
@@ -504,120 +333,3 @@ class Manager:
         self.mg.add_vertex(v)
         return v.id
 
-
-def _next_use(chunk: Chunk, i: int) -> int:
-    """The first operator after ``i`` that the chunk is COMPUTE for."""
-    return _next_read(chunk.uses, i)
-
-
-def _next_read(uses: list[int], i: int) -> int:
-    """The first of ``uses`` (operators, ascending) after ``i``; NEVER if none."""
-    k = bisect.bisect_right(uses, i)
-    return uses[k] if k < len(uses) else NEVER
-
-
-def pack(copies: list[Copy]) -> dict[str, int]:
-    """Lay out the copies offline, knowing their lifetimes, and return the bytes each GPU then
-    needs: on each GPU the better of two first-fit layouts, largest copies first (greedy by
-    size) and largest size times lifetime first."""
-    need: dict[str, int] = {}
-    by_gpu: dict[str, list[Copy]] = {}
-    for c in copies:
-        by_gpu.setdefault(c.slot[1], []).append(c)
-    for dev, mine in by_gpu.items():
-        # lifetimes counted in this GPU's events, so that a GPU's layout does not depend on
-        # what the others do
-        rank = {e: k for k, e in enumerate(sorted({e for c in mine for e in (c.born, c.freed)}))}
-        layouts = [_first_fit(mine, lambda c: (-c.size, c.born)),
-                   _first_fit(mine, lambda c: (-c.size * (rank[c.freed] - rank[c.born]),
-                                               c.born))]
-        offsets, need[dev] = min(layouts, key=lambda layout: layout[1])
-        for c, offset in zip(mine, offsets):
-            c.offset = offset
-    return need
-
-
-def _first_fit(copies: list[Copy], key: Callable[[Copy], tuple[int, int]]
-               ) -> tuple[list[int], int]:
-    """Each copy's offset when they are placed in the order of ``key``, each at the lowest
-    offset that no copy living at the same time holds; and the bytes they take."""
-    offsets = [0] * len(copies)
-    placed: list[tuple[int, int, int, int]] = []     # (born, freed, offset, end)
-    for k in sorted(range(len(copies)), key=lambda k: key(copies[k])):
-        c = copies[k]
-        offset = 0
-        for start, end in sorted((o, e) for b, f, o, e in placed if b < c.freed and c.born < f):
-            if start - offset >= c.size:
-                break
-            offset = max(offset, end)
-        offsets[k] = offset
-        placed.append((c.born, c.freed, offset, offset + c.size))
-    return offsets, max(end for *_, end in placed)
-
-
-def locate(manager: Manager, capacity: int) -> None:
-    """Give each copy's writer its location, replaying the placements and frees on each GPU's
-    allocator: a writer waits for the readers of whatever it overwrites (memory edges)."""
-    mg = manager.mg
-    memory = {dev: GpuMemory(dev, capacity) for dev in manager.used}
-    for k, copy in enumerate(manager.events):
-        dev = copy.slot[1]
-        if k == copy.freed:
-            memory[dev].release(copy, copy.offset, tuple(copy.readers) or (copy.writer,), k)
-            continue
-        covered = memory[dev].place(copy.offset, copy.size, copy)
-        mg.add_edges([g for segment in covered for g in segment.guard], copy.writer, "memory")
-        mg[copy.writer].loc = Loc(dev, copy.offset, copy.size)
-
-
-def fitted(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Program,
-           peaks: dict[tuple[int, str], int], hooks: Hooks) -> Manager:
-    """The planned iteration within the largest budget per GPU (to 1/64 of its memory) whose
-    layout fits: the whole memory, or, stepping down by the layout's excess and then
-    bisecting, less.  GPUs are independent: each one's plan depends on its budget alone."""
-    cap = machine.gpu_memory
-    budget = dict.fromkeys(machine.gpu_names(), cap)
-    fits: dict[str, int] = {}        # per GPU: the largest budget tried whose layout fits
-    fails: dict[str, int] = {}       # per GPU: the smallest budget tried whose layout does not
-    while True:
-        planned = Manager(graph, machine, options, prog, peaks, dict(budget))
-        planned.run(hooks)
-        need = pack([c for k, c in enumerate(planned.events) if k == c.born])
-        settled = True
-        for dev, n in need.items():
-            (fits if n <= cap else fails)[dev] = budget[dev]
-            if n > cap and fits.get(dev, -1) >= budget[dev]:
-                del fits[dev]       # no longer fits where it did: step down again
-            if dev not in fails:
-                continue
-            if dev not in fits:
-                budget[dev] -= max(n - cap, cap // 64)
-            elif fails[dev] - fits[dev] > cap // 64:
-                budget[dev] = (fits[dev] + fails[dev]) // 2
-            else:
-                budget[dev] = fits[dev]
-            settled = settled and n <= cap and budget[dev] == fits[dev]
-        if settled:
-            return planned
-
-
-@register("gemini", GeminiOptions, applies=applies)
-def gemini(graph: TaskGraph, machine: Machine, options: GeminiOptions, hooks: Hooks) -> MemGraph:
-    """Colossal-AI Gemini: chunks of model data paged in on demand in program order, room made
-    for each operator's warm-up-sampled non-model peak by evicting the chunk needed latest."""
-    prog = program(graph, options.chunk_size)
-    warmup = Manager(graph, machine, options, prog)
-    warmup.run()
-    try:
-        planned = fitted(graph, machine, options, prog, warmup.peaks, hooks)
-    except PlanError:
-        if not options.max_prefetch:
-            raise
-        # prefetch is best effort: where its layout does not fit, load on demand
-        planned = fitted(graph, machine, replace(options, max_prefetch=0), prog, warmup.peaks,
-                         hooks)
-    planned.mg.graph["prefetched"] = planned.options.max_prefetch > 0
-    locate(planned, machine.gpu_memory)
-    planned.mg.graph["chunks"] = len(prog.chunks)
-    planned.mg.graph["spills"] = planned.spills
-    return planned.mg
