@@ -26,8 +26,9 @@ demand, which ``levelwise`` and ``buildmemgraph`` cover.  A TaskGraph with an op
 CPU is refused: Gemini runs every operator on its GPU.
 
 
-The package's modules: :mod:`.chunks` (the chunks), :mod:`.manager` (the manager's
-iteration: states, warm-up, placement, prefetch), :mod:`.layout` (the layout).
+The package's modules: :mod:`.chunks` (the chunks), :mod:`.search` (the chunk size search),
+:mod:`.manager` (the manager's iteration: states, warm-up, placement, prefetch, and the layout
+as it places), :mod:`.layout` (the offline layout), :mod:`.options`.
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ from ...core.memgraph import MemGraph
 from ...core.ops import UPDATE_OPS
 from ...core.taskgraph import TaskGraph
 from ..registry import Hooks, register
-from .chunks import Chunk, Program, parameters, program
+from .chunks import Chunk, Program, parameters, program, trace
 from .layout import locate, pack
 from .manager import Copy, Manager
 from .options import GeminiOptions
+from .search import search
 
 __all__ = ["Chunk", "Copy", "GeminiOptions", "Manager", "Program", "gemini", "parameters",
            "program"]
@@ -60,12 +62,24 @@ def applies(graph: TaskGraph) -> None:
                         f"{graph.name!r} runs on the CPU")
 
 
-
 def fitted(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Program,
            peaks: dict[tuple[int, str], int], hooks: Hooks) -> Manager:
-    """The planned iteration within the largest budget per GPU (to 1/64 of its memory) whose
-    layout fits: the whole memory, or, stepping down by the layout's excess and then
-    bisecting, less.  GPUs are independent: each one's plan depends on its budget alone."""
+    """The planned iteration whose layout fits: laid out offline within the largest budget
+    per GPU (to 1/64 of its memory) whose layout fits, the whole memory or, stepping down by
+    the layout's excess and then bisecting, less (GPUs are independent: each one's plan
+    depends on its budget alone); where no budget gives a plan, within the whole memory, laid
+    out as it decides (:class:`~.manager.Victims`)."""
+    try:
+        return within_budgets(graph, machine, options, prog, peaks, hooks)
+    except PlanError:
+        planned = Manager(graph, machine, options, prog, peaks, located=True)
+        planned.run(hooks)
+        return planned
+
+
+def within_budgets(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Program,
+                   peaks: dict[tuple[int, str], int], hooks: Hooks) -> Manager:
+    """:func:`fitted`'s offline layout within the largest budgets whose layout fits."""
     cap = machine.gpu_memory
     budget = dict.fromkeys(machine.gpu_names(), cap)
     fits: dict[str, int] = {}        # per GPU: the largest budget tried whose layout fits
@@ -96,7 +110,12 @@ def fitted(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Pro
 def gemini(graph: TaskGraph, machine: Machine, options: GeminiOptions, hooks: Hooks) -> MemGraph:
     """Colossal-AI Gemini: chunks of model data paged in on demand in program order, room made
     for each operator's warm-up-sampled non-model peak by evicting the chunk needed latest."""
-    prog = program(graph, options.chunk_size)
+    traced = trace(graph)
+    chunk_size = options.chunk_size
+    if options.search_range:
+        chunk_size = search(graph, traced, machine.gpu_memory, chunk_size, options.search_range,
+                            options.search_interval, options.grad_chunks)
+    prog = program(graph, chunk_size, traced, options.grad_chunks)
     warmup = Manager(graph, machine, options, prog)
     warmup.run()
     try:
@@ -108,7 +127,12 @@ def gemini(graph: TaskGraph, machine: Machine, options: GeminiOptions, hooks: Ho
         planned = fitted(graph, machine, replace(options, max_prefetch=0), prog, warmup.peaks,
                          hooks)
     planned.mg.graph["prefetched"] = planned.options.max_prefetch > 0
-    locate(planned, machine.gpu_memory)
+    if planned.memory is None:
+        locate(planned, machine.gpu_memory)
+    else:
+        planned.mg.graph["layout"] = "as placed"
     planned.mg.graph["chunks"] = len(prog.chunks)
+    if options.search_range:
+        planned.mg.graph["chunk_size"] = chunk_size
     planned.mg.graph["spills"] = planned.spills
     return planned.mg

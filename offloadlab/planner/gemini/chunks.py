@@ -74,8 +74,27 @@ def parameters(graph: TaskGraph) -> dict[str, str]:
     return {t: find(t) for t in parent if graph[t].kind != "input" or graph[t].device == HOST}
 
 
-def program(graph: TaskGraph, chunk_size: int) -> Program:
-    """Pack each GPU's parameters into chunks in the order the program first touches them."""
+@dataclass(frozen=True)
+class Trace:
+    """What the program order fixes before chunks are formed: the operators, the slots each
+    reads and the model slots it touches, each parameter's slots on each GPU (in the order
+    the program first touches them) and the readers of each slot."""
+
+    ops: list[str]
+    reads: list[list[Slot]]
+    touched: list[list[Slot]]
+    members: dict[tuple[str, str], list[Slot]]    # (parameter, GPU) -> its slots
+    readers: dict[Slot, list[int]]
+    grads: set[str]                                # the gradients the updates read
+
+    def sizes(self, graph: TaskGraph) -> list[tuple[str, int]]:
+        """Each parameter's GPU and size (its largest tensor), in order of first touch."""
+        return [(dev, max(graph[t].bytes for t, _ in slots))
+                for (_, dev), slots in self.members.items()]
+
+
+def trace(graph: TaskGraph) -> Trace:
+    """The program's operators and model data, in the TaskGraph's order."""
     ops = [t for t in serial_order(graph, "given") if graph[t].kind != "input"]
     param = parameters(graph)
     reads: list[list[Slot]] = []
@@ -93,23 +112,60 @@ def program(graph: TaskGraph, chunk_size: int) -> Program:
             same = members.setdefault((param[slot[0]], slot[1]), [])
             if slot not in same:
                 same.append(slot)
-    chunks: list[Chunk] = []
-    filling: dict[str, tuple[Chunk, int]] = {}     # GPU -> its open chunk and its bytes
-    for (_, dev), slots in members.items():
-        size = max(graph[t].bytes for t, _ in slots)
-        chunk, held = filling.get(dev, (None, 0))
-        if chunk is None or held + size > chunk_size:
-            chunk, held = Chunk(len(chunks), dev), 0
-            chunks.append(chunk)
-        chunk.slots += slots
-        filling[dev] = chunk, held + size
+    grads = {u for t in graph if t.kind == "compute" and t.op in UPDATE_OPS
+             for u in t.inputs[1:]}
+    return Trace(ops, reads, touched, members, readers, grads)
+
+
+def chunk_numbers(sizes: list[tuple[str, int]], chunk_size: int) -> list[int]:
+    """The chunk of each parameter (its GPU and size, in order of first touch), numbered in
+    the order chunks open: a parameter joins its GPU's open chunk if the chunk's parameters
+    stay within ``chunk_size`` bytes, else opens the next (Colossal-AI's ChunkManager)."""
+    numbers: list[int] = []
+    filling: dict[str, tuple[int, int]] = {}      # GPU -> its open chunk and its bytes
+    opened = 0
+    for dev, size in sizes:
+        number, held = filling.get(dev, (-1, 0))
+        if number < 0 or held + size > chunk_size:
+            number, held, opened = opened, 0, opened + 1
+        numbers.append(number)
+        filling[dev] = number, held + size
+    return numbers
+
+
+def grouped(graph: TaskGraph, tr: Trace, chunk_size: int, grad_chunks: bool
+            ) -> list[tuple[str, list[Slot]]]:
+    """Each chunk's GPU and slots, in the order chunks open: the parameters' (with their
+    gradients), or with ``grad_chunks`` the parameters' without their gradients and then, in
+    the same order, for each chunk with gradients a chunk of them (Colossal-AI's grad chunk,
+    which mirrors its parameter chunk)."""
+    groups: list[tuple[str, list[Slot]]] = []
+    twins: dict[int, list[Slot]] = {}
+    for ((_, dev), slots), n in zip(tr.members.items(),
+                                    chunk_numbers(tr.sizes(graph), chunk_size)):
+        if n == len(groups):
+            groups.append((dev, []))
+        for slot in slots:
+            if grad_chunks and slot[0] in tr.grads:
+                twins.setdefault(n, []).append(slot)
+            else:
+                groups[n][1].append(slot)
+    return groups + [(groups[n][0], twins[n]) for n in sorted(twins)]
+
+
+def program(graph: TaskGraph, chunk_size: int, traced: Trace | None = None,
+            grad_chunks: bool = False) -> Program:
+    """Pack each GPU's parameters into chunks in the order the program first touches them."""
+    tr = traced or trace(graph)
+    chunks = [Chunk(n, dev, slots)
+              for n, (dev, slots) in enumerate(grouped(graph, tr, chunk_size, grad_chunks))]
+    ops, reads, touched, readers = tr.ops, tr.reads, tr.touched, tr.readers
     chunk_of = {slot: chunk for chunk in chunks for slot in chunk.slots}
     compute = [list(dict.fromkeys(chunk_of[s] for s in slots)) for slots in touched]
     for i, used in enumerate(compute):
         for chunk in used:
             chunk.uses.append(i)
     return Program(ops, reads, compute, chunks, chunk_of, readers)
-
 
 
 def next_use(chunk: Chunk, i: int) -> int:

@@ -6,8 +6,10 @@ copies out offline (first fit by size, or by size times lifetime, whichever need
 :func:`locate` replays them on BuildMemGraph's allocator
 (:class:`~offloadlab.planner.allocator.GpuMemory`) for the memory edges.  If the layout needs
 more than the GPU has, the pass is redone within less, the most (to 1/64 of the memory) whose
-layout fits (:func:`fitted`): the counterpart of the headroom Colossal-AI keeps for
-fragmentation (it plans within 90% of the memory, ``steady_cuda_cap_ratio``).
+layout fits (:func:`~offloadlab.planner.gemini.fitted`): the counterpart of the headroom
+Colossal-AI keeps for fragmentation (it plans within 90% of the memory,
+``steady_cuda_cap_ratio``).  Where no budget plans, the pass is redone within the whole memory
+laying each copy out as it places it (:class:`~offloadlab.planner.gemini.manager.Victims`).
 """
 
 from __future__ import annotations

@@ -50,8 +50,9 @@ from typing import NoReturn
 from ...core.devices import HOST
 from ...core.errors import PlanError
 from ...core.machine import Machine
-from ...core.memgraph import MemGraph, MemVertex
+from ...core.memgraph import Loc, MemGraph, MemVertex
 from ...core.taskgraph import TaskGraph
+from ..allocator import PINNED, GpuMemory
 from ..registry import Hooks
 from .chunks import NEVER, Chunk, Program, Slot, next_read, next_use
 from .options import GeminiOptions
@@ -71,15 +72,57 @@ class Copy:
     offset: int = 0
 
 
+BIG = 2**59     # beyond any operator's position; below PINNED
+
+
+class Fragmented(PlanError):
+    """No range of a GPU's memory can hold a tensor operator ``i`` needs, even evicting all
+    that :class:`Victims` lets go: the operator's own tensors split the free memory."""
+
+    def __init__(self, message: str, device: str):
+        super().__init__(message)
+        self.device = device
+
+
+@dataclass(frozen=True)
+class Victims:
+    """Which copies the planned pass that lays out as it decides may evict to find a place
+    for a tensor operator ``i`` needs (the allocator's
+    :class:`~offloadlab.planner.allocator.Victims`): HOLD chunks (a chunk moves whole), worst
+    those needed soonest (``opt``) or used last (``lru``); then non-model tensors the operator
+    does not use, worst those read again soonest; nothing else."""
+
+    manager: Manager
+    i: int
+
+    def badness(self, owner: Copy) -> int:
+        m, i = self.manager, self.i
+        chunk = m.prog.chunk_of.get(owner.slot)
+        if chunk is not None:
+            if chunk in m.prog.compute[i]:
+                return PINNED
+            if m.options.eviction == "lru":
+                return m.last_use[chunk.index] - BIG
+            return -min(next_use(chunk, i), BIG)
+        if owner.slot in m.prog.reads[i] or owner.slot[0] == m.prog.ops[i]:
+            return PINNED
+        return BIG - min(next_read(m.prog.readers.get(owner.slot, []), i), BIG // 2)
+
+    def moved(self, owner: Copy) -> int:
+        return 0 if owner.slot[0] in self.manager.host_copy else owner.size
+
+
 class Manager:
     """One iteration of Gemini's manager over the program, in bytes: the warm-up (``peaks``
     None), which samples the non-model peaks into :attr:`peaks`, or the planned iteration,
-    which reserves them within ``budget`` bytes per GPU.  Either builds a MemGraph without
-    locations and lists the copies it places and frees (:attr:`events`)."""
+    which reserves them within ``budget`` bytes per GPU.  Either builds a MemGraph and lists
+    the copies it places and frees (:attr:`events`); without ``located`` its vertices have no
+    locations (:mod:`.layout` gives them), with it the planned pass lays each copy out as it
+    places it, evicting what lies in the way where no free range holds it."""
 
     def __init__(self, graph: TaskGraph, machine: Machine, options: GeminiOptions,
                  prog: Program, peaks: dict[tuple[int, str], int] | None = None,
-                 budget: dict[str, int] | None = None):
+                 budget: dict[str, int] | None = None, located: bool = False):
         self.g, self.prog, self.options = graph, prog, options
         self.capacity = machine.gpu_memory
         self.warmup = peaks is None
@@ -104,15 +147,18 @@ class Manager:
         self.mg = MemGraph()
         self.sequence = itertools.count()
         self.moves = itertools.count()
+        self.memory = {dev: GpuMemory(dev, self.capacity) for dev in gpus} if located else None
+        self.now = -1                   # the operator being planned
+        self.moving: list[str] = []     # its moves so far (evictions to lay a copy out join)
 
     def run(self, hooks: Hooks | None = None) -> MemGraph:
         for task in self.g:
             if task.kind == "input":
-                self._add(MemVertex(task.id, "input", task.device, task.bytes, task=task.id))
+                vertex = MemVertex(task.id, "input", task.device, task.bytes, task=task.id)
                 if task.device == HOST:
-                    self.host_copy[task.id] = task.id
+                    self.host_copy[self._add(vertex)] = task.id
                 else:
-                    self._place((task.id, task.device), task.id)
+                    self._place((task.id, task.device), vertex)
         for i in range(len(self.prog.ops)):
             self.step(i)
             if hooks is not None and hooks.progress is not None and not i & 4095:
@@ -125,23 +171,15 @@ class Manager:
         task = self.g[t]
         devices = list(dict.fromkeys((task.read_device, task.out_device)))
         moves: list[str] = []
+        self.now, self.moving = i, moves
         for dev in devices:
             self._make_room(i, dev, moves)
-        for chunk in self.prog.compute[i]:
-            for slot in self._missing(chunk):
-                moves.append(self._load(slot))
-            self.inflight[chunk.device].discard(chunk)
-        for slot in self.prog.reads[i]:
-            if slot not in self.resident:                   # non-model data spilled before
-                moves.append(self._load(slot))
-                self.spilled[slot[1]] -= self.g[slot[0]].bytes
         ahead: list[str] = []
-        if not self.warmup:
-            for dev in devices:
-                self._prefetch(i, dev, ahead)
-        self._add(MemVertex(t, task.kind, task.device, task.bytes, task=t, op=task.op,
-                            flops=task.flops, time=task.time))
-        self._place((t, task.out_device), t)
+        try:
+            self._bring_and_run(i, devices, ahead)
+        except Fragmented as e:
+            self._flush(e.device)
+            self._bring_and_run(i, devices, ahead)
         op = self.mg[t]
         op.inputs = tuple([self.resident[(u, task.read_device)].writer for u in task.inputs])
         self.mg.add_edges(op.inputs, t, "data")
@@ -162,6 +200,44 @@ class Manager:
             if self.prog.readers[slot][-1] == i and slot[0] not in self.kept:
                 self._free(slot)
                 self.dead.add(slot)
+
+    def _bring_and_run(self, i: int, devices: list[str], ahead: list[str]) -> None:
+        """Bring operator ``i``'s COMPUTE chunks and the non-model tensors it reads that are
+        in host RAM, prefetch (into ``ahead``), and place its output."""
+        t = self.prog.ops[i]
+        task = self.g[t]
+        for chunk in self.prog.compute[i]:
+            for slot in self._missing(chunk):
+                self.moving.append(self._load(slot))
+            self.inflight[chunk.device].discard(chunk)
+        for slot in self.prog.reads[i]:
+            if slot not in self.resident:                   # non-model data spilled before
+                self.moving.append(self._load(slot))
+                self.spilled[slot[1]] -= self.g[slot[0]].bytes
+        if not self.warmup:
+            for dev in devices:
+                self._prefetch(i, dev, ahead)
+        self._place((t, task.out_device), MemVertex(t, task.kind, task.device, task.bytes,
+                                                    task=t, op=task.op, flops=task.flops,
+                                                    time=task.time))
+
+    def _flush(self, dev: str) -> None:
+        """Move everything on ``dev`` to host RAM (the operator's own tensors come back
+        after, laid out in the emptied memory): the way out where they split it."""
+        for copy in [c for slot, c in self.resident.items() if slot[1] == dev]:
+            if self.resident.get(copy.slot) is not copy:
+                continue                    # gone with its chunk
+            chunk = self.prog.chunk_of.get(copy.slot)
+            if chunk is not None:
+                self._evict(chunk, self.moving)
+            else:
+                self._spill(copy)
+
+    def _spill(self, copy: Copy) -> None:
+        """Move a non-model tensor to host RAM until its next reader."""
+        self._to_host(copy, self.moving)
+        self.spilled[copy.slot[1]] += copy.size
+        self.spills += 1
 
     def _make_room(self, i: int, dev: str, moves: list[str]) -> None:
         """Evict HOLD chunks from ``dev`` until operator ``i``'s COMPUTE chunks fit beside its
@@ -197,9 +273,8 @@ class Manager:
             spill = self._spill_victim(i, dev)
             if spill is None:
                 self._refuse(i, dev, incoming, nonmodel)
-            room += self._to_host(spill, moves)
-            self.spilled[dev] += spill.size
-            self.spills += 1
+            self._spill(spill)
+            room += spill.size
             nonmodel -= spill.size
 
     def _prefetch(self, i: int, dev: str, ahead: list[str]) -> None:
@@ -226,11 +301,28 @@ class Manager:
             scanned = max(scanned, use)
             missing = self._missing(chunk)
             size = sum(self.g[u].bytes for u, _ in missing)
-            if size > free - peak:
+            if size > free - peak or not self._free_ranges_hold(dev, missing):
                 return
             ahead.extend(self._load(slot) for slot in missing)
             free -= size
             self.inflight[dev].add(chunk)
+
+    def _free_ranges_hold(self, dev: str, slots: list[Slot]) -> bool:
+        """Whether free memory of ``dev`` holds these tensors, placed one after the other
+        (always, laying out offline): a prefetch evicts nothing."""
+        if self.memory is None:
+            return True
+        memory = self.memory[dev]
+        trial: list[tuple[object, int, list]] = []
+        for u, _ in slots:
+            offset = memory.find_free(self.g[u].bytes)
+            if offset is None:
+                break
+            marker = object()
+            trial.append((marker, offset, memory.place(offset, self.g[u].bytes, marker)))
+        for marker, offset, covered in reversed(trial):
+            memory.restore(marker, offset, covered)
+        return len(trial) == len(slots)
 
     def _missing(self, chunk: Chunk) -> list[Slot]:
         """The chunk's tensors that live, in host RAM only."""
@@ -302,23 +394,63 @@ class Manager:
         t, dev = slot
         source = self.host_copy[t]
         kind = "reload" if self.mg[source].kind == "offload" else "load"
-        move = self._add(MemVertex(f"{kind}:{t}@{dev}#{next(self.moves)}", kind, dev,
-                                   self.g[t].bytes, of=t, inputs=(source,)))
+        move = self._place(slot, MemVertex(f"{kind}:{t}@{dev}#{next(self.moves)}", kind, dev,
+                                           self.g[t].bytes, of=t, inputs=(source,)))
         self.mg.add_edge(source, move, "data")
-        self._place(slot, move)
         return move
 
-    def _place(self, slot: Slot, writer: str) -> None:
-        copy = Copy(slot, self.g[slot[0]].bytes, writer, len(self.events))
+    def _place(self, slot: Slot, vertex: MemVertex) -> str:
+        """Place a tensor's copy on its GPU, written by ``vertex`` (added here, after any
+        eviction its place needs); its id."""
+        size = self.g[slot[0]].bytes
+        offset = 0 if self.memory is None else self._lay_out(slot, size)
+        writer = self._add(vertex)
+        copy = Copy(slot, size, writer, len(self.events), offset=offset)
         self.events.append(copy)
         self.resident[slot] = copy
         self.used[slot[1]] += copy.size
         if slot in self.prog.chunk_of:
             self.model[slot[1]] += copy.size
+        if self.memory is not None:
+            covered = self.memory[slot[1]].place(offset, size, copy)
+            self.mg.add_edges([g for segment in covered for g in segment.guard], writer,
+                              "memory")
+            vertex.loc = Loc(slot[1], offset, size)
+        return writer
+
+    def _lay_out(self, slot: Slot, size: int) -> int:
+        """The offset of a new copy of ``slot``: a free range, or else the range whose
+        occupants :class:`Victims` lets go least reluctantly, which move to host RAM first."""
+        assert self.memory is not None
+        dev, i = slot[1], self.now
+        memory = self.memory[dev]
+        offset = memory.find_free(size)
+        if offset is not None:
+            return offset
+        if i < 0:
+            raise PlanError(f"no place for input {slot[0]!r} ({size} bytes) on {dev}: the "
+                            f"inputs living on it exceed its {self.capacity} bytes")
+        found = memory.find_victims(size, Victims(self, i))
+        if found is None:
+            raise Fragmented(f"no place for {slot[0]!r} ({size} bytes) on {dev}: the tensors "
+                             f"operator {self.prog.ops[i]!r} uses split its free memory", dev)
+        offset, victims = found
+        for victim in victims:
+            if victim.slot not in self.resident or self.resident[victim.slot] is not victim:
+                continue            # gone with a chunk evicted before it
+            held = self.prog.chunk_of.get(victim.slot)
+            if held is not None:
+                self._evict(held, self.moving)
+            else:
+                self._spill(victim)
+        return offset
 
     def _free(self, slot: Slot) -> None:
         copy = self.resident.pop(slot)
         copy.freed = len(self.events)
+        if self.memory is not None:
+            self.memory[slot[1]].release(copy, copy.offset, tuple(copy.readers) or
+                                         (copy.writer,), copy.freed)
         self.events.append(copy)
         self.used[slot[1]] -= copy.size
         if slot in self.prog.chunk_of:

@@ -19,6 +19,14 @@ class GeminiOptions(Options):
                                       "iteration, in (0, 1] (Gemini's 30%)")
     eviction: str = option("opt", "which HOLD chunk moves to host RAM: opt (needed latest, "
                                   "Gemini's) or lru (least recently used)")
+    search_range: int = option(0, "bytes above the least chunk size (chunk_size, or the "
+                                  "largest parameter) over which the chunk size is searched "
+                                  "(Colossal-AI's search_range_m; 0: chunk_size as given)")
+    search_interval: int = option(4096, "step of the chunk size search in bytes "
+                                        "(Colossal-AI's hidden_dim: 1024 fp32 elements)")
+    grad_chunks: bool = option(False, "gradients in chunks of their own that mirror the "
+                                      "parameters' (Colossal-AI's grad chunks, GeminiDDP "
+                                      "without master weights); false: in their parameter's")
     max_prefetch: int = option(0, "chunks per GPU whose loads may be in flight ahead of the "
                                   "operators that need them (GeminiDDP's max_prefetch; 0: "
                                   "every load on demand, Colossal-AI's default)")
@@ -33,6 +41,12 @@ class GeminiOptions(Options):
         if self.eviction not in EVICTIONS:
             raise PlanError(f"gemini: unknown eviction {self.eviction!r}; use "
                             f"{' or '.join(EVICTIONS)}")
+        if type(self.search_range) is not int or self.search_range < 0:
+            raise PlanError(f"gemini: search_range must be a number of bytes >= 0, got "
+                            f"{self.search_range!r}")
+        if type(self.search_interval) is not int or self.search_interval <= 0:
+            raise PlanError(f"gemini: search_interval must be a positive number of bytes, "
+                            f"got {self.search_interval!r}")
         if type(self.max_prefetch) is not int or self.max_prefetch < 0:
             raise PlanError(f"gemini: max_prefetch must be a number of chunks >= 0, got "
                             f"{self.max_prefetch!r}")
