@@ -408,6 +408,11 @@ def test_prefetch_loads_ahead_at_most_max_prefetch_chunks_and_shortens_the_step(
     ("gemini:warmup_share=1.5", r"warmup_share must be in \(0, 1\], got 1.5"),
     ("gemini:eviction=fifo", "unknown eviction 'fifo'; use opt or lru"),
     ("gemini:max_prefetch=-1", "max_prefetch must be a number of chunks >= 0, got -1"),
+    ("gemini:search_range=-1", "search_range must be a number of bytes >= 0, got -1"),
+    ("gemini:search_interval=0", "search_interval must be a positive number of bytes, got 0"),
+    ("gemini:search_range=1GiB,search_interval=1", "search_range=1073741824 in steps of "
+                                                   "search_interval=1 is 1073741825 chunk "
+                                                   "sizes to try, more than 65537"),
     ("gemini:colour=red", "unknown option"),
 ])
 def test_bad_options_are_refused_before_any_work(spec, message):

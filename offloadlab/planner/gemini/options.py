@@ -9,6 +9,7 @@ from ...core.machine import MiB
 from ..registry import Options, option
 
 EVICTIONS = ("opt", "lru")
+MAX_TRIES = 65537       # chunk sizes a search may try (Colossal-AI's default: 8193)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class GeminiOptions(Options):
         if type(self.search_interval) is not int or self.search_interval <= 0:
             raise PlanError(f"gemini: search_interval must be a positive number of bytes, "
                             f"got {self.search_interval!r}")
+        tries = self.search_range // self.search_interval + 1
+        if tries > MAX_TRIES:
+            raise PlanError(f"gemini: search_range={self.search_range} in steps of "
+                            f"search_interval={self.search_interval} is {tries} chunk sizes "
+                            f"to try, more than {MAX_TRIES}")
         if type(self.max_prefetch) is not int or self.max_prefetch < 0:
             raise PlanError(f"gemini: max_prefetch must be a number of chunks >= 0, got "
                             f"{self.max_prefetch!r}")
