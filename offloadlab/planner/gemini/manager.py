@@ -156,7 +156,7 @@ class Manager:
             if task.kind == "input":
                 vertex = MemVertex(task.id, "input", task.device, task.bytes, task=task.id)
                 if task.device == HOST:
-                    self.host_copy[self._add(vertex)] = task.id
+                    self.host_copy[task.id] = self._add(vertex)
                 else:
                     self._place((task.id, task.device), vertex)
         for i in range(len(self.prog.ops)):
