@@ -7,7 +7,8 @@ the tightest memory BuildMemGraph plans in to generous memory (issue 43's goal).
 Each workload is planned on ``p100x4`` GPUs (as many as it uses) with ``factor`` times
 :func:`~offloadlab.planner.buildmemgraph.min_capacity` (the least memory BuildMemGraph plans
 in; ``generous``: 1 TiB) by ``buildmemgraph`` and by ``gemini`` with the test's chunk size,
-without prefetch and with ``max_prefetch=PREFETCH``; each plan is verified and simulated
+and with the chunk size searched and gradient chunks (the test's ``SEARCH``), each without
+prefetch and with ``max_prefetch=PREFETCH``; each plan is verified and simulated
 (``dynamic``).  A cell is the makespan in ms and, for Gemini, its ratio to BuildMemGraph's
 (below 1: Gemini is faster), or the planner's error.
 """
@@ -21,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_gemini import CASES, IDS  # noqa: E402
+from test_gemini import CASES, IDS, SEARCH  # noqa: E402
 from timing import replace_docs_block  # noqa: E402
 
 FACTORS: tuple[float, ...] = (1.0, 1.1, 1.5, 2.0, 4.0, float("inf"))
@@ -30,7 +31,8 @@ BEGIN, END = "<!-- bench_gemini: begin -->", "<!-- bench_gemini: end -->"
 
 
 def specs(gemini: str) -> list[str]:
-    return ["buildmemgraph", gemini, f"{gemini},max_prefetch={PREFETCH}"]
+    return ["buildmemgraph", gemini, f"{gemini},max_prefetch={PREFETCH}", gemini + SEARCH,
+            f"{gemini}{SEARCH},max_prefetch={PREFETCH}"]
 
 
 def one(workload: str, factor: float, planner: str) -> tuple[float | None, str]:
@@ -62,8 +64,9 @@ def table(jobs: int) -> tuple[str, list[str]]:
     points = [(w, f, p) for w, g in CASES for f in FACTORS for p in specs(g)]
     with ProcessPoolExecutor(jobs) as pool:
         results = dict(zip(points, pool.map(one, *zip(*points))))
-    lines = [f"| workload | memory | buildmemgraph | gemini | gemini, max_prefetch={PREFETCH} |",
-             "| --- | --- | ---: | ---: | ---: |"]
+    lines = [f"| workload | memory | buildmemgraph | gemini | gemini, max_prefetch={PREFETCH} "
+             f"| gemini, searched | gemini, searched, max_prefetch={PREFETCH} |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     errors = []
     for (workload, gemini), name in zip(CASES, IDS):
         for factor in FACTORS:

@@ -5,6 +5,7 @@ whole, on demand, in program order; bad options and graphs are refused."""
 
 from __future__ import annotations
 
+import statistics
 import sys
 from dataclasses import replace
 
@@ -20,7 +21,8 @@ from offloadlab.executor import check_outputs, execute, reference_outputs
 from offloadlab.lab.cli import main
 from offloadlab.planner import plan
 from offloadlab.planner.buildmemgraph import min_capacity
-from offloadlab.planner.gemini import Manager, parameters, program
+from offloadlab.planner.gemini import Manager, parameters, program, trace
+from offloadlab.planner.gemini.search import waste
 from offloadlab.planner.registry import parse_options
 from offloadlab.simulator import makespan
 
@@ -41,6 +43,10 @@ CASES = [
     (f"bert-train:{SMALL}", "gemini:chunk_size=1,warmup_share=1"),
 ]
 IDS = [c[0].replace("model:name=", "").split(",")[0].split(":")[0] for c in CASES]
+# Gemini as Colossal-AI sets it up: the chunk size searched (from the case's, 4 MiB up) and
+# the gradients in chunks of their own
+SEARCH = ",search_range=4MiB,grad_chunks=true"
+FACTORS = (1.0, 1.1, 1.5, 2.0, 4.0, None)      # times min_capacity; None: generous
 
 
 def machine_with(graph, memory: int):
@@ -258,18 +264,121 @@ def _prefetched(mg, graph, chunk_size: int) -> list[int]:
     return counts
 
 
-@pytest.mark.parametrize("workload,spec", CASES, ids=IDS)
-def test_plans_every_setting_buildmemgraph_plans_from_twice_its_tightest(workload, spec):
-    """Issue 43's goal, where it holds (docs/gemini.md, bench/bench_gemini.py): from twice the
-    least memory BuildMemGraph plans in (min_capacity) to generous memory, Gemini plans every
-    setting BuildMemGraph plans, with and without prefetch, and its plans verify."""
+def at(graph, factor):
+    """The machine with ``factor`` times the least memory BuildMemGraph plans in."""
+    return generous(graph) if factor is None else \
+        machine_with(graph, int(min_capacity(graph) * factor))
+
+
+@pytest.mark.parametrize("workload,spec", [
+    pytest.param(*case, marks=[pytest.mark.slow] if case[0].startswith("model:") else [])
+    for case in CASES], ids=IDS)
+def test_plans_every_setting_buildmemgraph_plans_from_its_tightest(workload, spec):
+    """Issue 43's goal (docs/gemini.md, bench/bench_gemini.py): from the least memory
+    BuildMemGraph plans in (min_capacity) to generous memory, Gemini with the chunk size
+    searched and gradient chunks plans every setting BuildMemGraph plans, with and without
+    prefetch, and its plans verify; with the case's fixed chunk size, from twice that.  (On
+    the traced models a minute on two cores: marked slow.)"""
     graph = build_workload(workload)
-    for factor in (2.0, 3.0, 4.0, None):
-        machine = generous(graph) if factor is None else \
-            machine_with(graph, int(min_capacity(graph) * factor))
+    for factor in FACTORS:
+        machine = at(graph, factor)
         plan(graph, machine, "buildmemgraph")
-        for options in ("", ",max_prefetch=4"):
-            verify(plan(graph, machine, spec + options), graph, machine)
+        specs = [spec + SEARCH, spec + SEARCH + ",max_prefetch=4"]
+        if factor is None or factor >= 2:
+            specs += [spec, spec + ",max_prefetch=4"]
+        for s in specs:
+            mg = plan(graph, machine, s)
+            verify(mg, graph, machine)
+            assert ("chunk_size" in mg.graph) == ("search_range" in s)
+
+
+def _chunk_waste(graph, prog, chunk_size: int) -> int:
+    """Bytes of chunk buffers no parameter fills, counted from a program's chunks."""
+    param = parameters(graph)
+    total = 0
+    for chunk in prog.chunks:
+        sizes: dict[str, int] = {}
+        for t, _ in chunk.slots:
+            sizes[param[t]] = max(sizes.get(param[t], 0), graph[t].bytes)
+        held = sum(sizes.values())
+        total += max(chunk_size, held) - held
+    return total
+
+
+@pytest.mark.parametrize("workload,spec", [CASES[0], CASES[2], CASES[4], CASES[5]],
+                         ids=["mlp", "bert", "llama", "training-chain"])
+def test_the_search_keeps_colossal_ais_chunk_size_where_it_fits_and_shrinks_it_where_not(
+        workload, spec):
+    """With memory for everything the search picks what Colossal-AI's does: of the sizes
+    from the case's (or the largest parameter) up by search_range, the one leaving fewest
+    bytes of chunks unused.  At BuildMemGraph's least memory, where the case's chunk size
+    does not plan, the searched size is smaller and plans."""
+    graph = build_workload(workload)
+    mg = plan(graph, generous(graph), spec + SEARCH + ",search_interval=64KiB")
+    chosen = mg.graph["chunk_size"]
+    tr = trace(graph)
+    sizes = tr.sizes(graph)
+    params = [s for _, s in sizes]
+    usual = statistics.fmean(params) + 3 * statistics.pstdev(params)    # outliers left out
+    least = max(parse_options(spec)[1].chunk_size, max(s for s in params if s <= usual))
+    start = -(-least // 65536) * 65536
+    unused = {c: _chunk_waste(graph, program(graph, c), c)
+              for c in range(start, start + 4 * 2**20 + 1, 65536)}
+    assert chosen in unused and unused[chosen] == min(unused.values())
+    assert unused[chosen] == waste(sizes, chosen)
+    tight = at(graph, 1.0)
+    low = plan(graph, tight, spec + SEARCH)
+    verify(low, graph, tight)
+    if workload != CHAIN:
+        with pytest.raises(PlanError, match="needs .* bytes of non-model data"):
+            plan(graph, tight, spec)
+        assert low.graph["chunk_size"] < chosen
+
+
+def test_no_chunk_size_fits_is_named_with_the_bytes():
+    """Without gradient chunks a BERT parameter's gradient shares its chunk with the weight:
+    at BuildMemGraph's least memory add_26 needs its 8 MiB of inputs beside both, with any
+    chunk size."""
+    graph = build_workload(CASES[2][0])
+    with pytest.raises(PlanError, match=r"operator 'add_26' needs 8388608 bytes of non-model "
+                                        r"data and 8388608 bytes of its parameters' tensors on "
+                                        r"gpu0: more than its 12582912 bytes with any chunk "
+                                        r"size \(one parameter per chunk\)"):
+        plan(graph, at(graph, 1.0), "gemini:search_range=4MiB")
+
+
+def test_gradient_chunks_mirror_the_parameter_chunks():
+    """grad_chunks: no chunk holds a gradient beside a weight version, and each chunk of
+    gradients holds those of one parameter chunk's parameters."""
+    graph = build_workload(GPT2)
+    tr = trace(graph)
+    param = parameters(graph)
+    plain, split = program(graph, 4 * 2**20, tr), program(graph, 4 * 2**20, tr, True)
+    assert len(split.chunks) > len(plain.chunks)
+    owners = {frozenset(param[t] for t, _ in c.slots) for c in plain.chunks}
+    for chunk in split.chunks:
+        grads = {t in tr.grads for t, _ in chunk.slots}
+        assert len(grads) == 1
+        assert any(frozenset(param[t] for t, _ in chunk.slots) <= o for o in owners)
+
+
+@pytest.mark.parametrize("workload,spec", [CASES[5], CASES[6]], ids=["training-chain",
+                                                                   "gpt2-train"])
+def test_a_pass_whose_offline_layout_fragments_lays_out_as_it_plans(workload, spec):
+    """At BuildMemGraph's least memory the update needs the whole GPU for its weight, its
+    gradient and the new version: laid out offline, the small tensors before it fragment the
+    memory and no budget plans (the plan was refused); laid out as it plans, with what lies
+    in the way moved to host RAM, it plans, verifies and executes to the reference."""
+    graph = build_workload(workload)
+    machine = at(graph, 1.0)
+    mg = plan(graph, machine, spec)
+    verify(mg, graph, machine)
+    assert mg.graph["layout"] == "as placed"
+    reference = reference_outputs(graph)
+    for policy, seed in (("dynamic", 0), ("fixed", 0), ("random", 1)):
+        run = execute(mg, machine, policy=policy, seed=seed, rate_limit=False, poison=True)
+        assert check_outputs(run.outputs, reference) is None, policy
+    assert "layout" not in plan(graph, at(graph, 4.0), spec).graph
 
 
 @pytest.mark.parametrize("workload,spec", [CASES[0], CASES[1], CASES[5], CASES[6]],
@@ -300,6 +409,11 @@ def test_prefetch_loads_ahead_at_most_max_prefetch_chunks_and_shortens_the_step(
     ("gemini:warmup_share=1.5", r"warmup_share must be in \(0, 1\], got 1.5"),
     ("gemini:eviction=fifo", "unknown eviction 'fifo'; use opt or lru"),
     ("gemini:max_prefetch=-1", "max_prefetch must be a number of chunks >= 0, got -1"),
+    ("gemini:search_range=-1", "search_range must be a number of bytes >= 0, got -1"),
+    ("gemini:search_interval=0", "search_interval must be a positive number of bytes, got 0"),
+    ("gemini:search_range=1GiB,search_interval=1", "search_range=1073741824 in steps of "
+                                                   "search_interval=1 is 1073741825 chunk "
+                                                   "sizes to try, more than 65537"),
     ("gemini:colour=red", "unknown option"),
 ])
 def test_bad_options_are_refused_before_any_work(spec, message):
