@@ -45,6 +45,7 @@ KERNEL_SHAPES = {
     "swiglu_dgate": ((4, 6), [(4, 6), (4, 6), (4, 6)]),
     "swiglu_dup": ((4, 6), [(4, 6), (4, 6), (4, 6)]),
     "rotary_backward": ((5, 8), [(5, 8)]),
+    "argmax": ((1,), [(6, 10)]),                       # the last row's
     "cross_entropy": ((1,), [(6, 10), (6,)]),          # the labels are made integers below
     "cross_entropy_backward": ((6, 10), [(6, 10), (6,)]),
     "attn_delta": ((8, 1), [(8, 4), (8, 4)]),

@@ -91,6 +91,7 @@ WORKLOAD_SPECS = [
     "matmul-chain:batch=0", "matmul-chain:dtype_bytes=0", "tp-matmul:n=0",
     "model:name=nope", "model:mode=nope", "model:gpus=4", "llama-prefill:model=nope",
     "llama-prefill:gpus=3", "llama-prefill:dtype=int8", "llama-prefill:seq=0",
+    "llama-generate:gen=0", "llama-generate:gen=-2", "llama-generate:model=nope",
     "llama-lora-train:optimizer=nope", "training-chain:uF=a", "training-chain:uF=0.1;0.1",
     "training-chain:csv_path=no-such.csv", "training-chain:iterations=0",
     "gpt2-train:depth=0", "bert-train:iterations=-1", "random:min_bytes=0",
@@ -496,6 +497,9 @@ def test_the_runaways_peak_memory(runaways, record_property):
     "llama-prefill:model=7b,seq=24,block=8,gpus=2",
     "llama-lora-train:model=tiny,seq=64,block=16,batch=2,gpus=2",
     "llama-lora-train:model=7b,seq=16,block=8",
+    "llama-generate:model=tiny,seq=24,block=8,batch=3,gen=5,gpus=2",
+    "llama-generate:model=tiny,seq=5,block=2,batch=2,gen=30,gpus=4",
+    "llama-generate:model=7b,seq=16,gen=2",
 ])
 def test_vertex_estimates_bound_the_graphs_built(spec):
     name, raw = parse_spec(spec)

@@ -196,7 +196,8 @@ def test_the_cost_model_is_measured_on_the_graph():
 
 @pytest.mark.parametrize("workload,message", [
     ("gpt2-train:depth=2,batch=1,seq=8,weight_bytes=30000,iterations=1",
-     "flexgen plans LLaMA inference \\(llama-prefill\\): TaskGraph .* is not one"),
+     "flexgen plans LLaMA inference \\(llama-prefill, llama-generate\\): TaskGraph .* "
+     "is not one"),
     ("llama-prefill:model=tiny,seq=8,gpus=2",
      "flexgen offloads one GPU's model .* runs on 2 GPUs"),
     ("llama-lora-train:model=tiny,seq=8", "is not one"),

@@ -216,6 +216,9 @@ OPS.update({
     "cross_entropy_backward": Op("d logits of cross_entropy: (softmax(logits) - onehot(label)) "
                                  "/ tokens", params=(("tokens", 1),),
                                  flops=_elementwise(CROSS_ENTROPY_BACKWARD_FLOPS)),
+    "argmax": Op("the index of the largest entry of the input's last row (the first of equal "
+                 "ones), shape (1,): the greedy choice of the next token from its logits",
+                 flops=lambda out, ins: float(ins[0][-1])),
     "adam_update": Op("one Adam step on a weight from its gradient, fresh moments",
                       flops=_elementwise(ADAM_FLOPS)),
     "sgd_update": Op("one SGD step on a weight from its gradient", flops=_elementwise(SGD_FLOPS)),

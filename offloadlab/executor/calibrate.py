@@ -63,6 +63,7 @@ OP_SOURCES: tuple[str, ...] = (
     "bert-train:depth=1,batch=1,seq=8,iterations=1",
     *(f"model:name={name},mode={mode}" for name in MODELS for mode in ("infer", "train")),
     *(f"llama-prefill:model=tiny,seq={seq},block={seq // 2}" for seq in (128, 512)),
+    "llama-generate:model=tiny,seq=128,block=64,gen=2",
     *(f"llama-lora-train:model=tiny,seq={seq},block={seq // 2},optimizer={optimizer}"
       for seq in (128, 512) for optimizer in ("adam", "sgd")),
 )

@@ -16,11 +16,16 @@ is then ``T_j = max(ctog_j, gtoc_j, comp_j)`` (its ``Tpre`` without the disk ter
 
 The objective is ``(1 - wg) W_0 / h2d + sum_j T_j`` (FlexGen's ``T = Tpre * l``, layer by
 layer; the weights FlexGen keeps on the GPU are placed at start-up, which its model does not
-time).  The GPU's peak (``gpu_home_p + gpu_w_p``) must fit the memory: ``wg sum W + cg sum C +
+time).  A generation of ``gen_len`` tokens repeats the layers once per token (FlexGen's
+``T = Tpre * l + Tgen * (n - 1) * l``), each decode step's layer with its own constants: the
+next layer's weights, the cache the step reads back (the prompt's and the tokens' so far: it
+grows each step, where FlexGen's ``Tgen`` takes the cache at mid-generation) and writes, its
+kernels.  The GPU's peak (``gpu_home_p + gpu_w_p``) must fit the memory: ``wg sum W + cg sum C +
 hg max H`` at home, ``(1 - wg) max(W_j + W_{j+1})`` for two layers' weights in flight,
 ``(1 - hg)`` one GPU batch's hidden state, and the largest step's workspace.
 
-``wg``, ``cg`` and ``hg`` are fractions (``w_gpu_percent / 100``, ...); FlexGen has no disk
+The weights count once in the peak, whatever ``gen_len``.  ``wg``, ``cg`` and ``hg`` are
+fractions (``w_gpu_percent / 100``, ...); FlexGen has no disk
 here, so the rest of each is on the host.  Fixing some of them is FlexGen's ``--percent``
 mode (equality constraints), the others are the LP's.
 """
@@ -49,6 +54,7 @@ class CostModel:
     workspace: int                  # the most one step holds besides weights and hidden states
     h2d: float
     d2h: float
+    gen_len: int = 1                # the tokens: the layers are the model's, once per token
 
     def parts(self, wg: Any, cg: Any, hg: Any) -> tuple[Any, list[tuple[Any, Any, float]]]:
         """The prologue's seconds and each layer's ``(ctog, gtoc, comp)``, for fractions that
@@ -78,7 +84,8 @@ class CostModel:
         """The GPU's peak bytes under the policy (FlexGen's ``gpu_home_p + gpu_w_p``)."""
         W = self.weights
         pair = max([a + b for a, b in zip(W, W[1:])] or [W[0]])
-        return (wg * sum(W) + cg * sum(self.cache) + hg * max(self.hidden)
+        model = sum(W[:len(W) // self.gen_len])     # each weight once
+        return (wg * model + cg * sum(self.cache) + hg * max(self.hidden)
                 + (1 - wg) * pair + (1 - hg) * self.hidden_batch + self.workspace)
 
 

@@ -129,6 +129,8 @@ class LlamaBuilder:
             layers=config.layers, dim=config.dim, heads=config.heads, ffn=config.ffn,
             vocab=config.vocab))
         self.shapes: dict[str, Shape] = {}
+        self.keys: dict[int, dict[tuple[int, int], tuple[str, str]]] = {}
+        """Per layer, each (head, row block)'s rotated keys and values."""
 
     # -- vertices ---------------------------------------------------------------------
     def weight(self, id: str, shape: Shape, dtype: str | None = None,
@@ -200,24 +202,34 @@ class LlamaBuilder:
         return x, xn
 
     def build(self) -> TaskGraph:
-        c, nb = self.c, len(self.starts)
         x, xn = self.embed()
+        self.forward(list(range(len(self.rows))), x, xn)
+        return self.g
+
+    def forward(self, rows: list[int], x: dict[int, str], xn: dict[int, list[str]]
+                ) -> dict[int, str]:
+        """Every layer on row blocks ``rows`` (residuals ``x``, normalised ``xn``), layer by
+        layer, then the final norm and the logits of each sequence's last row block; returns
+        the logits by sequence.  Each layer's keys and values stay in ``self.keys``."""
+        c, nb, P = self.c, len(self.starts), self.prefix
+        logits: dict[int, str] = {}
         for layer in range(c.layers):
-            keys: dict[tuple[int, int], tuple[str, str]] = {}   # (head, row) -> K, V
-            for r, (s, i) in enumerate(self.rows):
+            keys = self.keys.setdefault(layer, {})
+            for r in rows:
+                s, i = self.rows[r]
                 owner = self.owner(r)
                 x[r] = self.block(layer, r, x[r], xn[r], keys)
                 if layer + 1 < c.layers:
-                    xn[r] = self.norm(f"L{layer + 1}.attn_in.b{r}", x[r],
+                    xn[r] = self.norm(f"{P}L{layer + 1}.attn_in.b{r}", x[r],
                                       f"L{layer + 1}.attn_norm", owner)
                 elif i == nb - 1:
-                    final = self.compute(f"final_norm.b{r}", "rmsnorm",
+                    final = self.compute(f"{P}final_norm.b{r}", "rmsnorm",
                                          [x[r], self.weight("norm", (c.dim,))], owner,
                                          self.shapes[x[r]])
-                    self.compute(f"logits.s{s}", "linear",
-                                 [final, self.weight("lm_head", (c.vocab, c.dim))], owner,
-                                 (self.sizes[i], c.vocab))
-        return self.g
+                    logits[s] = self.compute(f"{P}logits.s{s}", "linear",
+                                             [final, self.weight("lm_head", (c.vocab, c.dim))],
+                                             owner, (self.shapes[final][0], c.vocab))
+        return logits
 
     def block(self, layer: int, r: int, x: str, xn: list[str],
               keys: dict[tuple[int, int], tuple[str, str]]) -> str:
@@ -247,40 +259,61 @@ class LlamaBuilder:
                   keys: dict[tuple[int, int], tuple[str, str]]) -> str:
         """GPU ``g``'s heads on row block ``r`` (block ``i`` of sequence ``s``): their
         projections, blocked causal attention, and the partial output projection."""
-        c, nb = self.c, len(self.starts)
+        nb, q0 = len(self.starts), self.starts[i]
+        queries = self.qkv(layer, r, g, xn, self.sizes[i], q0)
+        for h, (_, kr, v) in queries.items():
+            keys[h, r] = (kr, v)
+        outs = [self.attend(layer, r, g, h, q, q0,
+                            [(f"k{s * nb + j}", self.starts[j], *keys[h, s * nb + j])
+                             for j in range(i + 1)])
+                for h, (q, _, _) in queries.items()]
+        return self.attn_out(layer, r, g, outs)
+
+    def qkv(self, layer: int, r: int, g: int, xn: str, rows: int, q0: int
+            ) -> dict[int, tuple[str, str, str]]:
+        """GPU ``g``'s heads' projections of row block ``r`` (``rows`` tokens from position
+        ``q0``): per head, the rotated query and key and the value."""
+        c = self.c
         dh, per_gpu = c.head_dim, c.heads // self.gpus
-        rows, q0 = self.sizes[i], self.starts[i]
         W, L = f"L{layer}", f"{self.prefix}L{layer}"
-        heads = range(g * per_gpu, (g + 1) * per_gpu)
-        queries = {}
-        for h in heads:
+        out = {}
+        for h in range(g * per_gpu, (g + 1) * per_gpu):
             proj = {}
             for name in ("q", "k", "v"):
                 w = self.weight(f"{W}.w{name}.h{h}", (dh, c.dim))
                 proj[name] = self.project(f"{L}.{name}.h{h}.b{r}", layer, name, f"h{h}", r,
                                           xn, w, g, (rows, dh))
             rope = op_call("rotary", offset=q0)
-            queries[h] = self.compute(f"{L}.qr.h{h}.b{r}", rope, [proj["q"]], g, (rows, dh))
-            kr = self.compute(f"{L}.kr.h{h}.b{r}", rope, [proj["k"]], g, (rows, dh))
-            keys[h, r] = (kr, proj["v"])
-        outs = []
-        for h in heads:
-            blocks = [(j, s * nb + j) for j in range(i + 1)]     # (key block, its row)
-            scores = [self.compute(f"{L}.S.h{h}.b{r}.k{kb}", "attn_scores",
-                                   [queries[h], keys[h, kb][0]], g, (rows, self.sizes[j]))
-                      for j, kb in blocks]
-            stats = self.compute(f"{L}.stats.h{h}.b{r}", op_call("softmax_stats", q0=q0),
-                                 scores, g, (rows, 2), self.stats_dtype)
-            probs = [self.compute(f"{L}.P.h{h}.b{r}.k{kb}",
-                                  op_call("causal_softmax", q0=q0, k0=self.starts[j]),
-                                  [score, stats], g, (rows, self.sizes[j]))
-                     for (j, kb), score in zip(blocks, scores)]
-            outs.append(self.compute(f"{L}.O.h{h}.b{r}", "attn_values",
-                                     probs + [keys[h, kb][1] for _, kb in blocks], g,
-                                     (rows, dh)))
-        wo = self.weight(f"{W}.wo.g{g}", (c.dim, per_gpu * dh))
-        return self.compute(f"{L}.attn_out.g{g}.b{r}", "linear", [*outs, wo], g,
-                            (rows, c.dim))
+            out[h] = (self.compute(f"{L}.qr.h{h}.b{r}", rope, [proj["q"]], g, (rows, dh)),
+                      self.compute(f"{L}.kr.h{h}.b{r}", rope, [proj["k"]], g, (rows, dh)),
+                      proj["v"])
+        return out
+
+    def attend(self, layer: int, r: int, g: int, h: int, query: str, q0: int,
+               blocks: list[tuple[str, int, str, str]]) -> str:
+        """Head ``h``'s attention of ``query`` (from position ``q0``) over the key blocks
+        ``(name, first position, keys, values)``, contiguous from position 0: scores, the
+        softmax's statistics and probabilities, and ``sum_j P_j V_j``."""
+        L, rows = f"{self.prefix}L{layer}", self.shapes[query][0]
+        scores = [self.compute(f"{L}.S.h{h}.b{r}.{kb}", "attn_scores", [query, k], g,
+                               (rows, self.shapes[k][0]))
+                  for kb, _, k, _ in blocks]
+        stats = self.compute(f"{L}.stats.h{h}.b{r}", op_call("softmax_stats", q0=q0),
+                             scores, g, (rows, 2), self.stats_dtype)
+        probs = [self.compute(f"{L}.P.h{h}.b{r}.{kb}",
+                              op_call("causal_softmax", q0=q0, k0=k0),
+                              [score, stats], g, self.shapes[score])
+                 for (kb, k0, _, _), score in zip(blocks, scores)]
+        return self.compute(f"{L}.O.h{h}.b{r}", "attn_values",
+                            probs + [v for _, _, _, v in blocks], g,
+                            (rows, self.c.head_dim))
+
+    def attn_out(self, layer: int, r: int, g: int, outs: list[str]) -> str:
+        """GPU ``g``'s heads' outputs ``outs`` times its columns of ``W_o``: a partial sum."""
+        c = self.c
+        wo = self.weight(f"L{layer}.wo.g{g}", (c.dim, c.heads // self.gpus * c.head_dim))
+        return self.compute(f"{self.prefix}L{layer}.attn_out.g{g}.b{r}", "linear", [*outs, wo],
+                            g, (self.shapes[outs[0]][0], c.dim))
 
     def mlp(self, layer: int, r: int, g: int, xn: str) -> str:
         """GPU ``g``'s slice of the SwiGLU MLP on row block ``r``: a partial sum."""

@@ -75,6 +75,7 @@ from .linear import (
     matmul,
 )
 from .norm import (
+    argmax,
     cross_entropy,
     cross_entropy_backward,
     layernorm,
@@ -89,7 +90,7 @@ from .norm import (
 __all__ = ["ADAM_EPS", "ADAM_LR", "KERNELS", "NORM_EPS", "SGD_LR", "Kernel", "KernelError",
            "aligned", "check_runnable", "initial_value", "kernel", "kernel_for", "tensor_shape",
            "view",
-           "adam_update", "add", "attn_delta", "attn_dk", "attn_dprobs", "attn_dq",
+           "adam_update", "add", "argmax", "attn_delta", "attn_dk", "attn_dprobs", "attn_dq",
            "attn_scores", "attn_values", "cast", "causal_softmax", "combine", "copy",
            "cross_entropy", "cross_entropy_backward", "embedding", "embedding_backward", "gelu",
            "gelu_backward", "layernorm", "layernorm_backward", "layernorm_dbias",

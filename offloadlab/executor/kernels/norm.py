@@ -231,6 +231,16 @@ def cross_entropy(xp, out, args, scratch, tokens: int = 1) -> None:
     xp.multiply(out, -1.0 / tokens, out=out)
 
 
+@kernel_for("argmax")
+def argmax(xp, out, args, scratch) -> None:
+    """The index of the largest entry of the last row of ``args[0]``, into ``out`` (shape
+    (1,)): greedy decoding's next token (ties to the first, on NumPy and CuPy alike)."""
+    if len(args) != 1 or out.shape != (1,) or args[0].ndim < 1:
+        raise KernelError(f"argmax takes one tensor and gives shape (1,), got inputs "
+                          f"{[a.shape for a in args]} for {out.shape}")
+    out[0] = xp.argmax(as_rows(args[0])[-1])
+
+
 @kernel_for("cross_entropy_backward", _ce_scratch)
 def cross_entropy_backward(xp, out, args, scratch, tokens: int = 1) -> None:
     """``(softmax(logits) - onehot(label)) / tokens``."""

@@ -71,8 +71,8 @@ def cost_model(graph: TaskGraph, machine: Machine, st: Structure) -> CostModel:
     compute = [0.0] * n
     per_step = [0] * len(st.steps)
     work = [0] * len(st.steps)
-    for j, layer in enumerate(st.weights):
-        weights[j] = sum(graph[w].bytes for w in layer)
+    for j in range(n):
+        weights[j] = sum(graph[w].bytes for w in st.weights[j % st.width])
     for s, ids in enumerate(st.computes):
         j, live = st.steps[s][0], 0
         for t in ids:
@@ -82,8 +82,12 @@ def cost_model(graph: TaskGraph, machine: Machine, st: Structure) -> CostModel:
             if role == "cache":
                 cache[j] += size
                 per_step[s] += size
-                if st.readers[t][-1] > s + 1:
-                    reads[j] += size
+                own = [m for m in st.readers[t] if st.token(m) == st.token(s)]
+                if own and own[-1] > s + 1:
+                    reads[j] += size      # read back by its token's later GPU batches
+                for layer in sorted({st.steps[m][0] for m in st.readers[t]
+                                     if st.token(m) > st.token(s)}):
+                    reads[layer] += size  # read back by each later token's step
             elif role == "hidden":
                 hidden[j] += size
                 hidden_in[st.steps[st.readers[t][0]][0]] += size
@@ -99,7 +103,8 @@ def cost_model(graph: TaskGraph, machine: Machine, st: Structure) -> CostModel:
                     for s in range(len(st.steps)))
     return CostModel(tuple(weights), tuple(cache), tuple(reads), tuple(hidden),
                      tuple(hidden_in), tuple(compute), sum(graph[u].bytes for u in st.tokens),
-                     batch, workspace, machine.host_rate("h2d"), machine.host_rate("d2h"))
+                     batch, workspace, machine.host_rate("h2d"), machine.host_rate("d2h"),
+                     st.gen_len)
 
 
 def corners(options: FlexGenOptions) -> list[dict[str, float]]:
@@ -136,8 +141,7 @@ def _plan(graph: TaskGraph, machine: Machine, st: Structure, policy: Policy) -> 
 def _refuse(graph: TaskGraph, machine: Machine, st: Structure, policy: Policy, plan: Plan,
             what: str) -> PlanError:
     gpu, cap = graph.gpus()[0], machine.gpu_memory
-    j, k = st.steps[plan.peak_step] if plan.peak_step >= 0 else (0, 0)
-    where = "at start-up" if plan.peak_step < 0 else f"at layer {j}, GPU batch {k}"
+    where = "at start-up" if plan.peak_step < 0 else st.where(plan.peak_step)
     settings = (f"w_gpu_percent={policy.w_gpu_percent:g}, cache_gpu_percent="
                 f"{policy.cache_gpu_percent:g}, act_gpu_percent={policy.act_gpu_percent:g}")
     if plan.peak > cap:

@@ -126,8 +126,13 @@ def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[
     act_gpu = policy.act_gpu_percent >= 100
 
     def before(m: int) -> int:
-        """The step that loads what step ``m`` reads."""
+        """The step that loads the hidden states step ``m`` reads."""
         return m - 1 if overlap and multi else m
+
+    def ahead(m: int) -> int:
+        """The step that loads the cache step ``m`` reads: the step before, with one GPU
+        batch too (``load_cache(i, j + 1, 0)``)."""
+        return m - 1 if overlap else m
 
     def resource(kind: str) -> str:
         if not overlap:
@@ -139,27 +144,40 @@ def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[
     loads: dict[int, list[Op]] = {}      # step -> loads and reloads it issues
     copy: dict[tuple[str, int], str] = {}   # (tensor, reader step) -> the copy it reads
 
-    def move(kind: str, of: str, step: int, source: str, kept: bool = False) -> Op:
-        op = Op(f"{kind}:{of}@{gpu}", kind, graph[of].bytes, step, resource(kind), (source,),
-                of=of, kept=kept)
+    def move(kind: str, of: str, step: int, source: str, kept: bool = False,
+             token: int = 0) -> Op:
+        tail = f"#{token}" if token else ""     # a later token's copy
+        op = Op(f"{kind}:{of}@{gpu}{tail}", kind, graph[of].bytes, step, resource(kind),
+                (source,), of=of, kept=kept)
         if kind == "offload":
             (after if step == st.step_of[of] else stores).setdefault(step, []).append(op)
         else:
             loads.setdefault(step, []).append(op)
         return op
 
+    def by_token(steps: list[int]) -> list[list[int]]:
+        """``steps`` (ascending) grouped by the token they compute."""
+        groups: dict[int, list[int]] = {}
+        for m in steps:
+            groups.setdefault(st.token(m), []).append(m)
+        return list(groups.values())
+
     first = {j: st.layer_steps(j)[0] for j in range(st.layers)}
-    for j, layer in enumerate(st.weights):
+    for layer in st.weights:
         for w in layer:
-            if w in on_gpu_w:
-                step = START
-            elif overlap:
-                step = first[j - 1] if j else START
-            else:
-                step = first[j]
-            op = move("load", w, step, w, kept=w in on_gpu_w)
-            for m in st.readers[w]:
-                copy[w, m] = op.id
+            # loaded once if its home is the GPU, else once per token (load_weight(i, j, k))
+            groups = [st.readers[w]] if w in on_gpu_w else by_token(st.readers[w])
+            for group in groups:
+                j = st.steps[group[0]][0]
+                if w in on_gpu_w:
+                    step = START
+                elif overlap:
+                    step = first[j - 1] if j else START
+                else:
+                    step = first[j]
+                op = move("load", w, step, w, kept=w in on_gpu_w, token=st.token(group[0]))
+                for m in group:
+                    copy[w, m] = op.id
     for u in st.tokens:
         op = move("load", u, max(START, before(st.readers[u][0])), u)
         for m in st.readers[u]:
@@ -175,9 +193,11 @@ def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[
                 store = min(n + 1, S - 1)
             off = move("offload", t, store, t)
             late = [m for m in st.readers.get(t, ()) if m > store]
-            if late:
-                back = move("reload", t, max(before(late[0]), store), off.id)
-                for m in late:
+            # read back once per token that reads it (load_cache, load_hidden)
+            for group in by_token(late):
+                at = ahead(group[0]) if role == "cache" else before(group[0])
+                back = move("reload", t, max(at, store), off.id, token=st.token(group[0]))
+                for m in group:
                     copy[t, m] = back.id
 
     ops: list[Op] = [Op(u, "input", graph[u].bytes, START, "", task=u)

@@ -1,5 +1,5 @@
-"""A LLaMA prefill TaskGraph read as FlexGen reads a model (``flexgen/flex_opt.py``, ``OptLM``):
-its layers and GPU batches, and what each tensor is to FlexGen's policy.
+"""A LLaMA prefill or generation TaskGraph read as FlexGen reads a model (``flexgen/flex_opt.py``,
+``OptLM``): its layers and GPU batches, and what each tensor is to FlexGen's policy.
 
 FlexGen's layers are the input embedding (layer 0), the decoder layers (1..L) and the output
 embedding (L + 1): a vertex of ``llama-prefill`` belongs to layer 0 if it is ``embed.*``, to
@@ -9,6 +9,14 @@ reader.  A GPU batch is a row block (``.b<r>``; ``logits.s<s>`` is its input's):
 fixes FlexGen's block, the ``batch`` prompts, and a GPU batch is one row block of one prompt.
 A *step* is one layer on one GPU batch, ``compute_layer(i, j, k)``; steps run layer by layer,
 each layer's GPU batches in order (the zig-zag block order).
+
+A generation (``llama-generate``) runs FlexGen's ``gen_len`` tokens: the prefill (token
+``i = 0``) and each decode step ``d<i>.`` (``i`` >= 1) through all of the layers, a decode row
+being its sequence's last row block.  The tokens' layers are unrolled: token ``i``'s layer
+``j`` is layer ``i * width + j`` here (``width`` FlexGen's layers, L + 2), so that the steps
+run in FlexGen's order ``(i, j, k)`` and the prefill's structure is that of ``gen_len`` 1.
+A weight belongs to a layer of the model (``weights`` holds ``width`` lists), read by the
+same layer of every token.
 
 Each computed tensor is, to the policy, a part of the KV cache (``L<j>.kr.*`` and
 ``L<j>.v.*``, the rotated keys and the values), a hidden state (read in a later layer), one of
@@ -27,8 +35,10 @@ from ...core.ops import UPDATE_OPS, touched_bytes
 from ...core.taskgraph import Task, TaskGraph
 
 _DECODER = re.compile(r"L(\d+)\.")
-_ROW = re.compile(r"\.b(\d+)(?:\.k\d+)?$")
-_CACHE = re.compile(r"L\d+\.(?:kr|v)\.h\d+\.b\d+$")
+_ROW = re.compile(r"\.b(\d+)(?:\.[kt]\d+)?$")
+_CACHE = re.compile(r"(?:d\d+\.)?L\d+\.(?:kr|v)\.h\d+\.b\d+$")
+_TOKEN = re.compile(r"d(\d+)\.")
+WORKLOADS = ("llama-prefill", "llama-generate")
 TOKENS = "tokens."
 
 Step = tuple[int, int]      # (FlexGen layer, GPU batch)
@@ -38,7 +48,7 @@ Step = tuple[int, int]      # (FlexGen layer, GPU batch)
 class Structure:
     """The TaskGraph by FlexGen's layers and GPU batches."""
 
-    layers: int                                  # FlexGen's: L + 2
+    layers: int                                  # FlexGen's L + 2, times the tokens
     batches: int                                 # GPU batches: the row blocks
     steps: list[Step] = field(default_factory=list)            # in run order
     computes: list[list[str]] = field(default_factory=list)    # per step, in TaskGraph order
@@ -48,16 +58,34 @@ class Structure:
     role: dict[str, str] = field(default_factory=dict)  # compute -> cache/hidden/output/work
     readers: dict[str, list[int]] = field(default_factory=dict)  # tensor -> reader steps
     last_reader: dict[str, str] = field(default_factory=dict)   # tensor -> in TaskGraph order
+    width: int = 0                               # FlexGen's layers, L + 2
 
     def layer_steps(self, layer: int) -> list[int]:
         return [s for s, (j, _) in enumerate(self.steps) if j == layer]
 
+    @property
+    def gen_len(self) -> int:
+        """FlexGen's ``gen_len``: the tokens generated, the prefill's first among them."""
+        return self.layers // self.width
+
+    def token(self, step: int) -> int:
+        """The token (0: the prefill) step ``step`` computes."""
+        return self.steps[step][0] // self.width
+
+    def where(self, step: int) -> str:
+        """Step ``step`` in FlexGen's terms, for messages."""
+        j, k = self.steps[step]
+        if self.gen_len == 1:
+            return f"at layer {j}, GPU batch {k}"
+        return f"at token {j // self.width}, layer {j % self.width}, GPU batch {k}"
+
 
 def applies(graph: TaskGraph) -> None:
-    """Raise PlanError unless ``graph`` is a one-GPU LLaMA prefill (``llama-prefill``)."""
-    if not graph.name.startswith("llama-prefill") or not {"layers", "heads"} <= set(graph.meta):
-        raise PlanError(f"flexgen plans LLaMA inference (llama-prefill): TaskGraph "
-                        f"{graph.name!r} is not one")
+    """Raise PlanError unless ``graph`` is a one-GPU LLaMA prefill or generation
+    (``llama-prefill``, ``llama-generate``)."""
+    if not graph.name.startswith(WORKLOADS) or not {"layers", "heads"} <= set(graph.meta):
+        raise PlanError(f"flexgen plans LLaMA inference (llama-prefill, llama-generate): "
+                        f"TaskGraph {graph.name!r} is not one")
     gpus = graph.gpus()
     if len(gpus) != 1:
         raise PlanError(f"flexgen offloads one GPU's model (its multi-GPU mode is pipeline "
@@ -69,18 +97,22 @@ def applies(graph: TaskGraph) -> None:
 
 
 def _layer(t: Task, decoders: int) -> int:
-    m = _DECODER.match(t.id)
+    """``t``'s layer, unrolled over the tokens (see the module's docstring)."""
+    token = _TOKEN.match(t.id)
+    id = t.id[token.end():] if token else t.id
+    first = int(token.group(1)) * (decoders + 2) if token else 0
+    m = _DECODER.match(id)
     if m:
-        return int(m.group(1)) + 1
-    if t.id.startswith("embed."):
-        return 0
-    if t.id.startswith(("final_norm.", "logits.")):
-        return decoders + 1
+        return first + int(m.group(1)) + 1
+    if id.startswith("embed."):
+        return first
+    if id.startswith(("final_norm.", "logits.", "token.")):
+        return first + decoders + 1
     raise PlanError(f"flexgen: vertex {t.id!r} belongs to none of the LLaMA model's layers")
 
 
 def structure(graph: TaskGraph) -> Structure:
-    """FlexGen's view of ``graph`` (a LLaMA prefill; :func:`applies`)."""
+    """FlexGen's view of ``graph`` (a LLaMA prefill or generation; :func:`applies`)."""
     decoders = int(graph.meta["layers"])
     step: dict[str, Step] = {}
     for t in graph:
@@ -95,10 +127,12 @@ def structure(graph: TaskGraph) -> Structure:
             raise PlanError(f"flexgen: vertex {t.id!r} belongs to no GPU batch (row block)")
         step[t.id] = (_layer(t, decoders), row)
     steps = sorted(set(step.values()))
-    st = Structure(decoders + 2, 1 + max(k for _, k in steps), steps)
+    width = decoders + 2
+    st = Structure(width * (1 + int(graph.meta.get("gen", 0))), 1 + max(k for _, k in steps),
+                   steps, width=width)
     number = {s: i for i, s in enumerate(steps)}
     st.computes = [[] for _ in steps]
-    st.weights = [[] for _ in range(st.layers)]
+    st.weights = [[] for _ in range(width)]
     seen: set[str] = set()
     for t in graph:
         if t.kind != "compute":
@@ -121,7 +155,7 @@ def structure(graph: TaskGraph) -> Structure:
                 if u.startswith(TOKENS):
                     st.tokens.append(u)
                 else:
-                    st.weights[steps[s][0]].append(u)
+                    st.weights[steps[s][0] % width].append(u)
     for u, at in st.readers.items():
         st.readers[u] = sorted(set(at))
     for v, s in st.step_of.items():
