@@ -120,99 +120,118 @@ def cache_on_gpu(heads: int, cache_gpu_percent: float, gpu_batch_size: int = 1) 
 
 def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[Op]:
     """The ops of FlexGen's block schedule under ``policy``, in the order it issues them."""
-    S, multi, overlap = len(st.steps), st.batches > 1, policy.overlap
-    on_gpu_w = gpu_weights(graph, st, policy.w_gpu_percent)
-    cache_gpu = cache_on_gpu(int(graph.meta["heads"]), policy.cache_gpu_percent)
-    act_gpu = policy.act_gpu_percent >= 100
-
-    def before(m: int) -> int:
-        """The step that loads the hidden states step ``m`` reads."""
-        return m - 1 if overlap and multi else m
-
-    def ahead(m: int) -> int:
-        """The step that loads the cache step ``m`` reads: the step before, with one GPU
-        batch too (``load_cache(i, j + 1, 0)``)."""
-        return m - 1 if overlap else m
-
-    def resource(kind: str) -> str:
-        if not overlap:
-            return "all"
-        return {"compute": "gpu", "offload": "d2h"}.get(kind, "h2d")
-
-    stores: dict[int, list[Op]] = {}     # step -> offloads of what earlier steps wrote
-    after: dict[int, list[Op]] = {}      # step -> offloads of what it wrote
-    loads: dict[int, list[Op]] = {}      # step -> loads and reloads it issues
-    copy: dict[tuple[str, int], str] = {}   # (tensor, reader step) -> the copy it reads
-
-    def move(kind: str, of: str, step: int, source: str, kept: bool = False,
-             token: int = 0) -> Op:
-        tail = f"#{token}" if token else ""     # a later token's copy
-        op = Op(f"{kind}:{of}@{gpu}{tail}", kind, graph[of].bytes, step, resource(kind),
-                (source,), of=of, kept=kept)
-        if kind == "offload":
-            (after if step == st.step_of[of] else stores).setdefault(step, []).append(op)
-        else:
-            loads.setdefault(step, []).append(op)
-        return op
-
-    def by_token(steps: list[int]) -> list[list[int]]:
-        """``steps`` (ascending) grouped by the token they compute."""
-        groups: dict[int, list[int]] = {}
-        for m in steps:
-            groups.setdefault(st.token(m), []).append(m)
-        return list(groups.values())
-
-    first = {j: st.layer_steps(j)[0] for j in range(st.layers)}
-    for layer in st.weights:
-        for w in layer:
-            # loaded once if its home is the GPU, else once per token (load_weight(i, j, k))
-            groups = [st.readers[w]] if w in on_gpu_w else by_token(st.readers[w])
-            for group in groups:
-                j = st.steps[group[0]][0]
-                if w in on_gpu_w:
-                    step = START
-                elif overlap:
-                    step = first[j - 1] if j else START
-                else:
-                    step = first[j]
-                op = move("load", w, step, w, kept=w in on_gpu_w, token=st.token(group[0]))
-                for m in group:
-                    copy[w, m] = op.id
+    issued = _Issued(graph, st, gpu, policy.overlap)
+    issued.weights(gpu_weights(graph, st, policy.w_gpu_percent))
     for u in st.tokens:
-        op = move("load", u, max(START, before(st.readers[u][0])), u)
+        op = issued.move("load", u, max(START, issued.before(st.readers[u][0])), u)
         for m in st.readers[u]:
-            copy[u, m] = op.id
-    for t, role in st.role.items():
-        n = st.step_of[t]
-        for m in st.readers.get(t, ()):
-            copy[t, m] = t
-        if role == "cache" and not cache_gpu or role == "hidden" and not act_gpu:
-            if not overlap or role == "hidden" and not multi:
-                store = n
-            else:
-                store = min(n + 1, S - 1)
-            off = move("offload", t, store, t)
-            late = [m for m in st.readers.get(t, ()) if m > store]
-            # read back once per token that reads it (load_cache, load_hidden)
-            for group in by_token(late):
-                at = ahead(group[0]) if role == "cache" else before(group[0])
-                back = move("reload", t, max(at, store), off.id, token=st.token(group[0]))
-                for m in group:
-                    copy[t, m] = back.id
+            issued.copy[u, m] = op.id
+    cache_gpu = cache_on_gpu(int(graph.meta["heads"]), policy.cache_gpu_percent)
+    issued.homes_on_host(cache_gpu, policy.act_gpu_percent >= 100)
 
     ops: list[Op] = [Op(u, "input", graph[u].bytes, START, "", task=u)
                      for layer in st.weights for u in layer]
     ops += [Op(u, "input", graph[u].bytes, START, "", task=u) for u in st.tokens]
-    for s in range(START, S):
-        ops += stores.get(s, []) + loads.get(s, [])
+    for s in range(START, len(st.steps)):
+        ops += issued.stores.get(s, []) + issued.loads.get(s, [])
         for t in st.computes[s] if s >= 0 else ():
             task = graph[t]
             role = st.role[t]
-            ops.append(Op(t, "compute", task.bytes, s, resource("compute"),
-                          tuple(copy[u, s] for u in task.inputs), task=t,
+            ops.append(Op(t, "compute", task.bytes, s, issued.resource("compute"),
+                          tuple(issued.copy[u, s] for u in task.inputs), task=t,
                           kept=role == "output" or role == "cache" and cache_gpu))
-        ops += after.get(s, [])
+        ops += issued.after.get(s, [])
     return ops
+
+
+class _Issued:
+    """The copies FlexGen's loop issues, by step, as :func:`schedule` collects them."""
+
+    def __init__(self, graph: TaskGraph, st: Structure, gpu: str, overlap: bool):
+        self.graph, self.st, self.gpu, self.overlap = graph, st, gpu, overlap
+        self.multi = st.batches > 1
+        self.stores: dict[int, list[Op]] = {}   # step -> offloads of what earlier steps wrote
+        self.after: dict[int, list[Op]] = {}    # step -> offloads of what it wrote
+        self.loads: dict[int, list[Op]] = {}    # step -> loads and reloads it issues
+        self.copy: dict[tuple[str, int], str] = {}  # (tensor, reader step) -> its copy
+
+    def before(self, m: int) -> int:
+        """The step that loads the hidden states step ``m`` reads."""
+        return m - 1 if self.overlap and self.multi else m
+
+    def ahead(self, m: int) -> int:
+        """The step that loads the cache step ``m`` reads: the step before, with one GPU
+        batch too (``load_cache(i, j + 1, 0)``)."""
+        return m - 1 if self.overlap else m
+
+    def resource(self, kind: str) -> str:
+        if not self.overlap:
+            return "all"
+        return {"compute": "gpu", "offload": "d2h"}.get(kind, "h2d")
+
+    def move(self, kind: str, of: str, step: int, source: str, kept: bool = False,
+             token: int = 0) -> Op:
+        """Issue a copy of ``of`` at ``step``."""
+        tail = f"#{token}" if token else ""     # a later token's copy
+        op = Op(f"{kind}:{of}@{self.gpu}{tail}", kind, self.graph[of].bytes, step,
+                self.resource(kind), (source,), of=of, kept=kept)
+        if kind == "offload":
+            at = self.after if step == self.st.step_of[of] else self.stores
+            at.setdefault(step, []).append(op)
+        else:
+            self.loads.setdefault(step, []).append(op)
+        return op
+
+    def by_token(self, steps: list[int]) -> list[list[int]]:
+        """``steps`` (ascending) grouped by the token they compute."""
+        groups: dict[int, list[int]] = {}
+        for m in steps:
+            groups.setdefault(self.st.token(m), []).append(m)
+        return list(groups.values())
+
+    def weights(self, on_gpu: set[str]) -> None:
+        """Each weight loaded once if its home is the GPU, else once per token
+        (``load_weight(i, j, k)``): with ``overlap`` in the previous layer's first step."""
+        st = self.st
+        first = {j: st.layer_steps(j)[0] for j in range(st.layers)}
+        for layer in st.weights:
+            for w in layer:
+                groups = [st.readers[w]] if w in on_gpu else self.by_token(st.readers[w])
+                for group in groups:
+                    j = st.steps[group[0]][0]
+                    if w in on_gpu:
+                        step = START
+                    elif self.overlap:
+                        step = first[j - 1] if j else START
+                    else:
+                        step = first[j]
+                    op = self.move("load", w, step, w, kept=w in on_gpu,
+                                   token=st.token(group[0]))
+                    for m in group:
+                        self.copy[w, m] = op.id
+
+    def homes_on_host(self, cache_gpu: bool, act_gpu: bool) -> None:
+        """Cache and hidden states whose home is the host: stored after the step that wrote
+        them (the next one with ``overlap`` and several GPU batches) and read back once per
+        token that reads them (``load_cache``, ``load_hidden``)."""
+        st, S = self.st, len(self.st.steps)
+        for t, role in st.role.items():
+            n = st.step_of[t]
+            for m in st.readers.get(t, ()):
+                self.copy[t, m] = t
+            if role == "cache" and not cache_gpu or role == "hidden" and not act_gpu:
+                if not self.overlap or role == "hidden" and not self.multi:
+                    store = n
+                else:
+                    store = min(n + 1, S - 1)
+                off = self.move("offload", t, store, t)
+                late = [m for m in st.readers.get(t, ()) if m > store]
+                for group in self.by_token(late):
+                    at = self.ahead(group[0]) if role == "cache" else self.before(group[0])
+                    back = self.move("reload", t, max(at, store), off.id,
+                                     token=st.token(group[0]))
+                    for m in group:
+                        self.copy[t, m] = back.id
 
 
 def lay_out(graph: TaskGraph, ops: list[Op], gpu: str, capacity: int) -> Plan:
