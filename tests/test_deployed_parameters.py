@@ -307,10 +307,10 @@ def test_the_cpu_step_is_the_same_in_every_process(spec):
     plan changed with the process's string hash seed."""
     code = ("import hashlib; from offloadlab.core.machine import machine_from_spec; "
             "from offloadlab.core.workloads import build_workload; "
-            "from offloadlab.planner import plan; "
+            "from offloadlab.core.formats import to_json; from offloadlab.planner import plan; "
             "g = build_workload('model:name=mlp,mode=train,gpus=1'); "
-            f"print(hashlib.sha1(plan(g, machine_from_spec('p100x4:gpus=1'), '{spec}')"
-            ".to_json().encode()).hexdigest())")
+            f"print(hashlib.sha1(to_json(plan(g, machine_from_spec('p100x4:gpus=1'), '{spec}'))"
+            ".encode()).hexdigest())")
     digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
                for seed in ("1", "2", "3")}

@@ -15,7 +15,7 @@ from offloadlab.core.workloads import build_workload
 from offloadlab.lab import COLUMNS, compare, gantt, lane_key, memory_plot, run_all, table
 
 REPO = Path(__file__).resolve().parents[1]
-CI_COMMAND = 'pip install ".[test]" && python -m pytest'
+CI_COMMAND = 'pip install ".[test]" && python -m pytest -n auto'
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
