@@ -7,12 +7,17 @@ are free: its engine (a GPU's compute engine, a link direction, a GPU->GPU link,
 for host copies on a machine with host buses, its bus after the engine.  Each resource runs the
 vertices of its ``sequence``; a GPU's compute engine has ``streams`` slots, any other resource
 one.  How long a vertex runs and which ready vertex goes first are left to the caller (the
-cost model and :mod:`offloadlab.core.dispatch`).
+cost model and :mod:`offloadlab.core.dispatch`).  The data edges, as two integer arrays, are
+what the memory accounting (:mod:`offloadlab.core.memory`) needs of the run's edges.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
+
+import numpy as np
 
 from .devices import is_gpu
 from .machine import Machine
@@ -31,6 +36,8 @@ class Contract:
     holds : the resources each vertex holds while it runs: ``()`` for an input (it needs
         none and finishes the moment it is ready), ``(engine,)``, or ``(engine, bus)``.
     sequences : each resource's vertices, in planner order.
+    data : the data edges as ``(sources, targets)`` arrays of vertex numbers (int64), by
+        source, then in the order of the source's successors.
     """
 
     vertices: list[MemVertex]
@@ -38,16 +45,26 @@ class Contract:
     waiting: list[int]
     holds: list[tuple[str, ...]]
     sequences: dict[str, list[int]]
+    data: tuple[np.ndarray, np.ndarray]
 
 
 def contract(memgraph: MemGraph, machine: Machine) -> Contract:
     """The run structure of ``memgraph`` on ``machine``; refuses a vertex on a device the
     machine lacks (:meth:`Machine.check_devices`)."""
-    machine.check_devices({d for v in memgraph for d in v.device.split("->")})
-    vertices = sorted(memgraph, key=lambda v: v.order)
+    machine.check_devices({d for device in {v.device for v in memgraph}
+                           for d in device.split("->")})
+    vertices = sorted(memgraph, key=attrgetter("order"))
     index = {v.id: i for i, v in enumerate(vertices)}
-    succ = [list(map(index.__getitem__, memgraph.succ[v.id])) for v in vertices]
-    waiting = [len(memgraph.pred[v.id]) for v in vertices]
+    number = index.__getitem__
+    out = [memgraph.succ[v.id] for v in vertices]
+    succ = [list(map(number, targets)) for targets in out]
+    pred = memgraph.pred
+    waiting = [len(pred[v.id]) for v in vertices]
+    edges = sum(map(len, succ))
+    targets = np.fromiter(chain.from_iterable(succ), np.int64, edges)
+    sources = np.repeat(np.arange(len(vertices), dtype=np.int64),
+                        np.fromiter(map(len, succ), np.int64, len(succ)))
+    is_data = np.array(list(chain.from_iterable(map(dict.values, out))), dtype=object) == "data"
     cache: dict[tuple[str, str], tuple[str, ...]] = {}
     holds: list[tuple[str, ...]] = []
     sequences: dict[str, list[int]] = {}
@@ -59,7 +76,8 @@ def contract(memgraph: MemGraph, machine: Machine) -> Contract:
         holds.append(held)
         for name in held:
             sequences.setdefault(name, []).append(i)
-    return Contract(vertices, succ, waiting, holds, sequences)
+    return Contract(vertices, succ, waiting, holds, sequences,
+                    (sources[is_data], targets[is_data]))
 
 
 def slots(resource: str, streams: int) -> int:

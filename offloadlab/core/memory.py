@@ -44,21 +44,65 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     on; sorted by time, then device.  The trace must hold a single run.
     """
     vertices, index, begin, end, run_end = _run_times(trace, memgraph)
-    located, since, until = _gpu_lifetimes(memgraph, vertices, index, begin, end, run_end)
+    return _memory(vertices, data_edges(memgraph, vertices, index), begin, end, run_end)
+
+
+def run_memory_and_peaks(vertices: Sequence[MemVertex], data: tuple[np.ndarray, np.ndarray],
+                         start: Sequence[float], end: Sequence[float], gpus: Sequence[str]
+                         ) -> tuple[pd.DataFrame, dict[str, int]]:
+    """:func:`memory_and_peaks` of a run in which every vertex ran, from per-vertex lists
+    (``vertices`` in any order, ``data`` its data edges by position as
+    :class:`~offloadlab.core.contract.Contract` gives them): what the simulator reports,
+    without going through its trace."""
+    inputs = _inputs(vertices)
+    begin = np.where(inputs, 0.0, np.asarray(start, dtype=float))
+    ended = np.where(inputs, np.nan, np.asarray(end, dtype=float))
+    run_end = float(ended[~inputs].max()) if not inputs.all() else 0.0
+    memory = _memory(vertices, data, begin, ended, run_end)
+    return memory, _peaks(memory, (*gpus, HOST))
+
+
+def _memory(vertices: Sequence[MemVertex], data: tuple[np.ndarray, np.ndarray],
+            begin: np.ndarray, end: np.ndarray, run_end: float) -> pd.DataFrame:
+    """:func:`memory_over_time` from when each vertex began and ended (NaN: it did not run;
+    inputs began at 0 and have no end) and the run's end."""
+    last = _last_reads(len(vertices), data, end)
+    located, since, until = _gpu_lifetimes(vertices, begin, last, run_end)
     locs: list[Loc] = [v.loc for v in located]                # type: ignore[misc]
-    devices = [loc.device for loc in locs]
     size = np.array([loc.size for loc in locs], dtype=np.int64)
-    held_from, held_until, held = host_lifetimes(vertices, memgraph.succ, index, begin.tolist(),
-                                                 end.tolist(), run_end)
-    changes = (pd.DataFrame({
-        "device": devices * 2 + [HOST] * (2 * len(held)),
-        "time": np.concatenate([since, until, held_from, held_until]),
-        "bytes": np.concatenate([size, -size, held, -held])})
-        .groupby(["device", "time"], sort=True)["bytes"].sum())
-    changes = changes[changes != 0]
-    used = changes.groupby(level="device").cumsum().reset_index()
-    return used.sort_values(["time", "device"], kind="stable")[["time", "device", "bytes"]] \
-               .reset_index(drop=True)
+    held_from, held_until, held = _host_lifetimes(vertices, begin, end, last, run_end)
+    return _steps([loc.device for loc in locs] * 2 + [HOST] * (2 * len(held)),
+                  np.concatenate([since, until, held_from, held_until]),
+                  np.concatenate([size, -size, held, -held]))
+
+
+def _steps(devices: list[str], times: np.ndarray, change: np.ndarray) -> pd.DataFrame:
+    """The use per device over time from its changes (``change`` bytes on ``devices[k]`` at
+    ``times[k]``; a NaN time is left out): one row per device and time where the use changes,
+    sorted by time, then device."""
+    names = sorted(set(devices))
+    lookup = {name: k for k, name in enumerate(names)}
+    code = np.fromiter(map(lookup.__getitem__, devices), np.int64, len(devices))
+    keep = ~np.isnan(times)
+    code, times, change = code[keep], times[keep], change[keep]
+    order = np.lexsort((times, code))                 # by device, then time
+    code, times, change = code[order], times[order], change[order]
+    first = np.ones(len(code), dtype=bool)
+    first[1:] = (code[1:] != code[:-1]) | (times[1:] != times[:-1])
+    starts = np.flatnonzero(first)
+    code, times = code[starts], times[starts]
+    total = np.add.reduceat(change, starts) if len(starts) else change[:0]
+    kept = total != 0
+    code, times, total = code[kept], times[kept], total[kept]
+    used = np.cumsum(total)
+    begins = np.ones(len(code), dtype=bool)
+    begins[1:] = code[1:] != code[:-1]
+    before = (used - total)[begins]                   # the sum before each device's first row
+    used = used - before[np.cumsum(begins) - 1]
+    rows = np.lexsort((code, times))                  # by time, then device
+    return pd.DataFrame({"time": times[rows],
+                         "device": [names[k] for k in code[rows].tolist()],
+                         "bytes": used[rows]})
 
 
 def gpu_lifetimes(trace: pd.DataFrame, memgraph: MemGraph
@@ -67,7 +111,27 @@ def gpu_lifetimes(trace: pd.DataFrame, memgraph: MemGraph
     ``loc.size`` bytes (:func:`memory_over_time`'s rule): the vertices, their starts, their
     ends."""
     vertices, index, begin, end, run_end = _run_times(trace, memgraph)
-    return _gpu_lifetimes(memgraph, vertices, index, begin, end, run_end)
+    last = _last_reads(len(vertices), data_edges(memgraph, vertices, index), end)
+    return _gpu_lifetimes(vertices, begin, last, run_end)
+
+
+def data_edges(memgraph: MemGraph, vertices: Sequence[MemVertex],
+               index: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The MemGraph's data edges as ``(sources, targets)`` arrays of positions in
+    ``vertices`` (``index``: id -> position)."""
+    sources: list[int] = []
+    targets: list[int] = []
+    succ = memgraph.succ
+    for i, v in enumerate(vertices):
+        for w, kind in succ[v.id].items():
+            if kind == "data":
+                sources.append(i)
+                targets.append(index[w])
+    return np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64)
+
+
+def _inputs(vertices: Sequence[MemVertex]) -> np.ndarray:
+    return np.array([v.kind == "input" for v in vertices], dtype=bool)
 
 
 def _run_times(trace: pd.DataFrame, memgraph: MemGraph
@@ -85,34 +149,30 @@ def _run_times(trace: pd.DataFrame, memgraph: MemGraph
     start[rows[known]] = trace["start"].to_numpy(dtype=float)[known]
     end[rows[known]] = trace["end"].to_numpy(dtype=float)[known]
     run_end = float(trace["end"].max()) if len(trace) else 0.0
-    begin = np.where(np.isnan(start) & np.array([v.kind == "input" for v in vertices], bool),
-                     0.0, start)
+    begin = np.where(np.isnan(start) & _inputs(vertices), 0.0, start)
     return vertices, index, begin, end, run_end
 
 
-def _gpu_lifetimes(memgraph: MemGraph, vertices: list[MemVertex], index: dict[str, int],
-                   begin: np.ndarray, end: np.ndarray, run_end: float
-                   ) -> tuple[list[MemVertex], np.ndarray, np.ndarray]:
+def _last_reads(n: int, data: tuple[np.ndarray, np.ndarray], end: np.ndarray) -> np.ndarray:
+    """When each of ``n`` vertices' last data reader that ran ended (-inf: none ran)."""
+    sources, targets = data
+    last = np.full(n, -np.inf)
+    read_end = end[targets]
+    traced = ~np.isnan(read_end)
+    np.maximum.at(last, sources[traced], read_end[traced])
+    return last
+
+
+def _gpu_lifetimes(vertices: Sequence[MemVertex], begin: np.ndarray, last: np.ndarray,
+                   run_end: float) -> tuple[list[MemVertex], np.ndarray, np.ndarray]:
     ran = (~np.isnan(begin)).tolist()
     located = [i for i, v in enumerate(vertices) if v.loc is not None and ran[i]]
-    # the end of each located vertex's last data reader (-inf: none in the trace)
-    succ = memgraph.succ
-    sources: list[int] = []
-    readers: list[int] = []
-    for k, i in enumerate(located):
-        for w, kind in succ[vertices[i].id].items():
-            if kind == "data":
-                sources.append(k)
-                readers.append(index[w])
-    until = np.full(len(located), -np.inf)
-    read_end = end[np.array(readers, dtype=np.int64)]
-    traced = ~np.isnan(read_end)
-    np.maximum.at(until, np.array(sources, dtype=np.int64)[traced], read_end[traced])
     where = np.array(located, dtype=np.int64)
+    until = last[where]
     locs: list[Loc] = [vertices[i].loc for i in located]   # type: ignore[misc]
     unread = until == -np.inf
     if unread.any():
-        order = np.array([vertices[i].order for i in where.tolist()], dtype=np.int64)
+        order = np.array([vertices[i].order for i in located], dtype=np.int64)
         until[unread] = _overwritten(locs, begin[where], order, unread, run_end)
     return [vertices[i] for i in located], begin[where], until
 
@@ -125,31 +185,42 @@ def host_lifetimes(vertices: Sequence[MemVertex], succ: Mapping[str, Mapping[str
     until the end of its last data reader that ran, else its own end).  ``start``/``end``
     are by position in ``vertices`` (``index``: id -> position), NaN where a vertex did not
     run; ``succ`` is the MemGraph's."""
-    since: list[float] = []
-    until: list[float] = []
-    size: list[int] = []
+    sources: list[int] = []
+    targets: list[int] = []
     for i, v in enumerate(vertices):
-        if not in_host_ram(v):
-            continue
-        if v.kind == "input":
-            since.append(0.0)
-            until.append(run_end)
-            size.append(v.bytes)
-            continue
-        began = start[i]
-        if began != began:                      # NaN: it did not run
-            continue
-        last = end[i]
-        for w, kind in succ[v.id].items():
-            if kind == "data":
-                t = end[index[w]]
-                if t > last:                    # False for NaN: a reader that did not run
-                    last = t
-        since.append(began)
-        until.append(last)
-        size.append(v.bytes)
-    return (np.array(since, dtype=float), np.array(until, dtype=float),
-            np.array(size, dtype=np.int64))
+        if in_host_ram(v):
+            for w, kind in succ[v.id].items():
+                if kind == "data":
+                    sources.append(i)
+                    targets.append(index[w])
+    return run_host_lifetimes(vertices, (np.array(sources, dtype=np.int64),
+                                         np.array(targets, dtype=np.int64)),
+                              start, end, run_end)
+
+
+def run_host_lifetimes(vertices: Sequence[MemVertex], data: tuple[np.ndarray, np.ndarray],
+                       start: Sequence[float], end: Sequence[float], run_end: float
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`host_lifetimes` with the data edges as ``(sources, targets)`` arrays of
+    positions (as :class:`~offloadlab.core.contract.Contract` gives them)."""
+    ended = np.asarray(end, dtype=float)
+    return _host_lifetimes(vertices, np.asarray(start, dtype=float), ended,
+                           _last_reads(len(vertices), data, ended), run_end)
+
+
+def _host_lifetimes(vertices: Sequence[MemVertex], start: np.ndarray, end: np.ndarray,
+                    last: np.ndarray, run_end: float
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    held = np.array([in_host_ram(v) for v in vertices], dtype=bool)
+    inputs = _inputs(vertices)
+    size = np.array([v.bytes for v in vertices], dtype=np.int64)
+    ran = held & ~inputs & ~np.isnan(start)
+    held_in = held & inputs
+    # the entries in vertex order, as the rule lists them
+    keep = np.flatnonzero(held_in | ran)
+    since = np.where(held_in, 0.0, start)[keep]
+    until = np.where(held_in, run_end, np.maximum(end, last))[keep]
+    return since.astype(float), until.astype(float), size[keep]
 
 
 def run_host_peak(since: np.ndarray, until: np.ndarray, size: np.ndarray) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from .devices import lane_key
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from .memgraph import MemVertex
@@ -27,8 +28,9 @@ _DTYPES = {"vertex": object, "kind": object, "device": object, "resource": objec
            "flops": "float64", "source": object, "run": "int64"}
 
 
-def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence]) -> pd.DataFrame:
-    """A trace from a list of row dicts, or from a dict of equal-length columns.
+def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence | np.ndarray]) -> pd.DataFrame:
+    """A trace from a list of row dicts, or from a dict of equal-length columns (lists or
+    arrays).
 
     Raises ValueError if a column is missing or unknown, or a ``source`` is not "sim" or
     "measured".
@@ -60,17 +62,21 @@ def run_trace(vertices: Sequence[MemVertex], resource: Sequence[str | None],
               run: int) -> pd.DataFrame:
     """The trace of one run of a MemGraph, from per-vertex lists (``vertices`` in planner order;
     a vertex whose ``resource`` is None, an input, gets no row)."""
+    import numpy as np
+
     rows = [i for i, name in enumerate(resource) if name is not None]
+    ran = [vertices[i] for i in rows]
+    taken = np.array(rows, dtype=np.int64)
     return make_trace({
-        "vertex": [vertices[i].id for i in rows],
-        "kind": [vertices[i].kind for i in rows],
-        "device": [vertices[i].device for i in rows],
+        "vertex": [v.id for v in ran],
+        "kind": [v.kind for v in ran],
+        "device": [v.device for v in ran],
         "resource": [resource[i] for i in rows],
-        "stream": [stream[i] for i in rows],
-        "start": [start[i] for i in rows],
-        "end": [end[i] for i in rows],
-        "bytes": [vertices[i].bytes for i in rows],
-        "flops": [vertices[i].flops for i in rows],
+        "stream": np.asarray(stream, dtype=np.int64)[taken],
+        "start": np.asarray(start, dtype=float)[taken],
+        "end": np.asarray(end, dtype=float)[taken],
+        "bytes": [v.bytes for v in ran],
+        "flops": [v.flops for v in ran],
         "source": [source] * len(rows),
         "run": [run] * len(rows),
     })

@@ -34,7 +34,7 @@ from ..core.dispatch import POLICIES, PolicyError, check_policy
 from ..core.host import host_overflow
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
-from ..core.memory import host_lifetimes, memory_and_peaks, run_host_peak
+from ..core.memory import run_host_lifetimes, run_host_peak, run_memory_and_peaks
 from ..core.trace import run_trace
 from ..core.util import no_gc
 from .model import DeadlockError, Model
@@ -132,7 +132,8 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
         trace = run_trace(model.vertices, [e.name if e is not None else None
                                            for e in model.engine],
                           model.stream, model.start, model.end, "sim", run)
-        memory, peaks = memory_and_peaks(trace, memgraph, machine.gpu_names())
+        memory, peaks = run_memory_and_peaks(model.vertices, model.data, model.start, model.end,
+                                             machine.gpu_names())
     over = {gpu: peaks[gpu] for gpu in machine.gpu_names() if peaks[gpu] > machine.gpu_memory}
     if over:
         raise RuntimeError(f"simulated memory exceeds the machine's {machine.gpu_memory} bytes per "
@@ -156,9 +157,8 @@ def makespan_and_host_peak(memgraph: MemGraph, machine: Machine, policy: str = "
     accounting (as :func:`makespan`; the host peak as :attr:`SimResult.host_peak`): what the
     TURNIP grids report per point."""
     model = _run(memgraph, machine, policy, noise, seed)
-    index = {v.id: i for i, v in enumerate(model.vertices)}
-    since, until, size = host_lifetimes(model.vertices, memgraph.succ, index, model.start,
-                                        model.end, model.makespan)
+    since, until, size = run_host_lifetimes(model.vertices, model.data, model.start, model.end,
+                                            model.makespan)
     return model.makespan, run_host_peak(since, until, size)
 
 

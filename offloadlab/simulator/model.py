@@ -43,6 +43,7 @@ class Model:
         self.env = simpy.Environment()
         self.vertices, self.succ, self.waiting = (structure.vertices, structure.succ,
                                                   structure.waiting)
+        self.data = structure.data     # the data edges, for the memory accounting
         n = len(self.vertices)
         self.duration = self._durations(memgraph, machine, noise, seed)
         self.start = [math.nan] * n
