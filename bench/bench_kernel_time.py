@@ -12,7 +12,7 @@ a loaded machine's load falls on every way alike:
 - ``unpaced``: inside the plan with unpaced copies (no copy thread pacing beside the kernels);
 - ``shared``: each kernel twice, back to back, on the same inputs; the second one timed (warm
   inputs: how calibrate timed its repeats before each read inputs of its own);
-- ``own``: each kernel twice, each on inputs of its own; the second one timed (calibrate).
+- ``own``: each kernel twice, each on inputs of its own; the second one timed.
 
 Each kernel is timed by the wall clock (as the executor times it) and by its lane thread's
 CPU time (``time.thread_time``: the time the thread ran, not the time it waited for a core or

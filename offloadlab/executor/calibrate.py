@@ -11,8 +11,7 @@ overwritten, so there are no memory edges), and reads the durations off the meas
   ``mix``, ``layer_forward``, ...) is measured on n-element outputs from inputs of other
   lengths, so that the bytes written and read can be told apart; an op whose inputs are
   tensors of its output's shape or rows of its width, on n x n tensors; the rates come from
-  the two largest sizes; every kernel reads tensors no kernel read before it, as a kernel in a
-  plan does.  Any other op runs at the shapes of its vertices in the workloads;
+  the two largest sizes.  Any other op runs at the shapes of its vertices in the workloads;
   where those show it compute-bound (its flops at ``gpu_flops`` take at least half its time,
   as a matmul's do) the roofline prices it with the measured ``gpu_flops`` instead.  A
   one-element ``add`` gives the kernel time that with the dispatch gap of a chain of them gives
@@ -114,10 +113,6 @@ class _Builder:
         return max(self.top.values(), default=0)
 
 
-Shapes = list[tuple[tuple[int, ...], str]]
-"""Input tensors' shapes and dtypes."""
-
-
 @dataclass(frozen=True)
 class Template:
     """A compute vertex of a workload, as calibrate measures it: its op (with parameters),
@@ -169,39 +164,38 @@ def _kernels(op: str, templates: list[Template], sizes: Iterable[int],
     length writes n*n elements from inputs of other lengths than the output's (two, one, four
     times as long, three of a quarter), so that the bytes written and read can be told apart;
     ``matmul`` and the ops of :func:`_square` take n x n tensors (a gain, n), each size; any
-    other op runs at each template's shapes (size 0).  Every kernel reads tensors of its own,
-    which no kernel has read before: in a plan a kernel's inputs were written by another
-    kernel or a copy, not read a moment ago by a kernel like it.  Returns the graph and each
-    kernel's size."""
+    other op runs at each template's shapes (size 0).  A kernel's inputs are distinct tensors
+    (one read twice would come from the cache).  Returns the graph and each kernel's size."""
     b = _Builder()
     first = templates[0]
     size: dict[str, int] = {}
 
-    def kernels_of(t: Template, shape: tuple[int, ...], flops: float, variants: list[Shapes],
-                   tag: str, n: int = 0) -> None:
-        for j, shapes in enumerate(variants):
+    def inputs(shapes: Iterable[tuple[tuple[int, ...], str]], tag: str) -> tuple[str, ...]:
+        return tuple(b.add(f"{tag}#{i}", "input", "gpu0", s, at="gpu0", dtype=d)
+                     for i, (s, d) in enumerate(shapes))
+
+    def kernels_of(t: Template, shape: tuple[int, ...], flops: float,
+                   variants: list[tuple[str, ...]], tag: str, n: int = 0) -> None:
+        for j, args in enumerate(variants):
             for r in range(reps):
-                kid = f"{op}{tag}.{j}#{r}"
-                args = tuple(b.add(f"{kid}/in{i}", "input", "gpu0", s, at="gpu0", dtype=d)
-                             for i, (s, d) in enumerate(shapes))
-                size[b.add(kid, "compute", "gpu0", shape, args, t.op, flops, at="gpu0",
-                           dtype=t.dtype)] = n
+                size[b.add(f"{op}{tag}.{j}#{r}", "compute", "gpu0", shape, args, t.op, flops,
+                           at="gpu0", dtype=t.dtype)] = n
 
     if kernels.KERNELS[op].fn in FOLDING:
         for n in sizes:
             e = n * n
-            variants: list[Shapes] = [[((k,), "float32") for k in ks]
-                        for ks in ([e, e], [e], [4 * e], [e // 4] * 3)]
+            variants = [inputs([((k,), "float32") for k in ks], f"f{n}.{j}")
+                        for j, ks in enumerate(([e, e], [e], [4 * e], [e // 4] * 3))]
             kernels_of(first, (e,), float(e), variants, str(n), n)
     elif op == "matmul" or _square(first):
         for n in sizes:
-            shapes: Shapes = [((n, n) if s == first.shape or op == "matmul" else (n,), d)
-                      for s, d in first.inputs]
+            args = inputs([((n, n) if s == first.shape or op == "matmul" else (n,), d)
+                           for s, d in first.inputs], f"x{n}")
             kernels_of(first, (n, n), 2.0 * n ** 3 if op == "matmul" else float(n * n),
-                       [shapes], str(n), n)
+                       [args], str(n), n)
     else:
         for k, t in enumerate(templates):
-            kernels_of(t, t.shape, t.flops, [list(t.inputs)], f"t{k}")
+            kernels_of(t, t.shape, t.flops, [inputs(t.inputs, f"t{k}")], f"t{k}")
     return b.mg, size
 
 
