@@ -102,9 +102,9 @@ def test_calibrate_writes_a_machine_others_read(capsys, tmp_path):
     assert m.name == "p100x4-calibrated-numpy" and m.gpus == 2 and m.engine == "fifo"
     assert "  GPU engine fifo\n" in text
     # copies are paced to the base machine's links: calibration finds them again (a
-    # least-squares line through noisy copies: within 2x, which a machine at a load of 15 on
-    # 2 cores still gives; 1.1e9 to 3e9 were seen there)
-    assert 1e9 < m.h2d_bandwidth < 4e9 and 1e9 < m.d2h_bandwidth < 4e9
+    # least-squares line through noisy copies: within 4x, which a machine at a load of 12-15
+    # on 2 cores still gives; 0.57e9 to 3e9 were seen there; a unit's error is 1000x)
+    assert 0.5e9 < m.h2d_bandwidth < 8e9 and 0.5e9 < m.d2h_bandwidth < 8e9
     assert 0.3 < m.duplex < 0.7
     assert {op for op, _, _ in m.op_rates} >= {"add", "mix", "softmax"}
     # NumPy multiplies float16 without BLAS: slower than float32, not the P100's 2x
