@@ -65,6 +65,7 @@ def make_backend(name: str, machine: Machine, rate_limit: bool = True) -> Backen
     """A fresh backend of :data:`~offloadlab.executor.device.BACKENDS`: ``numpy`` (copies paced
     to the machine's bandwidths if ``rate_limit``) or ``cupy`` (needs an NVIDIA GPU and the
     ``gpu`` extra); :class:`SpecError` listing the backends for any other name."""
+    BACKENDS.check(name)
     return BACKENDS[name].make(machine, rate_limit)
 
 
