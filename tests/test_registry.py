@@ -121,3 +121,19 @@ def test_each_entry_has_a_one_line_description():
     for registry in (PLANNERS, WORKLOADS, PRESETS, BACKENDS, POLICIES, OPS):
         for entry in registry.entries():
             assert entry.doc and "\n" not in entry.doc, (registry.kind, entry.name)
+
+
+def test_an_op_declared_folding_takes_inputs_of_any_length():
+    """``folds=True`` (calibrate times such an op on flat inputs of other lengths than its
+    output's): its kernel folds longer inputs and tiles shorter ones."""
+    import numpy as np
+    folding = [name for name, spec in OPS.items() if spec.folds]
+    assert {"add", "mix"} <= set(folding)
+    out = np.empty(8, np.float32)
+    args = [np.ones(20, np.float32), np.ones(3, np.float32)]
+    for name in folding:
+        k = kernels.KERNELS[name]
+        k.fn(np, out, args, np.empty(k.scratch(out, args), np.uint8))
+        assert np.isfinite(out).all(), name
+    with pytest.raises(kernels.KernelError):
+        kernels.KERNELS["mul"].fn(np, out, args, np.empty(0, np.uint8))
