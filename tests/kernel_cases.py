@@ -1,4 +1,4 @@
-"""One small case per kernel of :mod:`offloadlab.executor.kernels`, shared by the GPU test
+"""One small case per kernel (:data:`offloadlab.core.ops.KERNELS`), shared by the GPU test
 (every kernel on cupy against numpy) and the CPU test that keeps this table complete."""
 
 from __future__ import annotations

@@ -84,8 +84,8 @@ def test_backward_flops_and_bytes_touched(op, per_element):
 
 
 def test_unknown_op_errors_list_the_backward_ops():
-    with pytest.raises(OpError, match="known ops: .*gelu_backward, silu_backward, "
-                                      "layernorm_backward"):
+    with pytest.raises(OpError, match="known ops: .*gelu_backward.*layernorm_backward.*"
+                                      "silu_backward"):
         parse_op("erf_backward")
     with pytest.raises(KernelError, match="vertex 'v': no kernel for op 'erf_backward'; known "
                                           "ops: .*gelu_backward.*layernorm_backward.*"

@@ -797,6 +797,16 @@ def test_help_is_fast_and_imports_nothing_heavy():
     assert _fresh(code) == "[]"
 
 
+def test_help_reads_no_graph_format():
+    """The readers' typed records (msgspec) are built on first use, not at start-up."""
+    code = ("import sys, contextlib, io\n"
+            "from offloadlab.lab.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['--help']) == 0\n"
+            "print([m for m in sys.modules if m.startswith('offloadlab.core.formats.')])\n")
+    assert _fresh(code) == "['offloadlab.core.formats.nodelink']"
+
+
 def test_plan_imports_no_numpy(tmp_path):
     """Planning a TaskGraph needs none of numpy (0.05 s of every plan command's start-up)."""
     code = ("import sys, contextlib, io\n"

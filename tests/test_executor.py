@@ -18,6 +18,7 @@ from offloadlab.core import Machine
 from offloadlab.core.errors import VerificationError
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
+from offloadlab.core.ops import arrays, elementwise, norm
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.core.verify import verify
 from offloadlab.core.workloads import build_workload
@@ -217,7 +218,7 @@ def test_a_failing_kernel_names_the_vertex(monkeypatch):
         if out.size == mg[victim].bytes // 4 and broken.calls == 0:
             broken.calls += 1
             raise FloatingPointError("boom")
-        kernels.combine(xp, out, args, scratch)
+        elementwise.combine(xp, out, args, scratch)
     broken.calls = 0
     monkeypatch.setitem(kernels.KERNELS, "mix",
                         kernels.Kernel(broken, kernels.KERNELS["mix"].scratch))
@@ -311,15 +312,15 @@ def test_kernels_against_plain_formulas():
     assert np.allclose(_run("gelu", out, x), gelu, atol=1e-6)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     assert np.allclose(_run("softmax", out, x), e / e.sum(axis=1, keepdims=True), atol=1e-6)
-    rms = x / np.sqrt((x ** 2).mean(axis=1, keepdims=True) + kernels.NORM_EPS)
+    rms = x / np.sqrt((x ** 2).mean(axis=1, keepdims=True) + norm.NORM_EPS)
     assert np.allclose(_run("rmsnorm", out, x), rms, atol=1e-5)
     gain = rng.standard_normal(6).astype(np.float32)
     ln = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True)
-                                                       + kernels.NORM_EPS)
+                                                       + norm.NORM_EPS)
     assert np.allclose(_run("layernorm", out, x, gain), ln * gain, atol=1e-4)
-    adam = x - kernels.ADAM_LR * y / (np.abs(y) + kernels.ADAM_EPS)
+    adam = x - elementwise.ADAM_LR * y / (np.abs(y) + elementwise.ADAM_EPS)
     assert np.allclose(_run("adam_update", out, x, y), adam, atol=1e-6)
-    assert np.allclose(_run("sgd_update", out, x, y), x - kernels.SGD_LR * y)
+    assert np.allclose(_run("sgd_update", out, x, y), x - elementwise.SGD_LR * y)
 
 
 def test_synthetic_ops_read_every_input_element():
@@ -429,7 +430,7 @@ def test_the_spread_widens_the_tolerance_of_ill_conditioned_outputs_only(monkeyp
     reference = reference_outputs(g)
     spread = reference_spread(g, reference)
     assert spread["sum"] > 1e-3 > spread["copy"]
-    monkeypatch.setattr(kernels.base, "FOLD_ROWS", 10**9)    # the same sums in another order
+    monkeypatch.setattr(arrays, "FOLD_ROWS", 10**9)    # the same sums in another order
     other = reference_outputs(g)
     assert not np.array_equal(other["sum"], reference["sum"])
     assert check_outputs(other, reference, "cupy") is not None

@@ -158,7 +158,7 @@ def closed_form_flops(layers: int, d: int, heads: int, ffn: int, vocab: int, seq
     - projections Q, K, V and O: 4 * 2 seq d^2; SwiGLU MLP (gate, up, down): 3 * 2 seq d ffn;
     - attention (QK^T and PV): 2 * 2 seq^2 d halved for the causal mask, plus the upper halves
       of the diagonal blocks, which are computed and masked: 2 d (seq^2 + sum b_i^2);
-    - elementwise, at the op conventions of core/ops.py: per score (heads (seq^2 + sum b_i^2)
+    - elementwise, at the op conventions of core/ops/: per score (heads (seq^2 + sum b_i^2)
       / 2 of them) 1 to scale, 4 for the softmax's statistics, 3 for the probabilities; the
       weighted sums' adds d sum_i i b_i; rotary 3 per element of Q and K; RMSNorm 4 per
       element, twice; the residual adds of the gpus partials, twice: gpus seq d each; SwiGLU 5

@@ -316,7 +316,7 @@ def check_step(outputs: dict[str, np.ndarray], options: dict, optimizer: str,
                rtol: float, where: str = "") -> None:
     """The executed step's loss and updated adapters against :func:`numpy_lora_step`: SGD's
     step recovers the gradient, ``(w - w') / lr``; Adam's is compared as the update."""
-    from offloadlab.executor.kernels import ADAM_EPS, ADAM_LR, SGD_LR
+    from offloadlab.core.ops.elementwise import ADAM_EPS, ADAM_LR, SGD_LR
     loss, grads, initial = numpy_lora_step(**options)
     assert set(outputs) == {"loss"} | {f"{a}.new" for a in grads}, where
     assert outputs["loss"][0] == pytest.approx(loss, rel=rtol), where

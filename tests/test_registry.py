@@ -2,21 +2,25 @@
 names, entries registered where they are defined, each family complete."""
 
 import importlib
+import os
 import pkgutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from offloadlab.core.backends import BACKENDS
+from offloadlab.core.backends import backend_names
 from offloadlab.core.dispatch import POLICIES, PolicyError
 from offloadlab.core.errors import SpecError
 from offloadlab.core.machine import PRESETS
 from offloadlab.core.ops import GENERIC, OPS, OpError
 from offloadlab.core.registry import Entry, Registry, summary
 from offloadlab.core.workloads import WORKLOADS
-from offloadlab.executor import kernels, make_backend
-from offloadlab.executor.device import FACTORIES
+from offloadlab.executor import BACKENDS, kernels, make_backend
 from offloadlab.planner import PLANNERS, get_planner
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_an_unknown_name_is_refused_in_one_line_listing_the_valid_ones():
@@ -83,11 +87,28 @@ def test_every_op_but_generic_has_a_kernel_and_every_kernel_an_op():
         kernels.KERNELS["conv9"] = kernels.KERNELS["add"]
 
 
-def test_every_backend_declared_has_a_factory():
-    assert list(FACTORIES) and set(FACTORIES) == set(BACKENDS)
+def test_each_backend_module_declares_its_backend_numpy_first():
+    """``executor/NAME_backend.py`` declares backend NAME, which the command line offers from
+    the module's name alone."""
+    assert backend_names()[0] == "numpy" and "cupy" in backend_names()
+    assert tuple(BACKENDS) == backend_names()
 
 
-@pytest.mark.parametrize("package", ["offloadlab.planner", "offloadlab.core.workloads"])
+def test_ops_and_backend_names_are_known_without_numpy_or_the_executor():
+    code = ("import sys\n"
+            "from offloadlab.core.ops import KERNELS, OPS\n"
+            "from offloadlab.core.backends import backend_names\n"
+            "assert len(KERNELS) == len(OPS) - 1 and backend_names()[0] == 'numpy'\n"
+            "print([m for m in ('numpy', 'offloadlab.executor') if m in sys.modules])\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("package", ["offloadlab.planner", "offloadlab.core.workloads",
+                                     "offloadlab.core.ops"])
 def test_each_module_of_a_registering_package_is_imported(package):
     """A new planner or workload is a new module: importing the package imports it, so that it
     registers itself; nothing lists it."""
@@ -100,3 +121,19 @@ def test_each_entry_has_a_one_line_description():
     for registry in (PLANNERS, WORKLOADS, PRESETS, BACKENDS, POLICIES, OPS):
         for entry in registry.entries():
             assert entry.doc and "\n" not in entry.doc, (registry.kind, entry.name)
+
+
+def test_an_op_declared_folding_takes_inputs_of_any_length():
+    """``folds=True`` (calibrate times such an op on flat inputs of other lengths than its
+    output's): its kernel folds longer inputs and tiles shorter ones."""
+    import numpy as np
+    folding = [name for name, spec in OPS.items() if spec.folds]
+    assert {"add", "mix"} <= set(folding)
+    out = np.empty(8, np.float32)
+    args = [np.ones(20, np.float32), np.ones(3, np.float32)]
+    for name in folding:
+        k = kernels.KERNELS[name]
+        k.fn(np, out, args, np.empty(k.scratch(out, args), np.uint8))
+        assert np.isfinite(out).all(), name
+    with pytest.raises(kernels.KernelError):
+        kernels.KERNELS["mul"].fn(np, out, args, np.empty(0, np.uint8))

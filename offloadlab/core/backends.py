@@ -1,33 +1,29 @@
-"""The executor's backends as the rest of the toolkit sees them: a name, a description and how
-closely its outputs must match the NumPy reference (docs/extending.md, A backend).
+"""The names of the executor's backends, read without importing the executor or NumPy, so that
+the command line can offer them (``--backend``).
 
-The backends are declared here, in ``core``, so that the command line can offer them
-(``--backend``) without importing the executor and NumPy; each is implemented by a module of
-:mod:`offloadlab.executor` that registers its factory against the name
-(:func:`offloadlab.executor.device.backend`).
+Each backend is one module, ``offloadlab/executor/NAME_backend.py``, which declares it with
+its description and tolerance (:func:`offloadlab.executor.device.backend`; docs/extending.md,
+A backend); the executor imports those modules in this order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import pkgutil
+from pathlib import Path
 
-from .registry import Registry
+SUFFIX = "_backend"
+"""How a backend's module name ends."""
 
-
-@dataclass(frozen=True)
-class BackendKind:
-    """A backend's description and the ``(rtol, atol)`` its outputs must meet against the
-    reference (:func:`offloadlab.executor.check_outputs`)."""
-
-    doc: str
-    tolerance: tuple[float, float] = (1e-3, 1e-4)
+REFERENCE = "numpy"
+"""The backend every other is checked against, first wherever backends are listed."""
 
 
-BACKENDS: Registry[BackendKind] = Registry("backend", listed="valid backends",
-                                           doc=lambda b: b.doc)
-"""The backends by name, in the order the command line lists them."""
-
-BACKENDS["numpy"] = BackendKind("threads on the CPU (any machine): arenas in host RAM, copies "
-                                "paced to the machine's links", tolerance=(1e-5, 1e-6))
-BACKENDS["cupy"] = BackendKind("NVIDIA GPUs through CuPy: one arena per GPU, a pinned host "
-                               "block, CUDA streams and events", tolerance=(1e-3, 1e-4))
+@functools.cache
+def backend_names() -> tuple[str, ...]:
+    """The backends, one per module ``offloadlab/executor/NAME_backend.py``: ``numpy`` first,
+    then the others by name."""
+    executor = Path(__file__).resolve().parents[1] / "executor"
+    names = [m.name.removesuffix(SUFFIX) for m in pkgutil.iter_modules([str(executor)])
+             if m.name.endswith(SUFFIX)]
+    return tuple(sorted(names, key=lambda name: (name != REFERENCE, name)))

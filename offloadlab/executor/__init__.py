@@ -14,14 +14,13 @@ with ``check_races`` reports any overwrite of bytes a vertex still needed
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..core.backends import BACKENDS
+from ..core.backends import SUFFIX, backend_names
 from ..core.dispatch import check_policy
 from ..core.errors import SpecError
 from ..core.machine import Machine
@@ -30,7 +29,7 @@ from ..core.memory import memory_and_peaks
 from ..core.taskgraph import TaskGraph
 from ..core.trace import busy_time, run_trace
 from ..core.verify import verify as verify_plan
-from .device import FACTORIES, Backend, ExecutionError, StallError
+from .device import BACKENDS, Backend, ExecutionError, StallError, backend
 from .kernels import KERNELS, KernelError, check_runnable
 from .loop import EventLoop
 from .races import RaceError
@@ -42,8 +41,8 @@ __all__ = ["execute", "ExecResult", "check_outputs", "expected_outputs", "refere
            "ILL_CONDITIONED",
            "reference_spread",
            "taskgraph_of",
-           "make_backend", "BACKENDS", "KERNELS", "ExecutionError", "StallError", "KernelError",
-           "RaceError", "check_runnable"]
+           "make_backend", "backend", "BACKENDS", "KERNELS", "ExecutionError", "StallError",
+           "KernelError", "RaceError", "check_runnable"]
 
 
 @dataclass
@@ -63,11 +62,11 @@ class ExecResult:
 
 
 def make_backend(name: str, machine: Machine, rate_limit: bool = True) -> Backend:
-    """A fresh backend of :data:`~offloadlab.core.backends.BACKENDS`: ``numpy`` (copies paced
+    """A fresh backend of :data:`~offloadlab.executor.device.BACKENDS`: ``numpy`` (copies paced
     to the machine's bandwidths if ``rate_limit``) or ``cupy`` (needs an NVIDIA GPU and the
     ``gpu`` extra); :class:`SpecError` listing the backends for any other name."""
     BACKENDS.check(name)
-    return FACTORIES[name](machine, rate_limit)
+    return BACKENDS[name].make(machine, rate_limit)
 
 
 def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
@@ -213,8 +212,7 @@ def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarra
     return None
 
 
-# Every backend module (``*_backend``) registers its factory when imported (CuPy itself is
-# imported only when a cupy backend is made).
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name.endswith("_backend"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+# Every backend module (``NAME_backend``) declares its backend when imported, numpy first (CuPy
+# itself is imported only when a cupy backend is made).
+for _name in backend_names():
+    importlib.import_module(f"{__name__}.{_name}{SUFFIX}")

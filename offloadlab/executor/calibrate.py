@@ -47,11 +47,11 @@ import pandas as pd
 
 from ..core.machine import Machine, MiB
 from ..core.memgraph import Loc, MemGraph, MemVertex
-from ..core.ops import DTYPES, op_name
+from ..core.ops import DTYPES, OPS, op_name
 from ..core.taskgraph import TaskGraph
 from ..core.workloads import build_workload
 from ..core.workloads.models import MODELS
-from . import execute, kernels
+from . import execute
 
 OP_SOURCES: tuple[str, ...] = (
     "matmul-chain:layers=2,gpus=1,batch=64,hidden=64",
@@ -69,9 +69,6 @@ OP_SOURCES: tuple[str, ...] = (
 """Small instances of every built-in workload (and of the options that change which ops it
 emits), the llama ones at two sizes: :func:`workload_ops` reads the ops calibrate measures
 off them, so that an op a workload starts to emit is measured without being named here."""
-
-FOLDING = (kernels.combine, kernels.add)
-"""Kernels that fold or tile inputs of any length onto their output."""
 
 DUPLEX_REPEATS = 4
 HALF_PROBE_SECONDS = 2e-3
@@ -181,7 +178,7 @@ def _kernels(op: str, templates: list[Template], sizes: Iterable[int],
                 size[b.add(f"{op}{tag}.{j}#{r}", "compute", "gpu0", shape, args, t.op, flops,
                            at="gpu0", dtype=t.dtype)] = n
 
-    if kernels.KERNELS[op].fn in FOLDING:
+    if OPS[op].folds:
         for n in sizes:
             e = n * n
             variants = [inputs([((k,), "float32") for k in ks], f"f{n}.{j}")

@@ -75,7 +75,8 @@ def _no_allocation(nbytes: int) -> NoReturn:
                            f"executor allows none: a kernel that does is a bug, docs/gpu.md)")
 
 
-@backend("cupy")
+@backend("cupy", doc="NVIDIA GPUs through CuPy: one arena per GPU, a pinned host block, CUDA "
+         "streams and events", tolerance=(1e-3, 1e-4))
 def make(machine: Machine, rate_limit: bool = True) -> Backend:
     """A fresh cupy backend (needs an NVIDIA GPU and the ``gpu`` extra); copies run at the
     hardware's speed whatever ``rate_limit`` says."""

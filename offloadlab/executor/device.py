@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..core.backends import BACKENDS
 from ..core.errors import OffloadlabError
 from ..core.registry import Registry
 
@@ -97,15 +96,32 @@ class Backend(Protocol):
 Factory = Callable[[Any, bool], Backend]
 """A backend's factory: ``make(machine, rate_limit)``."""
 
-FACTORIES: Registry[Factory] = Registry("backend", listed="valid backends")
-"""Each backend's factory, registered by the module that implements it."""
+
+@dataclass(frozen=True)
+class BackendKind:
+    """A backend: its description, its factory and the ``(rtol, atol)`` its outputs must meet
+    against the NumPy reference (:func:`offloadlab.executor.check_outputs`)."""
+
+    doc: str
+    make: Factory
+    tolerance: tuple[float, float] = (1e-3, 1e-4)
 
 
-def backend(name: str) -> Callable[[Factory], Factory]:
-    """Register a backend's factory against ``name``, which :data:`~offloadlab.core.backends.
-    BACKENDS` declares."""
-    BACKENDS.check(name)
-    return FACTORIES.register(name)
+BACKENDS: Registry[BackendKind] = Registry("backend", listed="valid backends",
+                                           doc=lambda b: b.doc)
+"""The backends by name, each declared by the module that implements it
+(``executor/NAME_backend.py``), in the order of
+:func:`~offloadlab.core.backends.backend_names`."""
+
+
+def backend(name: str, *, doc: str,
+            tolerance: tuple[float, float] = (1e-3, 1e-4)) -> Callable[[Factory], Factory]:
+    """Declare backend ``name``, described by ``doc``, whose outputs must match the reference
+    within ``(rtol, atol)`` ``tolerance``, with the decorated function as its factory."""
+    def deco(make: Factory) -> Factory:
+        BACKENDS[name] = BackendKind(doc, make, tolerance)
+        return make
+    return deco
 
 
 Job = tuple[int, Any, Callable[[], None], Callable[[], None] | None]

@@ -44,9 +44,10 @@ from ..core.devices import HOST, is_bus
 from ..core.dispatch import Queues, ReadyQueue
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph, MemVertex
+from ..core.ops.arrays import aligned
 from .device import Array, Backend, Cancelled, Done, ExecutionError, Lane, StallError, WarmUp
 from .hostblock import HostAllocator, fill
-from .kernels import aligned, initial_value, tensor_shape, view
+from .kernels import initial_value, tensor_shape, view
 from .workspace import needs
 
 if TYPE_CHECKING:

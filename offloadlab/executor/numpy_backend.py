@@ -61,7 +61,8 @@ class CopyEngine:
     busy: bool = False
 
 
-@backend("numpy")
+@backend("numpy", doc="threads on the CPU (any machine): arenas in host RAM, copies paced to "
+         "the machine's links", tolerance=(1e-5, 1e-6))
 def make(machine: Machine, rate_limit: bool = True) -> Backend:
     """A fresh numpy backend, its copies paced to ``machine``'s bandwidths if ``rate_limit``."""
     return NumpyBackend(machine, rate_limit)

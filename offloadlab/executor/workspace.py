@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.memgraph import MemVertex
-from .kernels import KernelError, aligned, kernel
+from ..core.ops.arrays import aligned
+from .kernels import KernelError, kernel
 
 
 @dataclass

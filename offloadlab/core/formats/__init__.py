@@ -16,24 +16,43 @@ themselves, as networkx keeps ``readwrite`` apart from its graph classes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from ..memgraph import MemGraph
 from ..taskgraph import TaskGraph
 from . import nodelink
-from .memgraph_json import memgraph_from_dict, memgraph_from_json, memgraph_node_link
-from .taskgraph_json import taskgraph_from_dict, taskgraph_from_json, taskgraph_node_link
+
+if TYPE_CHECKING:
+    from .memgraph_json import memgraph_from_dict, memgraph_from_json
+    from .taskgraph_json import taskgraph_from_dict, taskgraph_from_json
 
 __all__ = ["to_json", "to_dict", "to_networkx", "read_memgraph", "write_memgraph",
            "taskgraph_from_json", "taskgraph_from_dict", "memgraph_from_json",
            "memgraph_from_dict"]
 
 
+def __getattr__(name: str) -> Any:
+    """The readers, imported on first use (PEP 562): their typed records (msgspec) are built
+    when their module is imported, which a command that reads no graph file need not pay."""
+    if name in ("taskgraph_from_json", "taskgraph_from_dict"):
+        from . import taskgraph_json
+        value = getattr(taskgraph_json, name)
+    elif name in ("memgraph_from_json", "memgraph_from_dict"):
+        from . import memgraph_json
+        value = getattr(memgraph_json, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
 def _parts(graph: TaskGraph | MemGraph) -> tuple[dict, Any, Any]:
     """The node-link parts ``(graph, nodes, edges)`` of either kind of graph."""
     if isinstance(graph, MemGraph):
+        from .memgraph_json import memgraph_node_link
         return memgraph_node_link(graph)
     if isinstance(graph, TaskGraph):
+        from .taskgraph_json import taskgraph_node_link
         return taskgraph_node_link(graph)
     raise TypeError(f"expected a TaskGraph or a MemGraph, got {type(graph).__name__}")
 
@@ -78,4 +97,5 @@ def read_memgraph(path: str | Path) -> MemGraph:
     if nodelink.is_parquet(path):
         from . import parquet
         return parquet.read(path)
+    from .memgraph_json import memgraph_from_json
     return memgraph_from_json(Path(path))

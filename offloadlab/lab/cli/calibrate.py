@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ...core.backends import BACKENDS
+from ...core.backends import backend_names
 from .common import AddCommand, check_writable, progress_shown
 
 
@@ -51,7 +51,7 @@ def add_parser(add: AddCommand) -> None:
     """The ``calibrate`` command and its options."""
     p = add("calibrate", cmd_calibrate, "measure a backend's kernel rates, copy bandwidths, "
             "duplex factor and dispatch overhead through the executor; write a Machine JSON")
-    p.add_argument("--backend", choices=BACKENDS, default="numpy",
+    p.add_argument("--backend", choices=backend_names(), default="numpy",
                    help="backend to measure (numpy)")
     p.add_argument("--machine", default="p100x4", metavar="SPEC",
                    help="the machine to start from: its fields that are not measured are kept, "

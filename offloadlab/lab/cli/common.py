@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...core.backends import BACKENDS
+from ...core.backends import backend_names
 from ...core.devices import lane_key
 from ...core.dispatch import POLICIES
 from ...core.errors import GraphError, SpecError, VerificationError
@@ -529,7 +529,7 @@ def measured_options(p: argparse.ArgumentParser) -> None:
     """``--measured`` and how: the executor's backend and its copies' pacing."""
     p.add_argument("--measured", action="store_true",
                    help="also run each plan on the executor and report what it measured")
-    p.add_argument("--backend", choices=BACKENDS, default="numpy",
+    p.add_argument("--backend", choices=backend_names(), default="numpy",
                    help="executor backend for --measured (numpy)")
     p.add_argument("--no-rate-limit", action="store_true",
                    help="numpy backend: copy at memcpy speed instead of the machine's links")
@@ -551,7 +551,7 @@ def problem_options(p: argparse.ArgumentParser) -> None:
 
 def executor_options(p: argparse.ArgumentParser) -> None:
     """The options of the commands that execute MemGraphs."""
-    p.add_argument("--backend", choices=BACKENDS, default="numpy",
+    p.add_argument("--backend", choices=backend_names(), default="numpy",
                    help="numpy: threads on the CPU (any machine); cupy: an NVIDIA GPU (numpy)")
     p.add_argument("--policy", choices=POLICIES, default="dynamic",
                    help="dispatch policy (dynamic)")

@@ -54,15 +54,17 @@ def _options(options: dict[str, object]) -> str:
 def _list_names(what: str) -> None:
     """``list policies``, ``list backends`` or ``list ops``: each name and what it is (an op's
     parameters with their defaults below it)."""
-    from ...core.backends import BACKENDS
-    from ...core.dispatch import POLICIES
-    from ...core.ops import OPS
     from ...core.registry import Registry
-    named: dict[str, tuple[str, Registry]] = {
-        "policies": ("dispatch policies (--policy NAME):", POLICIES),
-        "backends": ("executor backends (--backend NAME):", BACKENDS),
-        "ops": ("ops (a compute vertex's op, NAME or NAME:key=value,...):", OPS)}
-    heading, registry = named[what]
+    registry: Registry
+    if what == "backends":
+        from ...executor import BACKENDS  # the backends' modules declare them (NumPy)
+        heading, registry = "executor backends (--backend NAME):", BACKENDS
+    elif what == "policies":
+        from ...core.dispatch import POLICIES
+        heading, registry = "dispatch policies (--policy NAME):", POLICIES
+    else:
+        from ...core.ops import OPS
+        heading, registry = "ops (a compute vertex's op, NAME or NAME:key=value,...):", OPS
     print(heading)
     for entry in registry.entries():
         print(f"  {entry.name:<14} {entry.doc}")

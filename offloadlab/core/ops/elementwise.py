@@ -1,23 +1,40 @@
-"""Elementwise kernels: the synthetic folds, sums and products, activations and their gradients,
-casts and optimizer updates."""
+"""Elementwise ops: the synthetic folds, sums and products, activations and their gradients,
+casts and optimizer updates.
+
+The synthetic ops of the random and training workloads (``mix``, ``layer_forward``,
+``layer_backward``, ``weight_grad``) read every element of every input and fold or tile each
+onto the output's length: ``out = sin(1/2 + sum_i fit(x_i))``.  They stand for the real layer
+math in cost and in data flow, so a race on any byte of an input shows in the output.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from ...core.ops import FLOAT_DTYPES
-from .base import (
-    ADAM_EPS,
-    ADAM_LR,
-    SGD_LR,
-    KernelError,
-    accumulate,
-    fold_bytes,
-    kernel_for,
-    same,
-)
+from .arrays import accumulate, fold_bytes, same
+from .base import FLOAT_DTYPES, KernelError, Shape, numel, op, per_element
 
 GELU_A, GELU_C = 0.044715, math.sqrt(2 / math.pi)
+ADAM_LR, ADAM_EPS = 1e-3, 1e-8
+SGD_LR = 1e-2
+
+SILU_FLOPS = 4.0        # negate, exp, add 1, divide
+SWIGLU_FLOPS = SILU_FLOPS + 1.0
+SWIGLU_DGATE_FLOPS = 10.0       # sigmoid (4), dy up, 1 - s, g (1 - s), + 1, two products
+SILU_BACKWARD_FLOPS = 9.0       # sigmoid (4), 1 - s, x (1 - s), + 1, times s, times dy
+GELU_BACKWARD_FLOPS = 17.0      # tanh(u) (6), c x (1 + 3a x^2) (5), the product rule (6)
+ADAM_FLOPS = 12.0               # two moment updates, bias corrections, root, division, step
+SGD_FLOPS = 2.0                 # scaled subtraction
+
+UPDATE_OPS: dict[str, float] = {"adam_update": ADAM_FLOPS, "sgd_update": SGD_FLOPS}
+"""Optimizer updates, which a planner may run on the CPU instead of the vertex's GPU
+(CoTrain), with their flop per element there: Adam's two moment updates, bias corrections,
+square root, division and step; SGD's scaled subtraction."""
+
+
+def _sum_of_inputs(out: Shape, ins: Sequence[Shape]) -> float:
+    return max(len(ins) - 1, 0) * numel(out)
 
 
 def _gelu_tanh(xp, t, x) -> None:
@@ -47,10 +64,14 @@ def _silu_grad(xp, out, x, scratch) -> None:
     xp.multiply(out, s, out=out)
 
 
-@kernel_for("layer_forward", fold_bytes)
-@kernel_for("layer_backward", fold_bytes)
-@kernel_for("weight_grad", fold_bytes)
-@kernel_for("mix", fold_bytes)
+@op("layer_forward", "a sequential layer's forward a(i) = f(a(i-1); w) (Beaumont et al. "
+    "Sec. 3)", folds=True, scratch=fold_bytes)
+@op("layer_backward", "a layer's backward: delta(i-1) from delta(i) and w", folds=True,
+    scratch=fold_bytes)
+@op("weight_grad", "a layer's weight gradient dw from a(i-1) and delta(i)", folds=True,
+    scratch=fold_bytes)
+@op("mix", "synthetic op of the random workload: a deterministic reduction of its inputs "
+    "written into an output of the vertex's size", folds=True, scratch=fold_bytes)
 def combine(xp, out, args, scratch) -> None:
     """``out = sin(1/2 + sum_i fit(x_i))`` (the synthetic ops)."""
     out.fill(0.5)
@@ -59,7 +80,8 @@ def combine(xp, out, args, scratch) -> None:
     xp.sin(out, out=out)
 
 
-@kernel_for("add", fold_bytes)
+@op("add", "elementwise sum of the inputs (a residual add)", flops=_sum_of_inputs, folds=True,
+    scratch=fold_bytes)
 def add(xp, out, args, scratch) -> None:
     """Elementwise sum (inputs of other lengths are folded or tiled onto the output)."""
     out.fill(0)
@@ -67,7 +89,7 @@ def add(xp, out, args, scratch) -> None:
         accumulate(xp, out, x, scratch)
 
 
-@kernel_for("mul")
+@op("mul", "elementwise product of the inputs", flops=_sum_of_inputs)
 def mul(xp, out, args, scratch) -> None:
     """Elementwise product of inputs of the output's shape."""
     same("mul", out, args)
@@ -76,19 +98,22 @@ def mul(xp, out, args, scratch) -> None:
         xp.multiply(out, x, out=out)
 
 
-@kernel_for("relu")
+@op("relu", "max(x, 0)", flops=per_element(1.0))
 def relu(xp, out, args, scratch) -> None:
     same("relu", out, args, 1)
     xp.maximum(args[0], 0, out=out)
 
 
-@kernel_for("copy")
+@op("copy", "identity", flops=per_element(0.0))
 def copy(xp, out, args, scratch) -> None:
     same("copy", out, args, 1)
     xp.copyto(out, args[0])
 
 
-@kernel_for("cast")
+@op("cast", "the input converted to the output's dtype (float16, float32 or float64, rounded "
+    "to nearest as NumPy's astype); also its own backward, which casts the gradient back to "
+    "the input's dtype.  Memory-bound: no flops (as PyTorch's flop counter), its bytes read "
+    "and written", flops=per_element(0.0))
 def cast(xp, out, args, scratch) -> None:
     """``x`` converted to ``out``'s floating-point dtype, rounded to nearest (``astype``);
     ``x`` may have another shape with as many elements (read in order)."""
@@ -102,7 +127,7 @@ def cast(xp, out, args, scratch) -> None:
     xp.copyto(out, x.reshape(out.shape))
 
 
-@kernel_for("gelu")
+@op("gelu", "GELU (tanh approximation)", flops=per_element(9.0))
 def gelu(xp, out, args, scratch) -> None:
     """tanh approximation: ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
     same("gelu", out, args, 1)
@@ -113,7 +138,8 @@ def gelu(xp, out, args, scratch) -> None:
     xp.multiply(out, 0.5, out=out)
 
 
-@kernel_for("gelu_backward", lambda out, args: out.nbytes)
+@op("gelu_backward", "dx of gelu (inputs x, dy): the tanh approximation differentiated",
+    flops=per_element(GELU_BACKWARD_FLOPS), scratch=lambda out, args: out.nbytes)
 def gelu_backward(xp, out, args, scratch) -> None:
     """The derivative of :func:`gelu`'s formula times ``dy``: with ``t = tanh(u)``,
     ``u' = c (1 + 3a x^2)``, ``(1 + t)/2 + x (1 - t^2) u'/2 = (1 + t) (1 + x u' (1 - t)) / 2``."""
@@ -135,7 +161,7 @@ def gelu_backward(xp, out, args, scratch) -> None:
     xp.multiply(out, dy, out=out)
 
 
-@kernel_for("silu")
+@op("silu", "x * sigmoid(x)", flops=per_element(SILU_FLOPS))
 def silu(xp, out, args, scratch) -> None:
     """``x * sigmoid(x)``."""
     same("silu", out, args, 1)
@@ -146,7 +172,8 @@ def silu(xp, out, args, scratch) -> None:
     xp.divide(x, out, out=out)
 
 
-@kernel_for("swiglu")
+@op("swiglu", "silu(gate) * up, the SwiGLU product of LLaMA's MLP (Shazeer 2020)",
+    flops=per_element(SWIGLU_FLOPS))
 def swiglu(xp, out, args, scratch) -> None:
     """``silu(gate) * up`` (LLaMA's MLP)."""
     same("swiglu", out, args, 2)
@@ -158,7 +185,8 @@ def swiglu(xp, out, args, scratch) -> None:
     xp.multiply(out, up, out=out)
 
 
-@kernel_for("swiglu_dgate", lambda out, args: out.nbytes)
+@op("swiglu_dgate", "d gate of silu(gate) * up (inputs gate, up, dy)",
+    flops=per_element(SWIGLU_DGATE_FLOPS), scratch=lambda out, args: out.nbytes)
 def swiglu_dgate(xp, out, args, scratch) -> None:
     """``dy up s (1 + gate (1 - s))``, ``s = sigmoid(gate)``."""
     same("swiglu_dgate", out, args, 3)
@@ -168,7 +196,8 @@ def swiglu_dgate(xp, out, args, scratch) -> None:
     xp.multiply(out, dy, out=out)
 
 
-@kernel_for("silu_backward", lambda out, args: out.nbytes)
+@op("silu_backward", "dx of silu (inputs x, dy): s (1 + x (1 - s)) dy, s = sigmoid(x)",
+    flops=per_element(SILU_BACKWARD_FLOPS), scratch=lambda out, args: out.nbytes)
 def silu_backward(xp, out, args, scratch) -> None:
     """``silu'(x) dy``."""
     same("silu_backward", out, args, 2)
@@ -177,7 +206,8 @@ def silu_backward(xp, out, args, scratch) -> None:
     xp.multiply(out, dy, out=out)
 
 
-@kernel_for("swiglu_dup")
+@op("swiglu_dup", "d up of silu(gate) * up (inputs gate, up, dy): silu(gate) dy",
+    flops=per_element(SWIGLU_FLOPS))
 def swiglu_dup(xp, out, args, scratch) -> None:
     """``silu(gate) dy``."""
     same("swiglu_dup", out, args, 3)
@@ -187,7 +217,8 @@ def swiglu_dup(xp, out, args, scratch) -> None:
     xp.multiply(out, dy, out=out)
 
 
-@kernel_for("adam_update")
+@op("adam_update", "one Adam step on a weight from its gradient, fresh moments",
+    flops=per_element(ADAM_FLOPS))
 def adam_update(xp, out, args, scratch) -> None:
     """One Adam step on ``w`` from its gradient ``g`` with fresh moments (``m = g``,
     ``v = g^2`` after bias correction): ``w - lr * g / (|g| + eps)``."""
@@ -200,7 +231,7 @@ def adam_update(xp, out, args, scratch) -> None:
     xp.add(out, w, out=out)
 
 
-@kernel_for("sgd_update")
+@op("sgd_update", "one SGD step on a weight from its gradient", flops=per_element(SGD_FLOPS))
 def sgd_update(xp, out, args, scratch) -> None:
     """``w - lr * g``."""
     same("sgd_update", out, args, 2)

@@ -5,24 +5,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from .base import (
-    Array,
-    KernelError,
-    aligned,
-    dense,
-    is_strided,
-    kernel_for,
-    matmul_shards,
-    shard_bytes,
-)
+from .arrays import aligned, dense, is_numpy, is_strided, matmul_shards, shard_bytes
+from .base import Array, KernelError, Shape, numel, op, per_element, per_input_element
 
 
-def _pairs(op: str, args: Sequence[Array]) -> int:
+def _matmul_flops(out: Shape, ins: Sequence[Shape]) -> float:
+    """``2 m n k``: ``k`` the left operand's columns, summed over its shards."""
+    return 2.0 * numel(out) * sum(s[-1] for s in ins[:-1])
+
+
+def values_flops(out: Shape, ins: Sequence[Shape]) -> float:
+    """``sum_j P_j V_j``: ``2 k dh`` per output element over every key block, plus the sums."""
+    half = len(ins) // 2
+    return 2.0 * numel(out) * sum(s[-1] for s in ins[:half]) + (half - 1) * numel(out)
+
+
+def pairs_flops(out: Shape, ins: Sequence[Shape]) -> float:
+    """``sum_i A_i^T B_i``: ``2 rows_i`` per output element for each pair, plus the sums."""
+    half = len(ins) // 2
+    return 2.0 * numel(out) * sum(s[0] for s in ins[:half]) + (half - 1) * numel(out)
+
+
+def _lora_linear_flops(out: Shape, ins: Sequence[Shape]) -> float:
+    """``x W^T + u B^T``: two matmuls and their sum."""
+    return 2.0 * numel(out) * (ins[0][-1] + ins[2][-1]) + numel(out)
+
+
+def _pairs(name: str, args: Sequence[Array]) -> int:
     n = len(args) // 2
     if not n or len(args) % 2 or any(a.ndim != 2 for a in args):
-        raise KernelError(f"{op} takes 2-D gradient blocks then as many 2-D operands, got "
+        raise KernelError(f"{name} takes 2-D gradient blocks then as many 2-D operands, got "
                           f"{[a.shape for a in args]}")
     return n
 
@@ -41,7 +53,8 @@ def _dx_operands(args: Sequence[Array], out: Array, col0: int = 0) -> list[Array
     return [*args[:n], *(w[:, col0:col0 + out.shape[1]] for w in args[n:])]
 
 
-@kernel_for("matmul", lambda out, args: out.nbytes if len(args) > 2 else 0)
+@op("matmul", "hstack(inputs[:-1]) @ inputs[-1]: the left operand may come as column shards",
+    flops=_matmul_flops, scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
 def matmul(xp, out, args, scratch) -> None:
     """``hstack(args[:-1]) @ args[-1]``: the left operand may come as column shards."""
     if len(args) < 2:
@@ -57,8 +70,10 @@ def matmul(xp, out, args, scratch) -> None:
     matmul_shards(xp, out, left, right, scratch)
 
 
-@kernel_for("linear", lambda out, args: (aligned(out.nbytes) if len(args) > 2 else 0)
-            + shard_bytes(args[:-1], args[-1].T))
+@op("linear", "hstack(inputs[:-1]) @ inputs[-1]^T: x W^T with W stored (out, in) as in "
+    "PyTorch; the left operand may come as column shards", flops=_matmul_flops,
+    scratch=lambda out, args: (aligned(out.nbytes) if len(args) > 2 else 0)
+    + shard_bytes(args[:-1], args[-1].T))
 def linear(xp, out, args, scratch) -> None:
     """``hstack(args[:-1]) @ args[-1]^T``: ``x W^T`` with ``W`` stored ``(out, in)``; the
     left operand may come as column shards (each then meets its columns of ``W``)."""
@@ -74,7 +89,8 @@ def linear(xp, out, args, scratch) -> None:
     matmul_shards(xp, out, left, w.T, scratch)
 
 
-@kernel_for("embedding")
+@op("embedding", "table[ids]: rows of the table (second input) at the token ids (first "
+    "input, taken modulo the table's rows)", flops=per_element(0.0), gather=True)
 def embedding(xp, out, args, scratch) -> None:
     """``table[ids]``, ids taken modulo the table's rows (NumPy's ``mode="wrap"``, which is
     also what CuPy's ``take`` does)."""
@@ -84,13 +100,15 @@ def embedding(xp, out, args, scratch) -> None:
     if table.ndim != 2 or out.shape != (*ids.shape, table.shape[1]):
         raise KernelError(f"embedding: ids {ids.shape} into a table {table.shape} do not give "
                           f"{out.shape}")
-    if xp is np:
-        np.take(table, ids, axis=0, out=out, mode="wrap")
+    if is_numpy(xp):
+        xp.take(table, ids, axis=0, out=out, mode="wrap")
     else:
         xp.take(table, ids, axis=0, out=out)
 
 
-@kernel_for("embedding_backward", lambda out, args: args[0].size * 8)
+@op("embedding_backward", "dtable of embedding (inputs ids, dy; output the table's shape): "
+    "each row of dy added at row id mod rows, repeated ids summed",
+    flops=per_input_element(1.0, which=1), scratch=lambda out, args: args[0].size * 8)
 def embedding_backward(xp, out, args, scratch) -> None:
     """``dtable``: zero, then each row of ``dy`` added at row ``id mod rows`` (repeated ids
     add up), the gradient of :func:`embedding`; the wrapped ids go to ``scratch``."""
@@ -102,17 +120,19 @@ def embedding_backward(xp, out, args, scratch) -> None:
     if out.ndim != 2 or dy.shape != (*ids.shape, out.shape[1]):
         raise KernelError(f"embedding_backward: ids {ids.shape} and dy {dy.shape} do not give "
                           f"a table {out.shape}")
-    rows = scratch[:ids.size * 8].view(np.int64)
+    rows = scratch[:ids.size * 8].view("int64")
     xp.remainder(ids.reshape(-1), out.shape[0], out=rows)
     out.fill(0)
-    if xp is np:
-        np.add.at(out, rows, dy.reshape(-1, out.shape[1]))
+    if is_numpy(xp):
+        xp.add.at(out, rows, dy.reshape(-1, out.shape[1]))
     else:
         import cupyx
         cupyx.scatter_add(out, rows, dy.reshape(-1, out.shape[1]))
 
 
-@kernel_for("lora_linear", lambda out, args: out.nbytes)
+@op("lora_linear", "x W^T + u B^T (inputs x, W, u, B): a frozen linear layer with its "
+    "LoRA adapter (Hu et al. 2021), u = x A^T computed beforehand", flops=_lora_linear_flops,
+    scratch=lambda out, args: out.nbytes)
 def lora_linear(xp, out, args, scratch) -> None:
     """``x W^T + u B^T`` (a frozen linear layer and its LoRA adapter, ``u = x A^T``)."""
     if len(args) != 4:
@@ -128,7 +148,8 @@ def lora_linear(xp, out, args, scratch) -> None:
     xp.add(out, partial, out=out)
 
 
-@kernel_for("attn_values", _values_bytes)
+@op("attn_values", "sum_j P_j V_j for one head: inputs P_0..P_n-1 then V_0..V_n-1",
+    flops=values_flops, scratch=_values_bytes)
 def attn_values(xp, out, args, scratch) -> None:
     """``sum_j P_j V_j`` for one head: inputs ``P_0..P_{n-1}`` then ``V_0..V_{n-1}``."""
     n = len(args) // 2
@@ -147,14 +168,20 @@ def attn_values(xp, out, args, scratch) -> None:
         xp.add(out, partial, out=out)
 
 
-@kernel_for("linear_dx", lambda out, args: _values_bytes(out, _dx_operands(args, out)))
+@op("linear_dx", "sum_i dY_i W_i[:, col0:col0+n] (inputs dY_0..dY_n-1 then W_0..W_n-1, n "
+    "the output's columns): the input gradient of x W^T (summed over the layers that read "
+    "x)", params=(("col0", 0),), flops=values_flops,
+    scratch=lambda out, args: _values_bytes(out, _dx_operands(args, out)))
 def linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
     """``sum_i dY_i W_i[:, col0:col0 + n]``: the input gradient of ``x W^T``."""
     attn_values(xp, out, _dx_operands(args, out, col0), scratch)
 
 
-@kernel_for("linear_dw", lambda out, args: out.nbytes if len(args) > 2 else 0)
-@kernel_for("attn_dv", lambda out, args: out.nbytes if len(args) > 2 else 0)
+@op("linear_dw", "sum_i dY_i^T X_i (inputs dY_0..dY_n-1 then X_0..X_n-1): the weight "
+    "gradient of x W^T, summed over row blocks", flops=pairs_flops,
+    scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
+@op("attn_dv", "dV = sum_i P_i^T dO_i over the query blocks (inputs P_0.. then dO_0..)",
+    flops=pairs_flops, scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
 def linear_dw(xp, out, args, scratch) -> None:
     """``sum_i dY_i^T X_i``: the weight gradient of ``x W^T`` over row blocks."""
     n = _pairs("linear_dw", args)

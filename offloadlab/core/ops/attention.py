@@ -3,61 +3,54 @@ the softmax's statistics and probabilities, the values, and their gradients."""
 
 from __future__ import annotations
 
-import functools
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
+from .arrays import as_rows, compute_dtype, counting, itemsize, same
 from .base import (
+    SOFTMAX_FLOPS,
+    STATS_FLOPS,
     Array,
+    FlopsFn,
     KernelError,
-    as_rows,
-    compute_dtype,
-    kernel_for,
-    same,
+    Shape,
+    numel,
+    op,
+    per_element,
+    per_input_element,
 )
-from .linear import (
-    attn_values,
-    linear_dw,
-)
+from .linear import attn_values, linear_dw, pairs_flops, values_flops
 
 ROPE_BASE = 10000.0
+ROTARY_FLOPS = 3.0      # x cos, rotate_half(x) sin, add (the angles are per row, not counted)
+SOFTMAX_BACKWARD_FLOPS = 2.0    # P (dP - delta)
 
 
-def counting(xp, v: Array) -> Array:
-    """``v`` (1-D) filled with 1, 2, ..., len(v), allocating nothing: on NumPy by doubling
-    (``v[k:2k] = v[:k] + k``, disjoint halves: a cumulative sum in place copies its input
-    first); on CuPy, whose ``cumsum`` allocates, by an elementwise kernel of the index."""
-    if xp is not np:
-        _index_kernel(xp)(v)
-        return v
-    if v.size:
-        v[0] = 1
-    k = 1
-    while k < v.size:
-        step = min(k, v.size - k)
-        np.add(v[:step], k, out=v[k:k + step])
-        k += step
-    return v
+def _scores_flops(out: Shape, ins: Sequence[Shape]) -> float:
+    """``Q K^T / sqrt(dh)``: ``2 dh`` per score, and one to scale it."""
+    return (2.0 * ins[0][-1] + 1.0) * numel(out)
 
 
-@functools.cache
-def _index_kernel(xp) -> Any:
-    """CuPy's ``v[i] = i + 1`` (compiled once per process, on first use: the executor runs
-    every kernel once before the clock starts)."""
-    return xp.ElementwiseKernel("", "T v", "v = (T)(i + 1)", "offloadlab_counting")
+def _stats_flops(out: Shape, ins: Sequence[Shape]) -> float:
+    """Row maximum, subtract, exp and sum: 4 per score."""
+    return STATS_FLOPS * sum(numel(s) for s in ins)
+
+
+def _scaled(fn: FlopsFn) -> FlopsFn:
+    """``fn`` and one more per output element (a scale)."""
+    return lambda out, ins: fn(out, ins) + numel(out)
 
 
 def _rotary_scratch(out: Array, args: Sequence[Array]) -> int:
     rows, half = as_rows(out).shape[0], out.shape[-1] // 2
-    return (rows + half + 2 * rows * half) * np.dtype(compute_dtype(out)).itemsize + \
+    return (rows + half + 2 * rows * half) * itemsize(compute_dtype(out)) + \
         rows * half * out.dtype.itemsize
 
 
-def _mask_bytes(rows: int, cols: int, ct: Any) -> int:
-    size = np.dtype(ct).itemsize
+def _mask_bytes(rows: int, cols: int, ct: str) -> int:
+    size = itemsize(ct)
     return rows * cols * (2 * size + 1) + (cols + 4 * rows) * size
 
 
@@ -66,8 +59,8 @@ class _Masked:
     block in the compute dtype, key-minus-query index differences, key and query counters,
     three row columns, and the mask (last, so that every float buffer stays aligned)."""
 
-    def __init__(self, xp, scratch: Array, rows: int, cols: int, ct: Any) -> None:
-        size = np.dtype(ct).itemsize
+    def __init__(self, xp, scratch: Array, rows: int, cols: int, ct: str) -> None:
+        size = itemsize(ct)
         n = rows * cols
         self.xp = xp
         floats = scratch[:(2 * n + cols + 4 * rows) * size].view(ct)
@@ -79,7 +72,7 @@ class _Masked:
         self.cols = [floats[first + i * rows:first + (i + 1) * rows].reshape(rows, 1)
                      for i in range(3)]
         start = (2 * n + cols + 4 * rows) * size
-        self.mask = scratch[start:start + n].view(np.bool_).reshape(rows, cols)
+        self.mask = scratch[start:start + n].view("bool").reshape(rows, cols)
 
     def load(self, s: Array, q0: int, k0: int, fill: float) -> Array:
         """The block ``s`` in the compute dtype, ``fill`` where key ``k0 + c`` is past query
@@ -99,7 +92,7 @@ class _Masked:
 
 
 def _key_offsets(k0: int, blocks: Sequence[Array]) -> list[int]:
-    return np.cumsum([k0] + [b.shape[1] for b in blocks]).tolist()[:-1]
+    return list(itertools.accumulate([k0] + [b.shape[1] for b in blocks]))[:-1]
 
 
 def _stats_scratch(out: Array, args: Sequence[Array]) -> int:
@@ -114,7 +107,9 @@ def _rotary_backward_scratch(out: Array, args: Sequence[Array]) -> int:
     return _rotary_scratch(out, args) + out.nbytes
 
 
-@kernel_for("rotary", _rotary_scratch)
+@op("rotary", "rotary position embedding (Su et al. 2021, as in LLaMA) of rows at positions "
+    "offset, offset+1, ...: x cos + rotate_half(x) sin, base 10000", params=(("offset", 0),),
+    flops=per_element(ROTARY_FLOPS), scratch=_rotary_scratch)
 def rotary(xp, out, args, scratch, offset: int = 0) -> None:
     """Rotary position embedding (Su et al. 2021) of rows at positions ``offset + r``, in the
     half-split layout of Hugging Face's LLaMA: with ``x = [x1, x2]`` and angles
@@ -126,7 +121,7 @@ def rotary(xp, out, args, scratch, offset: int = 0) -> None:
     rows, dim = out.shape
     half = dim // 2
     ct = compute_dtype(out)
-    size = np.dtype(ct).itemsize
+    size = itemsize(ct)
     at = 0
 
     def take(n: int, dtype: Any, item: int) -> Array:
@@ -157,7 +152,8 @@ def rotary(xp, out, args, scratch, offset: int = 0) -> None:
     xp.add(o2, tmp, out=o2)
 
 
-@kernel_for("attn_scores")
+@op("attn_scores", "Q K^T / sqrt(dh) for one head, a query block against a key block",
+    flops=_scores_flops)
 def attn_scores(xp, out, args, scratch) -> None:
     """``Q K^T / sqrt(dh)`` for one head: a query block ``(bq, dh)`` against a key block
     ``(bk, dh)``."""
@@ -171,7 +167,10 @@ def attn_scores(xp, out, args, scratch) -> None:
     xp.multiply(out, 1.0 / math.sqrt(q.shape[1]), out=out)
 
 
-@kernel_for("softmax_stats", _stats_scratch)
+@op("softmax_stats", "the causal softmax's row maximum and row sum of exp over a query "
+    "block's key blocks (the inputs, contiguous keys from k0), as a (rows, 2) float32 "
+    "tensor; keys past a query's position are masked", params=(("q0", 0), ("k0", 0)),
+    flops=_stats_flops, scratch=_stats_scratch)
 def softmax_stats(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
     """The causal softmax's statistics for a query block (rows at ``q0``...) over its key
     blocks (the inputs, keys ``k0``... in order): ``out[:, 0]`` the row maximum, ``out[:, 1]``
@@ -184,15 +183,15 @@ def softmax_stats(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
     rows = out.shape[0]
     work = _Masked(xp, scratch, rows, max(a.shape[1] for a in args), compute_dtype(out))
     m, part, total = work.cols
-    m.fill(-np.inf)
+    m.fill(-math.inf)
     total.fill(0)
     visible = [(b, kj) for b, kj in zip(args, _key_offsets(k0, args)) if kj <= q0 + rows - 1]
     for b, kj in visible:
-        t = work.load(b, q0, kj, -np.inf)
+        t = work.load(b, q0, kj, -math.inf)
         xp.max(t, axis=1, keepdims=True, out=part)
         xp.maximum(m, part, out=m)
     for b, kj in visible:
-        t = work.load(b, q0, kj, -np.inf)
+        t = work.load(b, q0, kj, -math.inf)
         xp.subtract(t, m, out=t)
         xp.exp(t, out=t)
         xp.sum(t, axis=1, keepdims=True, out=part)
@@ -201,7 +200,9 @@ def softmax_stats(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
     xp.copyto(out[:, 1:], total)
 
 
-@kernel_for("causal_softmax", _softmax_scratch)
+@op("causal_softmax", "a key block's probabilities exp(S - max) / sum from the row "
+    "statistics (second input), zero where key k0+j is past query q0+i",
+    params=(("q0", 0), ("k0", 0)), flops=per_element(SOFTMAX_FLOPS), scratch=_softmax_scratch)
 def causal_softmax(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
     """A key block's probabilities ``exp(s - max) / sum`` from the row statistics (second
     input, :func:`softmax_stats`), zero where key ``k0 + c`` is past query ``q0 + r``."""
@@ -213,14 +214,15 @@ def causal_softmax(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
         raise KernelError(f"causal_softmax: scores {s.shape} with statistics {stats.shape} do "
                           f"not give {out.shape}")
     work = _Masked(xp, scratch, s.shape[0], s.shape[1], compute_dtype(out))
-    t = work.load(s, q0, k0, -np.inf)
+    t = work.load(s, q0, k0, -math.inf)
     xp.subtract(t, stats[:, :1], out=t)
     xp.exp(t, out=t)
     xp.divide(t, stats[:, 1:], out=t)
     xp.copyto(out, t)
 
 
-@kernel_for("rotary_backward", _rotary_backward_scratch)
+@op("rotary_backward", "the gradient through rotary:offset=..: the inverse rotation of dy",
+    params=(("offset", 0),), flops=per_element(ROTARY_FLOPS), scratch=_rotary_backward_scratch)
 def rotary_backward(xp, out, args, scratch, offset: int = 0) -> None:
     """The transpose of :func:`rotary`, the rotation by the opposite angles:
     ``[d1 cos + d2 sin, d2 cos - d1 sin]``, computed as ``rotary([d1, -d2])`` with its second
@@ -239,7 +241,8 @@ def rotary_backward(xp, out, args, scratch, offset: int = 0) -> None:
     xp.negative(second, out=second)
 
 
-@kernel_for("attn_dprobs")
+@op("attn_dprobs", "dP = dO V^T for one head, a query block against a key block",
+    flops=lambda out, ins: 2.0 * ins[0][-1] * numel(out))
 def attn_dprobs(xp, out, args, scratch) -> None:
     """``dO V^T`` for one head, a query block against a key block."""
     if len(args) != 2:
@@ -250,7 +253,9 @@ def attn_dprobs(xp, out, args, scratch) -> None:
     xp.matmul(do, v.T, out=out)
 
 
-@kernel_for("attn_delta", lambda out, args: args[0].size * out.dtype.itemsize)
+@op("attn_delta", "rowsum(dO * O) for one head and query block, (rows, 1): the softmax "
+    "backward's correction term", flops=per_input_element(2.0),
+    scratch=lambda out, args: args[0].size * out.dtype.itemsize)
 def attn_delta(xp, out, args, scratch) -> None:
     """``rowsum(dO * O)`` as a column."""
     if len(args) != 2:
@@ -263,7 +268,8 @@ def attn_delta(xp, out, args, scratch) -> None:
     xp.sum(prod, axis=1, keepdims=True, out=out)
 
 
-@kernel_for("softmax_backward")
+@op("softmax_backward", "dS = P (dP - delta) for a key block (inputs P, dP, delta); zero "
+    "where P is masked", flops=per_element(SOFTMAX_BACKWARD_FLOPS))
 def softmax_backward(xp, out, args, scratch) -> None:
     """``P (dP - delta)``."""
     if len(args) != 3:
@@ -274,14 +280,17 @@ def softmax_backward(xp, out, args, scratch) -> None:
     xp.multiply(out, p, out=out)
 
 
-@kernel_for("attn_dq", lambda out, args: out.nbytes if len(args) > 2 else 0)
+@op("attn_dq", "dQ = sum_j dS_j K_j / sqrt(dh) (inputs dS_0.. then K_0..)",
+    flops=_scaled(values_flops), scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
 def attn_dq(xp, out, args, scratch) -> None:
     """``sum_j dS_j K_j / sqrt(dh)``."""
     attn_values(xp, out, args, scratch)
     xp.multiply(out, 1.0 / math.sqrt(out.shape[1]), out=out)
 
 
-@kernel_for("attn_dk", lambda out, args: out.nbytes if len(args) > 2 else 0)
+@op("attn_dk", "dK = sum_i dS_i^T Q_i / sqrt(dh) over the query blocks at or after the "
+    "key block (inputs dS_0.. then Q_0..)", flops=_scaled(pairs_flops),
+    scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
 def attn_dk(xp, out, args, scratch) -> None:
     """``sum_i dS_i^T Q_i / sqrt(dh)``."""
     linear_dw(xp, out, args, scratch)

@@ -1,26 +1,29 @@
-"""Row-wise kernels: softmax, RMSNorm and LayerNorm with their gradients, and the cross-entropy
-loss."""
+"""Row-wise ops: softmax, RMSNorm and LayerNorm with their gradients, the cross-entropy loss
+and the greedy choice of a token."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from .attention import (
-    counting,
-)
+from .arrays import as_rows, compute_dtype, counting, itemsize, row_bytes, row_scratch, same
 from .base import (
-    NORM_EPS,
+    SOFTMAX_FLOPS,
+    STATS_FLOPS,
     Array,
     KernelError,
-    as_rows,
-    compute_dtype,
-    kernel_for,
-    row_bytes,
-    row_scratch,
-    same,
+    op,
+    per_element,
+    per_input_element,
 )
+
+NORM_EPS = 1e-5
+
+RMSNORM_FLOPS = 4.0     # square, sum, divide by the root, gain
+RMSNORM_BACKWARD_FLOPS = 8.0    # the root again (2), g dy (1), its dot with x (2), combine (3)
+LAYERNORM_BACKWARD_FLOPS = 14.0     # the statistics (5), g dy (1), two row means (4), combine (4)
+LAYERNORM_DGAIN_FLOPS = 9.0     # the statistics (5), xhat (2), dy xhat (1), the column sum (1)
+CROSS_ENTROPY_FLOPS = STATS_FLOPS                       # log-sum-exp per logit
+CROSS_ENTROPY_BACKWARD_FLOPS = STATS_FLOPS + SOFTMAX_FLOPS + 1.0   # softmax, / tokens
 
 
 def _layernorm_stats(xp, x, y, mean, r) -> None:
@@ -65,12 +68,12 @@ def _norm_backward_scratch(out: Array, args: Sequence[Array]) -> int:
     return row_bytes(out, args) + out.nbytes
 
 
-def _ce_check(op: str, out: Array, args: Sequence[Array]) -> tuple[Array, Array]:
+def _ce_check(name: str, out: Array, args: Sequence[Array]) -> tuple[Array, Array]:
     if len(args) != 2:
-        raise KernelError(f"{op} takes logits and labels, got {len(args)} inputs")
+        raise KernelError(f"{name} takes logits and labels, got {len(args)} inputs")
     logits, labels = args
     if logits.ndim != 2 or labels.shape != (logits.shape[0],):
-        raise KernelError(f"{op}: logits {logits.shape} and labels {labels.shape} do not fit")
+        raise KernelError(f"{name}: logits {logits.shape} and labels {labels.shape} do not fit")
     return logits, labels
 
 
@@ -79,9 +82,9 @@ def _log_softmax(xp, logits: Array, labels: Array, scratch: Array) -> tuple[Arra
     indices ``r vocab + label_r mod vocab`` of the labels' logits, and a row column."""
     rows, vocab = logits.shape
     ct = compute_dtype(logits)
-    size = np.dtype(ct).itemsize
-    idx = scratch[:rows * 8].view(np.int64)
-    base = scratch[rows * 8:rows * 16].view(np.int64)
+    size = itemsize(ct)
+    idx = scratch[:rows * 8].view("int64")
+    base = scratch[rows * 8:rows * 16].view("int64")
     floats = scratch[rows * 16:rows * 16 + (rows * vocab + rows) * size].view(ct)
     t, col = floats[:rows * vocab].reshape(rows, vocab), floats[rows * vocab:]
     xp.remainder(labels, vocab, out=idx)
@@ -103,10 +106,11 @@ def _log_softmax(xp, logits: Array, labels: Array, scratch: Array) -> tuple[Arra
 
 def _ce_scratch(out: Array, args: Sequence[Array]) -> int:
     rows, vocab = args[0].shape
-    return rows * 16 + (rows * vocab + rows) * np.dtype(compute_dtype(args[0])).itemsize
+    return rows * 16 + (rows * vocab + rows) * itemsize(compute_dtype(args[0]))
 
 
-@kernel_for("softmax", row_bytes)
+@op("softmax", "row-wise softmax", flops=per_element(STATS_FLOPS + SOFTMAX_FLOPS),
+    scratch=row_bytes)
 def softmax(xp, out, args, scratch) -> None:
     """Row-wise softmax over the last axis, stabilised by the row maximum."""
     same("softmax", out, args, 1)
@@ -119,7 +123,8 @@ def softmax(xp, out, args, scratch) -> None:
     xp.divide(y, r, out=y)
 
 
-@kernel_for("rmsnorm", row_bytes)
+@op("rmsnorm", "RMSNorm over the last axis, optional gain as second input",
+    flops=per_element(RMSNORM_FLOPS), scratch=row_bytes)
 def rmsnorm(xp, out, args, scratch) -> None:
     """``x / sqrt(mean(x^2) + eps) * g`` over the last axis (``g``, the gain, optional)."""
     same("rmsnorm", out, args[:1])
@@ -133,7 +138,8 @@ def rmsnorm(xp, out, args, scratch) -> None:
     _gain(xp, y, args[1:])
 
 
-@kernel_for("layernorm", row_bytes)
+@op("layernorm", "LayerNorm over the last axis, optional gain as second input",
+    flops=per_element(7.0), scratch=row_bytes)
 def layernorm(xp, out, args, scratch) -> None:
     """``(x - mean) / sqrt(var + eps) * g`` over the last axis (``g``, the gain, optional);
     ``var = mean(x^2) - mean^2``."""
@@ -146,7 +152,8 @@ def layernorm(xp, out, args, scratch) -> None:
     _gain(xp, y, args[1:])
 
 
-@kernel_for("rmsnorm_backward", _norm_backward_scratch)
+@op("rmsnorm_backward", "dx of RMSNorm from x, the gain and dy (inputs x, g, dy); the gain "
+    "frozen", flops=per_element(RMSNORM_BACKWARD_FLOPS), scratch=_norm_backward_scratch)
 def rmsnorm_backward(xp, out, args, scratch) -> None:
     """``dx = (g dy) / r - x sum(g dy x) / (n r^3)``, ``r = sqrt(mean(x^2) + eps)``."""
     if len(args) != 3:
@@ -173,7 +180,9 @@ def rmsnorm_backward(xp, out, args, scratch) -> None:
     xp.divide(y, r, out=y)
 
 
-@kernel_for("layernorm_backward", _norm_backward_scratch)
+@op("layernorm_backward", "dx of LayerNorm from x, the optional gain and dy (inputs x, "
+    "[g,] dy); the gain frozen", flops=per_element(LAYERNORM_BACKWARD_FLOPS),
+    scratch=_norm_backward_scratch)
 def layernorm_backward(xp, out, args, scratch) -> None:
     """``dx = (z - mean(z)) / r``, ``z = g dy - xhat mean(g dy xhat)``, ``xhat = (x - mean) /
     r``: the usual ``(g dy - mean(g dy) - xhat mean(g dy xhat)) / r``, as ``mean(xhat) = 0``."""
@@ -195,7 +204,9 @@ def layernorm_backward(xp, out, args, scratch) -> None:
     xp.divide(y, r, out=y)
 
 
-@kernel_for("layernorm_dgain", lambda out, args: _norm_backward_scratch(args[0], args))
+@op("layernorm_dgain", "dg of LayerNorm's gain from x and dy (inputs x, dy), shape (dim,): "
+    "sum over rows of dy xhat", flops=per_input_element(LAYERNORM_DGAIN_FLOPS),
+    scratch=lambda out, args: _norm_backward_scratch(args[0], args))
 def layernorm_dgain(xp, out, args, scratch) -> None:
     """``dg = sum over rows of dy xhat``: the gain's gradient of ``layernorm`` (inputs x, dy)."""
     if len(args) != 2:
@@ -209,7 +220,8 @@ def layernorm_dgain(xp, out, args, scratch) -> None:
     xp.sum(xhat, axis=0, out=out)
 
 
-@kernel_for("layernorm_dbias")
+@op("layernorm_dbias", "db of a bias added to LayerNorm's output (input dy), shape (dim,): "
+    "sum over rows of dy", flops=per_input_element(1.0))
 def layernorm_dbias(xp, out, args, scratch) -> None:
     """``db = sum over rows of dy``: the bias's gradient of ``layernorm(x) + b``."""
     if len(args) != 1 or out.shape != (args[0].shape[-1],):
@@ -218,7 +230,9 @@ def layernorm_dbias(xp, out, args, scratch) -> None:
     xp.sum(as_rows(args[0]), axis=0, out=out)
 
 
-@kernel_for("cross_entropy", _ce_scratch)
+@op("cross_entropy", "sum over rows of logsumexp(logits) - logits[label] / tokens (inputs "
+    "logits, int labels taken modulo the vocabulary), shape (1,)", params=(("tokens", 1),),
+    flops=per_input_element(CROSS_ENTROPY_FLOPS), scratch=_ce_scratch)
 def cross_entropy(xp, out, args, scratch, tokens: int = 1) -> None:
     """``sum_r (logsumexp(logits_r) - logits_r[label_r]) / tokens``, shape (1,); labels are
     taken modulo the vocabulary."""
@@ -231,7 +245,9 @@ def cross_entropy(xp, out, args, scratch, tokens: int = 1) -> None:
     xp.multiply(out, -1.0 / tokens, out=out)
 
 
-@kernel_for("argmax")
+@op("argmax", "the index of the largest entry of the input's last row (the first of equal "
+    "ones), shape (1,): the greedy choice of the next token from its logits",
+    flops=lambda out, ins: float(ins[0][-1]))
 def argmax(xp, out, args, scratch) -> None:
     """The index of the largest entry of the last row of ``args[0]``, into ``out`` (shape
     (1,)): greedy decoding's next token (ties to the first, on NumPy and CuPy alike)."""
@@ -241,7 +257,9 @@ def argmax(xp, out, args, scratch) -> None:
     out[0] = xp.argmax(as_rows(args[0])[-1])
 
 
-@kernel_for("cross_entropy_backward", _ce_scratch)
+@op("cross_entropy_backward", "d logits of cross_entropy: (softmax(logits) - onehot(label)) "
+    "/ tokens", params=(("tokens", 1),), flops=per_element(CROSS_ENTROPY_BACKWARD_FLOPS),
+    scratch=_ce_scratch)
 def cross_entropy_backward(xp, out, args, scratch, tokens: int = 1) -> None:
     """``(softmax(logits) - onehot(label)) / tokens``."""
     logits, labels = _ce_check("cross_entropy_backward", out, args)

@@ -1,92 +1,14 @@
-"""What every kernel module shares: the kernel type and registry, viewing tensors in their buffers,
-the scratch layout, and looking a vertex's kernel up."""
+"""Array helpers the kernels share: fitting inputs onto an output, products of column shards,
+the scratch layout, rows and the compute dtype.  Written against the array module ``xp`` a
+kernel is given; nothing here imports NumPy."""
 
 from __future__ import annotations
 
 import functools
-import math
-import zlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
-import numpy as np
-
-from ...core.errors import GraphError
-from ...core.ops import GENERIC, OPS, OpError, op_name, parse_op
-from ...core.registry import Registry
-
-Array = Any   # numpy.ndarray or cupy.ndarray
-KernelFn = Callable[[Any, Array, Sequence[Array], Array], None]
-F = TypeVar("F", bound=Callable[..., None])
-
-
-ADAM_LR, ADAM_EPS = 1e-3, 1e-8
-
-
-SGD_LR = 1e-2
-
-
-NORM_EPS = 1e-5
-
-
-class KernelError(GraphError):
-    """A vertex cannot run: its op has no kernel, or its tensors do not fit the op."""
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """An op's implementation and the scratch bytes it needs for given tensors."""
-
-    fn: KernelFn
-    scratch: Callable[[Array, Sequence[Array]], int] = lambda out, args: 0
-
-
-KERNELS: Registry[Kernel] = Registry("kernel", error=KernelError, listed="known ops", sort=True,
-                                    within=OPS)
-"""Each op's kernel, registered against the op's name (:data:`~offloadlab.core.ops.OPS`);
-every op but ``generic`` has one (tests/test_registry.py)."""
-
-
-def kernel_for(op: str, scratch: Callable[[Array, Sequence[Array]], int] | None = None
-               ) -> Callable[[F], F]:
-    """Register the decorated function as the kernel of op ``op`` (which
-    :data:`~offloadlab.core.ops.OPS` must name), needing ``scratch(out, args)`` bytes of
-    workspace (none if not given)."""
-    def deco(fn: F) -> F:
-        KERNELS[op] = Kernel(fn) if scratch is None else Kernel(fn, scratch)
-        return fn
-    return deco
-
-
-def tensor_shape(shape: Sequence[int] | None, dtype: str, nbytes: int) -> tuple[int, ...]:
-    """The shape a tensor of ``nbytes`` is viewed with: its own, or flat."""
-    if shape is None:
-        return (nbytes // np.dtype(dtype).itemsize,)
-    return tuple(int(n) for n in shape)
-
-
-def view(buffer: Array, offset: int, shape: tuple[int, ...], dtype: str) -> Array:
-    """The tensor at byte ``offset`` of the 1-D byte array ``buffer``."""
-    size = math.prod(shape) * np.dtype(dtype).itemsize
-    return buffer[offset:offset + size].view(dtype).reshape(shape)
-
-
-def initial_value(vertex: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """The value of input ``vertex``, seeded by the vertex id so that every run and the
-    reference see the same inputs: uniform in [-1, 1), matrices scaled to variance 1/rows so
-    that a chain of matmuls keeps its scale (integers in [-8, 8))."""
-    rng = np.random.default_rng(zlib.crc32(vertex.encode()))
-    kind = np.dtype(dtype).kind
-    if kind == "f":
-        scale = math.sqrt(3.0 / max(shape[-2], 1)) if len(shape) >= 2 else 1.0
-        return (scale * rng.uniform(-1.0, 1.0, size=shape)).astype(dtype)
-    if kind in "iu":
-        return rng.integers(0 if kind == "u" else -8, 8, size=shape).astype(dtype)
-    if kind == "b":
-        return rng.integers(0, 2, size=shape).astype(dtype)
-    raise KernelError(f"input {vertex!r}: cannot make values of dtype {dtype!r}")
+from .base import DTYPES, Array, KernelError
 
 
 def accumulate(xp, out: Array, x: Array, scratch: Array) -> None:
@@ -210,38 +132,41 @@ def row_scratch(scratch: Array, out: Array) -> tuple[Array, Array]:
     return both[0], both[1]
 
 
-def compute_dtype(out: Array) -> Any:
-    return np.float64 if out.dtype == np.float64 else np.float32
+def compute_dtype(out: Array) -> str:
+    """The dtype a kernel computes a reduction of ``out`` in: float64 for float64, else
+    float32."""
+    return "float64" if out.dtype == "float64" else "float32"
 
 
-def check_runnable(vertices: Iterable[Any]) -> None:
-    """KernelError naming the first compute vertex (of a TaskGraph or MemGraph) whose op is
-    ``generic:...``: priced from its shapes alone, it has no kernel, so the executor refuses
-    the graph before it sets anything up."""
-    for v in vertices:
-        if v.kind == "compute" and v.op is not None and op_name(v.op) == GENERIC:
-            raise KernelError(f"vertex {v.id!r}: op {v.op!r} is priced from its shapes alone "
-                              f"(import-torch --generic) and has no kernel: the executor cannot "
-                              f"run this graph (plan and simulate it instead)")
+def itemsize(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (a name of :data:`~.base.DTYPES`)."""
+    return DTYPES[dtype]
 
 
-def kernel(op: str | None, vertex: str) -> Kernel:
-    """The kernel of ``op`` (its parameters bound, for ``NAME:key=value`` ops); KernelError
-    naming ``vertex`` and the known ops if there is none."""
-    found = KERNELS.get(op or "")
-    if found is not None:
-        return found
-    try:
-        name, params = parse_op(op or "")
-    except OpError:
-        name, params = "", ()
-    found = KERNELS.get(name)
-    if found is None:
-        raise KernelError(f"vertex {vertex!r}: no kernel for op {op!r}; known ops: "
-                          f"{', '.join(KERNELS.names())}")
-    return _bound(found, params)
+def is_numpy(xp: Any) -> bool:
+    """Whether the array module ``xp`` is NumPy (not CuPy)."""
+    return bool(xp.__name__ == "numpy")
 
 
-@lru_cache(maxsize=4096)
-def _bound(k: Kernel, params: tuple[tuple[str, int], ...]) -> Kernel:
-    return Kernel(functools.partial(k.fn, **dict(params)), k.scratch)
+def counting(xp, v: Array) -> Array:
+    """``v`` (1-D) filled with 1, 2, ..., len(v), allocating nothing: on NumPy by doubling
+    (``v[k:2k] = v[:k] + k``, disjoint halves: a cumulative sum in place copies its input
+    first); on CuPy, whose ``cumsum`` allocates, by an elementwise kernel of the index."""
+    if not is_numpy(xp):
+        _index_kernel(xp)(v)
+        return v
+    if v.size:
+        v[0] = 1
+    k = 1
+    while k < v.size:
+        step = min(k, v.size - k)
+        xp.add(v[:step], k, out=v[k:k + step])
+        k += step
+    return v
+
+
+@functools.cache
+def _index_kernel(xp) -> Any:
+    """CuPy's ``v[i] = i + 1`` (compiled once per process, on first use: the executor runs
+    every kernel once before the clock starts)."""
+    return xp.ElementwiseKernel("", "T v", "v = (T)(i + 1)", "offloadlab_counting")
