@@ -38,7 +38,7 @@ from timing import markdown
 from offloadlab.core.machine import Machine, machine_from_spec
 from offloadlab.core.memgraph import MemGraph
 from offloadlab.executor import execute
-from offloadlab.executor.calibrate import _Builder, calibrate
+from offloadlab.executor.calibrate import KernelGraph, calibrate
 from offloadlab.executor.kernels import tensor_shape
 from offloadlab.executor.numpy_backend import NumpyBackend
 from offloadlab.planner import plan
@@ -68,7 +68,7 @@ def _shape(v) -> tuple[int, ...]:
 def pairs(mg: MemGraph, ids: list[str], shared: bool) -> MemGraph:
     """Each of ``ids``' kernels twice (``<id>#0``, ``<id>#1``) on gpu0, on the same inputs
     or each on inputs of its own."""
-    b = _Builder()
+    b = KernelGraph()
     for vid in ids:
         v = mg[vid]
         args: tuple[str, ...] = ()

@@ -83,7 +83,7 @@ class Calibration:
     table: pd.DataFrame
 
 
-class _Builder:
+class KernelGraph:
     """A MemGraph of independent (or chained) vertices, each tensor at its own location."""
 
     def __init__(self) -> None:
@@ -126,7 +126,9 @@ class Template:
         return sum(DTYPES[d] * math.prod(s) for s, d in ((self.shape, self.dtype), *self.inputs))
 
 
-def _template(graph: TaskGraph, task) -> Template:
+def template(graph: TaskGraph, task) -> Template:
+    """Compute vertex ``task`` of ``graph`` as a :class:`Template` (a flat shape for a vertex
+    that records none)."""
     def shape(t) -> tuple[int, ...]:
         return tuple(t.shape) if t.shape else (max(t.bytes // DTYPES[t.dtype], 1),)
     return Template(task.op, shape(task), task.dtype,
@@ -141,7 +143,7 @@ def workload_ops(sources: Iterable[str] = OP_SOURCES) -> dict[str, list[Template
         graph = build_workload(spec)
         for task in graph:
             if task.kind == "compute" and task.op is not None:
-                t = _template(graph, task)
+                t = template(graph, task)
                 best = found.setdefault(op_name(task.op), {}).get(spec)
                 if best is None or t.touched > best.touched:
                     found[op_name(task.op)][spec] = t
@@ -163,7 +165,7 @@ def _kernels(op: str, templates: list[Template], sizes: Iterable[int],
     ``matmul`` and the ops of :func:`_square` take n x n tensors (a gain, n), each size; any
     other op runs at each template's shapes (size 0).  A kernel's inputs are distinct tensors
     (one read twice would come from the cache).  Returns the graph and each kernel's size."""
-    b = _Builder()
+    b = KernelGraph()
     first = templates[0]
     size: dict[str, int] = {}
 
@@ -198,7 +200,7 @@ def _kernels(op: str, templates: list[Template], sizes: Iterable[int],
 
 def _chain(length: int) -> MemGraph:
     """A chain of one-element adds: kernel time plus the loop's dispatch gap."""
-    b = _Builder()
+    b = KernelGraph()
     prev = b.add("c0", "input", "gpu0", (1,), at="gpu0")
     for k in range(1, length + 1):
         prev = b.add(f"c{k}", "compute", "gpu0", (1,), (prev,), "add", 1.0, at="gpu0")
@@ -208,7 +210,7 @@ def _chain(length: int) -> MemGraph:
 def matmuls(n: int, reps: int, dtype: str = "float32") -> MemGraph:
     """``reps`` independent matmuls of n x n ``dtype`` tensors on gpu0 (with one stream and
     ``fixed`` dispatch, one at a time)."""
-    b = _Builder()
+    b = KernelGraph()
     x, y = (b.add(name, "input", "gpu0", (n, n), at="gpu0", dtype=dtype) for name in "xy")
     for r in range(reps):
         b.add(f"mm#{r}", "compute", "gpu0", (n, n), (x, y), "matmul", 2.0 * n ** 3, at="gpu0",
@@ -217,7 +219,7 @@ def matmuls(n: int, reps: int, dtype: str = "float32") -> MemGraph:
 
 
 def _cpu_matmul(n: int, reps: int) -> MemGraph:
-    b = _Builder()
+    b = KernelGraph()
     x = b.add("x", "input", "host", (n, n))
     for r in range(reps):
         b.add(f"mm#{r}", "compute", "cpu", (n, n), (x, x), "matmul", 2.0 * n ** 3)
@@ -226,7 +228,7 @@ def _cpu_matmul(n: int, reps: int) -> MemGraph:
 
 def _copies(sizes: Iterable[int], reps: int, h2d: bool, d2h: bool, gpus: int = 1) -> MemGraph:
     """Loads and/or offloads (and with ``gpus`` > 1, gpu0->gpu1 transfers) of each size."""
-    b = _Builder()
+    b = KernelGraph()
     for nbytes in sizes:
         shape = (nbytes // 4,)
         for r in range(reps):

@@ -161,12 +161,16 @@ def compare_traces(planner: str, simulated: pd.DataFrame, measured: pd.DataFrame
 
 def validate_memgraph(mg: MemGraph, machine: Machine, graph: TaskGraph | None, planner: str,
                       runs: int = 3, backend: str = "numpy", policy: str = "dynamic",
-                      rate_limit: bool = True, noise: NoiseProbe | None = None) -> Validation:
+                      rate_limit: bool = True, noise: NoiseProbe | None = None,
+                      profiled: bool = False) -> Validation:
     """Simulate ``mg`` on ``machine`` and execute it ``runs`` times after one unmeasured
-    run.  Profiled vertex times are dropped first: the (calibrated) machine prices every
-    vertex.  ``noise`` is the machine's :func:`noise_probe`, carried into the result."""
-    for v in mg:
-        v.time = None
+    run.  Vertex times are dropped first, so that the (calibrated) machine prices every
+    vertex, unless ``profiled`` (they were measured on this backend:
+    :func:`offloadlab.executor.profile.profile`).  ``noise`` is the machine's
+    :func:`noise_probe`, carried into the result."""
+    if not profiled:
+        for v in mg:
+            v.time = None
     sim = simulate(mg, machine, policy=policy)
     execute(mg, machine, backend=backend, policy=policy, rate_limit=rate_limit)  # warm-up
     results: list[ExecResult] = [execute(mg, machine, backend=backend, policy=policy, seed=r,
@@ -185,22 +189,32 @@ def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: 
              backend: str = "numpy", policy: str = "dynamic", rate_limit: bool = True,
              progress: Callable[[str], None] | None = None,
              noise: NoiseProbe | None = None, workload: str | None = None,
-             machine_text: str | None = None) -> list[Validation]:
+             machine_text: str | None = None, profile: bool = False) -> list[Validation]:
     """:func:`validate_memgraph` for each planner's MemGraph of ``graph`` (a graph the
     executor cannot run is refused before planning), after a :func:`noise_probe` of the
-    backend (unless ``noise`` gives one already taken), each labelled with what it measured
-    (``workload`` and ``machine_text``: the specs as the caller gave them)."""
+    backend (unless ``noise`` gives one already taken; ``progress(line)`` as each step
+    starts), each labelled with what it measured
+    (``workload`` and ``machine_text``: the specs as the caller gave them).  With
+    ``profile`` every distinct kernel of ``graph`` is first timed on the backend
+    (:func:`offloadlab.executor.profile.profile`) and the simulator uses those times."""
     from .compare import provenance
     check_runnable(graph)
     if noise is None:
         noise = noise_probe(machine, backend)
+    planned = graph
+    if profile:
+        from ..executor.profile import profile as timed
+        if progress:
+            progress("profiling the kernels")
+        planned = timed(graph, machine, backend).graph
     out = []
     for spec in planners:
         if progress:
-            progress(spec)
-        memgraph = plan(graph, machine, spec, evaluate=makespan)
+            progress(f"{spec}: planning, simulating and running {runs} time(s)")
+        memgraph = plan(planned, machine, spec, evaluate=makespan)
         out.append(validate_memgraph(memgraph, machine, graph, spec, runs, backend, policy,
-                                     rate_limit, noise))
+                                     rate_limit, noise, profiled=profile))
         out[-1].labels = {**provenance(graph, machine, workload, machine_text),
-                          "policy": policy, "backend": backend, "runs": runs}
+                          "policy": policy, "backend": backend, "runs": runs,
+                          "profiled": profile}
     return out

@@ -27,12 +27,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     graph = read_taskgraph(args)
     machine = machine_from_spec(args.machine)
     planners = args.planner or list(DEMO_PLANNERS)
-    with phases(args).steps("validating", len(planners)) as step:
+    with phases(args).steps("validating", len(planners) + args.profile) as step:
         results = validate(graph, machine, planners, runs=args.runs, backend=args.backend,
                            policy=args.policy, rate_limit=not args.no_rate_limit,
-                           progress=lambda spec: step(f"{spec}: planning, simulating and "
-                                                      f"running {args.runs} time(s)"),
-                           workload=args.workload or args.taskgraph, machine_text=args.machine)
+                           progress=step,
+                           workload=args.workload or args.taskgraph, machine_text=args.machine,
+                           profile=args.profile)
     written = []
     if args.plot:
         from ..plots import gantt
@@ -87,6 +87,9 @@ def add_parser(add: AddCommand) -> None:
     p.add_argument("--runs", type=positive_int, default=3,
                    help="executor runs per planner; the median is compared (3)")
     executor_options(p)
+    p.add_argument("--profile", action="store_true",
+                   help="first time every distinct kernel of the graph on --backend, and "
+                        "simulate with those times instead of the machine's rates")
     p.add_argument("--json", action="store_true", help="print one JSON list, a row per planner")
     p.add_argument("--plot", metavar="PNG", help="draw simulated over measured timelines")
     p.add_argument("--table", metavar="CSV", help="write the component table")
