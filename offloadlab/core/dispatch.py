@@ -41,10 +41,27 @@ class PolicyError(SpecError, ValueError):
 
 
 class ReadyQueue(Protocol):
-    def push(self, now: float, vertex: int) -> None: ...
+    """A resource's ready queue, as a policy's factory makes it."""
+
+    def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
 
     def pop(self) -> int | None:
-        """The next vertex to dispatch, or None if the resource must wait."""
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
 
 
 Factory = Callable[["Queues", Sequence[int], Callable[[], None]], ReadyQueue]
@@ -68,9 +85,23 @@ POLICIES: Registry[Policy] = Registry("policy", error=PolicyError, listed="valid
 
 
 def policy(name: str, doc: str) -> Callable[[Factory], Factory]:
-    """Register a policy's queue factory under ``name`` with its one-line description (given
-    here, not read from a docstring: this module is compiled, and compiled functions keep
-    none)."""
+    """Register a policy's queue factory under ``name`` with its one-line description.
+
+    The description is given here, not read from a docstring: this module is compiled, and
+    compiled functions keep none.
+
+    Parameters
+    ----------
+    name : str
+        The policy's name (``--policy NAME``).
+    doc : str
+        What it does, in one line (``offloadlab list policies``).
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the factory unchanged.
+    """
     def deco(factory: Factory) -> Factory:
         POLICIES[name] = Policy(factory, doc)
         return factory
@@ -78,7 +109,18 @@ def policy(name: str, doc: str) -> Callable[[Factory], Factory]:
 
 
 def check_policy(name: str) -> None:
-    """:class:`PolicyError` listing the policies unless ``name`` is one."""
+    """Refuse an unknown dispatch policy.
+
+    Parameters
+    ----------
+    name : str
+        A policy's name.
+
+    Raises
+    ------
+    PolicyError
+        Listing the policies, unless ``name`` is one.
+    """
     POLICIES.check(name)
 
 
@@ -98,6 +140,19 @@ class Queues:
         self._hazards: Hazards | None = None
 
     def new(self, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
+        """The ready queue of one resource, of the run's policy.
+
+        Parameters
+        ----------
+        sequence : sequence of int
+            The resource's vertices, in planner order.
+        wake : callable
+            ``wake()`` has the resource dispatch again.
+
+        Returns
+        -------
+        ReadyQueue
+        """
         return POLICIES[self.policy].factory(self, sequence, wake)
 
     @property
@@ -115,9 +170,25 @@ class EarliestReady:
         self.heap: list[tuple[float, int]] = []
 
     def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
         heappush(self.heap, (now, vertex))
 
     def pop(self) -> int | None:
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
         return heappop(self.heap)[1] if self.heap else None
 
 
@@ -132,9 +203,25 @@ class InOrder:
         self.next = 0
 
     def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
         self.ready[vertex] = 1
 
     def pop(self) -> int | None:
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
         if self.next < len(self.sequence) and self.ready[self.sequence[self.next]]:
             self.next += 1
             return self.sequence[self.next - 1]
@@ -149,9 +236,25 @@ class RandomChoice:
         self.items: list[int] = []
 
     def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
         self.items.append(vertex)
 
     def pop(self) -> int | None:
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
         items = self.items
         if not items:
             return None
@@ -242,8 +345,15 @@ class Hazards:
         return seen
 
     def started(self, vertex: int) -> None:
-        """``vertex`` has started (counted once: a vertex that takes a bus is popped twice):
-        the vertices it threatens and those it held are told."""
+        """``vertex`` has started: the vertices it threatens and those it held are told.
+
+        Counted once: a vertex that takes a bus is popped twice.
+
+        Parameters
+        ----------
+        vertex : int
+            Its position in the planner's order.
+        """
         if self.begun[vertex]:
             return
         self.begun[vertex] = 1
@@ -268,10 +378,26 @@ class Adversarial(RandomChoice):
         self.wake = wake
 
     def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
         self.items.append(vertex)
         self.hazards.queue[vertex] = self
 
     def pop(self) -> int | None:
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
         items = self.items
         threats, holds = self.hazards.threats, self.hazards.holds
         free = [i for i, v in enumerate(items) if not holds[v]]
