@@ -47,9 +47,21 @@ class CoTrainOptions(Options):
 
 
 def layers(graph: TaskGraph) -> list[list[str]]:
-    """The update vertices on a GPU by layer, in forward order: on an unrolled training chain
-    layer i's update in every iteration; otherwise each update is a layer, the last one the
-    TaskGraph adds (the first weight, whose gradient comes last) first."""
+    """The update vertices on a GPU by layer, in forward order.
+
+    On an unrolled training chain layer i's update in every iteration; otherwise each update
+    is a layer, the last one the TaskGraph adds (the first weight, whose gradient comes last)
+    first.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    list of list of str
+    """
     updates = [t.id for t in graph if t.kind == "compute" and t.op in UPDATE_OPS
                and is_gpu(t.device)]
     if "chain" in graph.meta:
@@ -61,15 +73,42 @@ def layers(graph: TaskGraph) -> list[list[str]]:
 
 
 def applies(graph: TaskGraph) -> None:
+    """Refuse a graph with no optimizer update on a GPU: cotrain plans training steps.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     if not any(layers(graph)):
         raise PlanError(f"cotrain plans training steps: TaskGraph {graph.name!r} has no "
                         f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
 
 
 def separation(graph: TaskGraph, machine: Machine, by_layer: list[list[str]]) -> int:
-    """The slides' k = (t_BWD + t_UPDATE) / (2 t_UPDATE), rounded up, at most the layers:
+    """The slides' k = (t_BWD + t_UPDATE) / (2 t_UPDATE), rounded up, at most the layers.
+
     t_BWD is the backward pass's GPU time per layer (the vertices after the forward pass and
-    the loss, less the updates), t_UPDATE a layer's update on the CPU."""
+    the loss, less the updates), t_UPDATE a layer's update on the CPU.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+    machine : Machine
+        Prices both.
+    by_layer : list of list of str
+        Its :func:`layers`.
+
+    Returns
+    -------
+    int
+    """
     backward = _backward(graph)
     per_layer = len(by_layer)
     t_bwd = sum(machine.task_seconds(graph, graph[t]) for t in backward) / per_layer
@@ -92,7 +131,18 @@ def _backward(graph: TaskGraph) -> list[str]:
 
 
 def on_cpu(t: Task) -> Task:
-    """An update vertex moved to the CPU, priced there by its flop per element."""
+    """An update vertex moved to the CPU, priced there by its flop per element.
+
+    Parameters
+    ----------
+    t : Task
+        The update vertex.
+
+    Returns
+    -------
+    Task
+        A copy on the CPU.
+    """
     elements = t.bytes // DTYPES[t.dtype]
     assert t.op is not None
     return replace(t, device=CPU, flops=UPDATE_OPS[t.op] * elements, time=None)
@@ -102,7 +152,29 @@ def on_cpu(t: Task) -> Task:
 def cotrain(graph: TaskGraph, machine: Machine, options: CoTrainOptions,
             hooks: Hooks) -> MemGraph:
     """CoTrain: the optimizer updates of the layers past the first k run on the CPU while
-    the GPU continues the backward pass; planned by BuildMemGraph."""
+    the GPU continues the backward pass; planned by BuildMemGraph.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine the plan must fit.
+    options : CoTrainOptions
+        The planner's options.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+        The plan; :func:`~offloadlab.planner.registry.plan` closes it.
+
+    Raises
+    ------
+    PlanError
+        The graph does not fit the machine's memory.
+    """
     by_layer = layers(graph)
     k = separation(graph, machine, by_layer) if options.k == -1 else min(options.k,
                                                                           len(by_layer))
