@@ -89,25 +89,48 @@ class IlpResult:
 def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
                 offload_bandwidth: float | None = None, solver: str = "auto",
                 time_limit: float | None = None, msg: bool = False) -> IlpResult:
-    """Theorem 2: ``min Σ_j (u_j + idle_j)`` subject to eqs. (2)-(8), a lower bound on the
-    iteration time of OFF(L, M_GPU, β) with ``M_GPU = memory`` bytes, prefetch bandwidth
-    ``β = bandwidth`` and offload bandwidth ``offload_bandwidth`` (default β), in bytes/s
-    (``math.inf`` allowed).
+    """Theorem 2: a lower bound on the iteration time of OFF(L, M_GPU, β) (Sec. 6).
 
-    ``solver``: ``"highs"`` (highspy), ``"cbc"`` (bundled with PuLP) or ``"auto"`` (HiGHS when
-    importable).  Nothing is written to stdout: with ``msg=True`` the solver's log goes to
-    stderr, otherwise nothing is printed (not even HiGHS's banner).
-
-    With ``time_limit`` seconds the solver may stop early; ``bound`` is then the best proven
-    bound: HiGHS's MIP dual bound, CBC's last "best possible" from its log
-    (rounded down), or, when CBC prints none, the LP relaxation's value; never less than
-    :func:`transfer_bound`, which a solver stopped early may not have proven yet.  CBC checks
-    the time limit only between phases: on large models its root LP alone may take longer.
-
-    Raises :class:`PlanError` if an operation does not fit even with no other weight on the
-    GPU (``M_k`` of eq. (1) above ``memory``).  Otherwise the MILP is feasible (delete every
+    ``min Σ_j (u_j + idle_j)`` subject to eqs. (2)-(8).  Nothing is written to stdout: with
+    ``msg=True`` the solver's log goes to stderr, otherwise nothing is printed (not even
+    HiGHS's banner).  The MILP is feasible whenever every operation fits alone (delete every
     weight after each use and wait for each transfer), so ``"infeasible"`` can only be a
     solver's numerical failure; ``bound`` is then Σu.
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    memory : int
+        M_GPU, in bytes.
+    bandwidth : float
+        β, the prefetch bandwidth in bytes/s (``math.inf`` allowed).
+    offload_bandwidth : float, optional
+        The offload bandwidth in bytes/s; default β.
+    solver : str
+        ``"highs"`` (highspy), ``"cbc"`` (bundled with PuLP) or ``"auto"`` (HiGHS when
+        importable).
+    time_limit : float, optional
+        Seconds after which the solver may stop early; ``bound`` is then the best proven
+        bound: HiGHS's MIP dual bound, CBC's last "best possible" from its log (rounded down),
+        or, when CBC prints none, the LP relaxation's value; never less than
+        :func:`transfer_bound`, which a solver stopped early may not have proven yet.  CBC
+        checks the time limit only between phases: on large models its root LP alone may take
+        longer.
+    msg : bool
+        The solver's log to stderr.
+
+    Returns
+    -------
+    IlpResult
+
+    Raises
+    ------
+    PlanError
+        An operation does not fit even with no other weight on the GPU (``M_k`` of eq. (1)
+        above ``memory``), or HiGHS stops without a result.
+    SpecError
+        A bandwidth or time limit that is not positive, or an unknown or missing solver.
     """
     beta_o = bandwidth if offload_bandwidth is None else offload_bandwidth
     for name, value in (("bandwidth", bandwidth), ("offload_bandwidth", beta_o)):
@@ -145,10 +168,27 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
 
 
 def transfer_bound(chain: TrainingChain, memory: int, bandwidth: float) -> float:
-    """A closed-form bound the MILP implies: during the fullest operation o, the other weights
-    on the GPU fit in ``memory - M_o`` (eq. 4), so at least ``Σ_i |w_i| - |w_o| + M_o - memory``
-    bytes are away; each comes back whole before its next use (eq. 5), and prefetches run at
-    ``bandwidth`` during the cycle (eq. 2).  Returns that volume over the bandwidth (s)."""
+    """A closed-form bound the MILP implies, from the transfers alone.
+
+    During the fullest operation o, the other weights on the GPU fit in ``memory - M_o``
+    (eq. 4), so at least ``Σ_i |w_i| - |w_o| + M_o - memory`` bytes are away; each comes
+    back whole before its next use (eq. 5), and prefetches run at ``bandwidth`` during the
+    cycle (eq. 2).
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    memory : int
+        M_GPU, in bytes.
+    bandwidth : float
+        β, in bytes/s.
+
+    Returns
+    -------
+    float
+        That volume over the bandwidth, in seconds.
+    """
     weights = sum(chain.w)
     away = max(weights - chain.w[i - 1] + chain.memory(kind, i) - memory
                for kind, i in chain.operations())
@@ -219,22 +259,67 @@ class Milp:
             add(f"eq8_0_{i}", [(D[i, j], 1.0) for j in order[:split]] + [(self.D0[i], -1.0)], EQ)
 
     def op(self, kind: str, i: int) -> int:
-        """The number ``j`` of ``kind_i`` (1-based, in the chain's cycle)."""
+        """The number ``j`` of ``kind_i`` (1-based, in the chain's cycle).
+
+        Parameters
+        ----------
+        kind : str
+            ``"F"`` or ``"B"``.
+        i : int
+            The layer, from 1.
+
+        Returns
+        -------
+        int
+        """
         return self.chain.position(kind, i) + 1
 
     def next(self, j: int) -> int:
+        """The operation after ``j`` in the cycle.
+
+        Parameters
+        ----------
+        j : int
+            An operation's number, from 1.
+
+        Returns
+        -------
+        int
+        """
         return j % (2 * self.L) + 1
 
     def cycle_from(self, a: int) -> list[int]:
-        """Operations ``a, a+1, ..., a-1`` (cyclically)."""
+        """Operations ``a, a+1, ..., a-1`` (cyclically).
+
+        Parameters
+        ----------
+        a : int
+            The first operation's number.
+
+        Returns
+        -------
+        list of int
+        """
         n = 2 * self.L
         return [(a - 1 + p) % n + 1 for p in range(n)]
 
     def selection(self) -> frozenset[tuple[int, int]]:
+        """The solved D(1) and D(0): the (layer, d) pairs whose weight is deleted.
+
+        Returns
+        -------
+        frozenset of (int, int)
+        """
         return frozenset((i, d) for d, x in ((1, self.D1), (0, self.D0))
                          for i in self.layers if x[i].varValue > 0.5)
 
     def offloaded(self) -> frozenset[int]:
+        """The layers whose weight the solution offloads (O* = 1).
+
+        Returns
+        -------
+        frozenset of int
+        """
         return frozenset(i for i in self.layers if self.Ostar[i].varValue > 0.5)
 
 
@@ -330,7 +415,24 @@ def _printed_floor(number: str) -> float:
 
 def run_cbc(prob, *, mip: bool, time_limit: float | None = None, gap_abs: float | None = None
              ) -> str:
-    """Solve ``prob`` with PuLP's bundled CBC; return CBC's log."""
+    """Solve ``prob`` with PuLP's bundled CBC; return CBC's log.
+
+    Parameters
+    ----------
+    prob : pulp.LpProblem
+        The problem.
+    mip : bool
+        Keep the integer variables (false: the LP relaxation).
+    time_limit : float, optional
+        Seconds.
+    gap_abs : float, optional
+        The absolute gap at which CBC may stop.
+
+    Returns
+    -------
+    str
+        CBC's log.
+    """
     import pulp
 
     with tempfile.TemporaryDirectory() as tmp:
