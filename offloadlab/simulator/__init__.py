@@ -145,17 +145,75 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
 
 def makespan(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", noise: float = 0.0,
              seed: int = 0) -> float:
-    """The simulated makespan alone (no trace, no memory accounting; ``noise`` and ``seed`` as
-    in :func:`simulate`): how planners that search (``buildmemgraph:search=N``) score a
-    candidate, passed to them as ``evaluate``, and what ablations repeat many times."""
+    """The simulated makespan alone (no trace, no memory accounting).
+
+    How planners that search (``buildmemgraph:search=N``) score a candidate, passed to them
+    as ``evaluate``, and what ablations repeat many times.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine.
+    policy : str
+        The dispatch policy.
+    noise : float
+        The lognormal noise's sigma, as in :func:`simulate` (0: none).
+    seed : int
+        Seeds the noise and the seeded policies.
+
+    Returns
+    -------
+    float
+        Seconds.
+
+    Raises
+    ------
+    PolicyError
+        An unknown policy (a ValueError).
+    ValueError
+        A negative ``noise``.
+    DeadlockError
+        Some vertices can never start (a cycle, or a ``fixed`` order against the edges).
+    """
     return _run(memgraph, machine, policy, noise, seed).makespan
 
 
 def makespan_and_host_peak(memgraph: MemGraph, machine: Machine, policy: str = "dynamic",
                            noise: float = 0.0, seed: int = 0) -> tuple[float, int]:
-    """The simulated makespan and host peak (bytes), without a trace or the GPUs' memory
-    accounting (as :func:`makespan`; the host peak as :attr:`SimResult.host_peak`): what the
-    TURNIP grids report per point."""
+    """The simulated makespan and host peak, without a trace or the GPUs' memory accounting.
+
+    As :func:`makespan`; the host peak as :attr:`SimResult.host_peak`: what the TURNIP grids
+    report per point.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine.
+    policy : str
+        The dispatch policy.
+    noise : float
+        The lognormal noise's sigma, as in :func:`simulate` (0: none).
+    seed : int
+        Seeds the noise and the seeded policies.
+
+    Returns
+    -------
+    (float, int)
+        Seconds and bytes.
+
+    Raises
+    ------
+    PolicyError
+        An unknown policy (a ValueError).
+    ValueError
+        A negative ``noise``.
+    DeadlockError
+        Some vertices can never start (a cycle, or a ``fixed`` order against the edges).
+    """
     model = _run(memgraph, machine, policy, noise, seed)
     since, until, size = run_host_lifetimes(model.vertices, model.data, model.start, model.end,
                                             model.makespan)
