@@ -1,23 +1,10 @@
-"""The anatomy of a training step: which vertices of a TaskGraph are its forward and backward
-passes, the activations the backward reads (the tensors activation offloading moves), the
-weights, gradients, optimizer state and updates (issue 45; the saved-tensor view of PyTorch's
-autograd).  The functions a planner of a training step calls.
+"""The anatomy of a training step: its forward and backward passes, the activations the
+backward reads (the tensors activation offloading moves), the weights, gradients, optimizer
+state and updates (issue 45; the saved-tensor view of PyTorch's autograd).  The functions a
+planner of a training step calls.
 
-The forward pass is the first ``meta["forward"]`` compute vertices where the builder says so
-(``llama-lora-train``, ``import-torch --train``), the ``layer_forward`` vertices of an unrolled
-training chain (``meta["chain"]``: ``training-chain``, ``gpt2-train``), else the compute
-vertices whose category is ``activations``.  The backward pass is every later compute vertex
-(a layer's forward recomputed under checkpointing included) but the optimizer updates: the
-``adam_update``/``sgd_update`` vertices and, where categories are known, the backward's
-vertices that write weights.  Categories come from the TaskGraph where present; where not, from
-this structure (:func:`category`); the batch (inputs whose category is ``activations``) only
-from its category, as nothing in the structure tells it from a frozen weight.
-
-A TaskGraph has no views: a view or alias of a tensor (PyTorch's ``view``, ``t``, ``expand``)
-is read as the vertex holding its storage (:mod:`.workloads.from_torch`), so a saved view is
-its base's vertex, saved once.  The forward pass's outputs (the loss, and on a training chain
-the last layer's output, from which the backward starts) are the forward tensors no forward
-vertex reads: the step returns them rather than saving them.
+How each part is found, and how a view is read: docs/categories.md, The anatomy of a training
+step.
 """
 
 from __future__ import annotations

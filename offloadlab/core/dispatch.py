@@ -4,20 +4,10 @@ executor.
 Each resource (a GPU's compute engine, a link direction, a bus, the CPU) dispatches from a
 ready queue.  A vertex is pushed when it becomes ready; ``pop`` returns the vertex the resource
 runs next, or None if it must wait.  Vertices are integers: positions in the planner's order.
-
-- ``dynamic`` — work-conserving, the earliest-ready vertex first, ties by planner order (the
-  TURNIP runtime, Sec. 5);
-- ``fixed`` — each resource runs its vertices strictly in planner order (the ablation);
-- ``random`` — work-conserving, a seeded uniform choice among the ready vertices: a test
-  policy that explores many legal orders;
-- ``adversarial`` — seeded like ``random``, but a ready vertex whose write covers bytes that
-  another vertex has yet to read (or write) goes first, and a vertex that the plan lets such a
-  write overtake (no path orders it first) waits until that write has started: the order most
-  likely to expose a missing memory edge (a test policy for small plans; on a correct plan
-  no vertex waits and none goes first, so it is ``random``).
-
-Each policy is a factory in :data:`POLICIES` (a :class:`~offloadlab.core.registry.Registry`),
-registered with :func:`policy` where it is defined.
+Each policy (``dynamic``, the TURNIP runtime, Sec. 5; ``fixed``; ``random``; ``adversarial``)
+is a factory in :data:`POLICIES` (a :class:`~offloadlab.core.registry.Registry`), registered
+with :func:`policy` where it is defined.  What each does: docs/execution.md, Simulator, and
+docs/races.md for ``adversarial``.
 """
 
 from __future__ import annotations

@@ -297,11 +297,17 @@ class TaskGraph:
 
     # -- checking ---------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`GraphError` naming the first bad vertex: unknown kind, op, dtype, input
-        or device (name format included), a size that is not a positive integer, flops or a time
-        that is not a finite number >= 0 (NaN and infinities included), a shape larger than the
-        vertex's bytes, a GPU vertex reading another GPU's tensor without a transfer vertex, or
-        a cycle."""
+        """Check every vertex and the graph's acyclicity.
+
+        Raises
+        ------
+        GraphError
+            Naming the first bad vertex: unknown kind, op, dtype, input or device (name format
+            included), a size that is not a positive integer, flops or a time that is not a
+            finite number >= 0 (NaN and infinities included), a shape larger than the vertex's
+            bytes, a GPU vertex reading another GPU's tensor without a transfer vertex, or a
+            cycle.
+        """
         tasks = self.tasks
         devices: dict[tuple[str, str], str | None] = {}   # (kind, device) -> problem or None
         for t in tasks.values():

@@ -1,45 +1,13 @@
 """The MILP lower bound of Beaumont et al., Section 6 (eqs. 2-8, Theorem 2).
 
 Operations are numbered ``1..2L`` in the chain's cycle ``B_L..B_1, F_1..F_L``
-(``TrainingChain.cycle``): operation ``j`` is the cycle's ``(j-1)``-th, so ``B_i`` is
-``L - i + 1`` and ``F_i`` is ``L + i``; all sums over operations are cyclic.  For operation ``j``
-the model looks at the interval from the start of ``j`` to the start of ``j + 1`` and has,
-for every layer ``i``, the amounts ``O[i, j]`` offloaded, ``P[i, j]`` prefetched and
-``D[i, j]`` deleted of ``w_i`` in it, and ``idle[j]``, the idle time after ``j``.  Binaries
-``D1[i]``, ``D0[i]`` (``D_i^(1)``, ``D_i^(0)``) and ``Ostar[i]`` (``O_i^*``) are the choices.
-
-**Sparse form.**  ``m[i, k]``, the part of ``w_i`` on the GPU at the start of operation
-``k``, is a variable linked step to step, ``m[i, k+1] = m[i, k] + P[i, k] - D[i, k]``
-(cyclically), and ``o[i, k]``, the part of ``w_i`` offloaded since the start of ``B_i``, is
-another running sum.  Every constraint then has O(1) or O(L) terms: O(L^2) variables and
-nonzeros in all.  Amounts are in units of ``|w_i|``, memory in units of ``max |w_i|`` and
-times in units of ``tau`` (the longest operation or single transfer) so that the solver sees
-coefficients near 1.
-
-**Reading of the paper** (where it is ambiguous or inconsistent):
-
-* eq. (4): ``M_k`` of eq. (1) already holds ``|w_l|`` of the operation's own layer ``l``
-  (``2|w_l|`` for ``B_l``), and ``m[l, k] = |w_l|`` counts it again.  We use
-  ``Σ_i m[i, k] + M_k - |w_l| <= M_GPU``: activations plus ``|δw_l|`` for ``B_l`` besides the
-  weights, so that operation ``k`` alone needs exactly its eq. (1) memory ``M_k``, and with
-  memory for every weight plus ``max_k (M_k - |w_l|)`` the bound is exactly Σu.  The literal
-  reading is no valid bound: on the instance of Theorem 1's proof it exceeds the proof's
-  schedule (2m).  Algorithm 1's excess ``E_o = Σ_i |w_i| + M_o - M_GPU`` counts ``|w_o|``
-  twice as well; the excess consistent with this model is ``Σ_i |w_i| + M_o - |w_o| - M_GPU``
-  (a heuristic may keep the extra ``|w_o|`` as headroom for prefetching; a bound may not).
-* eq. (6), first part, is printed ``Σ (P - D) >= 0``, i.e. ``m[i, k] >= |w_i|``, which would
-  forbid freeing any memory; the text ("the amount of prefetched data is not higher than the
-  deleted data") gives ``<= 0``, which we use: ``0 <= m[i, k] <= |w_i|``.
-* eq. (5), first part, sums over ``j = 0..2L-1`` while operations are ``1..2L``: read as the
-  whole cycle (it is implied by the cyclic links of ``m``).  A cyclic sum from ``a`` to
-  ``a - 1`` is the whole cycle, so eq. (6) at ``k = L - i + 1`` is trivial.
-* ``O_i^*`` is not tied to ``D_i^(d)``: a "deletion" with nothing offloaded must be undone by a
-  prefetch in the same interval, which saves no memory.  The bound is unaffected, but the
-  reported selection may contain such useless choices when bandwidth is to spare.
-* Solvers accept constraint violations of about 1e-7 in these units: memory is exact to about
-  ``1e-7 max |w_i|`` bytes, not to the byte.
-* Like the paper, the model is a relaxation: memory is checked at operation starts only and a
-  prefetch buffer counts as it fills (the paper reserves it whole from the prefetch's start).
+(``TrainingChain.cycle``): ``B_i`` is ``L - i + 1`` and ``F_i`` is ``L + i``; all sums over
+operations are cyclic.  For operation ``j`` and layer ``i`` the model has the amounts
+``O[i, j]`` offloaded, ``P[i, j]`` prefetched and ``D[i, j]`` deleted of ``w_i`` between the
+starts of ``j`` and ``j + 1``, and ``idle[j]``, the idle time after ``j``; binaries ``D1[i]``,
+``D0[i]`` (``D_i^(1)``, ``D_i^(0)``) and ``Ostar[i]`` (``O_i^*``) are the choices.  The sparse
+form, and how the model reads the paper where it is ambiguous: docs/planners.md, The MILP
+bound.
 """
 
 from __future__ import annotations

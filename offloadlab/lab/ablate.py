@@ -2,25 +2,11 @@
 Figure 14), in the simulator (and on the executor), and what each part of BuildMemGraph
 contributes (:func:`ablate_parts`).
 
-The fixed order is one of :data:`FIXED`:
-
-- ``planned`` (TURNIP's definition, the default): "we add dependencies to fix the order of
-  operations at each of the GPUs to be exactly the order that is input into BUILDMEMGRAPH"
-  (Sec. 8 (3)).  :func:`planned` adds a memory edge from each kernel to the next one on its
-  GPU in the planner's order (for BuildMemGraph, its input list V), and the fixed run is the
-  same ``dynamic`` runtime on that MemGraph.  Offloads, reloads and loads are not in the list
-  BuildMemGraph is given (it makes them), and GPU->GPU transfers and CPU ops are not
-  operations of a GPU's kernel stream: they get no new edge and are still dispatched as soon
-  as they are ready.  Without noise the two runs can differ: a kernel whose reload is late
-  holds up the kernels after it, where the dynamic runtime runs another one.
-- ``replay``: each resource runs its vertices in the order in which they started in a
-  noiseless ``dynamic`` run of the same MemGraph (:func:`replayed` makes that the planner
-  order, which the ``fixed`` policy then runs): the order a static scheduler with a perfect
-  cost model would pick, so that without noise the two runs tie.
-
-Both runs are paired by seed: they run the same vertices in the same planner order, so a seed
-draws the same noise (each duration times a seeded lognormal factor) for a vertex in either.
-The speedup of a seed is ``fixed / dynamic - 1``.
+The fixed order is one of :data:`FIXED`: ``planned``, TURNIP's definition (Sec. 8 (3)), each
+GPU's kernels chained in the planner's order (:func:`planned`), or ``replay``, each resource in
+the order a noiseless ``dynamic`` run started its vertices (:func:`replayed`).  The two runs
+are paired by seed; a seed's speedup is ``fixed / dynamic - 1``.  What each order leaves alone
+and why: docs/ablation.md, The two runs.
 """
 
 from __future__ import annotations

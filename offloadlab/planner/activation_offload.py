@@ -1,19 +1,12 @@
-"""Two activation-offloading schemes that PyTorch users deploy, as planners (issue 45;
-docs/deployed.md): ``torch-compile-offload`` and ``torchtune-offload``.
+"""Two activation-offloading schemes that PyTorch users deploy, as planners (issue 45):
+``torch-compile-offload`` and ``torchtune-offload``.
 
 Both move the activations a training step saves for its backward pass
 (:func:`offloadlab.core.anatomy.saved`) to host RAM during the forward pass and bring them back
 for the backward, on a copy stream beside the compute stream, and keep everything else where
-PyTorch keeps it: the model's weights on the GPU (loaded where first read, freed after their
-last reader), every other tensor from its writer to its last reader.  A saved activation that
-the TaskGraph keeps in host RAM (the batch) is on the GPU in the deployed setting: its offload
-costs nothing here (its host copy exists) and its reload is a load.  The steps are laid out by
-:class:`~.scheme.Emitter`, which refuses a plan that does not fit the GPU, naming the shortfall,
-as the deployed scheme runs out of memory.
-
-PyTorch runs a training step's vertices in program order on one compute stream per GPU: here
-the TaskGraph's order, which its builders give.  Neither scheme plans for the GPU's memory:
-what is offloaded is fixed by the graph and the options.
+PyTorch keeps it, in program order.  Neither plans for the GPU's memory: :class:`~.scheme.Emitter`
+refuses a plan that does not fit, naming the shortfall.  What they share and how each is
+modelled: docs/deployed.md.
 """
 
 from __future__ import annotations

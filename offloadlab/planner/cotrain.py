@@ -1,21 +1,10 @@
 """CoTrain's split of the parameter update between GPU and CPU (CoTrain, Algorithm 1 and its
 task scheduler's SEPARATION), registered as ``cotrain``.
 
-CoTrain runs the backward pass on the GPU and the optimizer's update of each layer on the CPU
-as soon as its gradient is complete, so that the CPU updates layers while the GPU computes the
-gradients of the layers before them; only the first ``k`` layers (in forward order, whose
-gradients come last) are updated on the GPU, where nothing would overlap their update.  The
-slides' separation distance is ``k = (t_BWD + t_UPDATE) / (2 t_UPDATE)``, with ``t_BWD`` a
-layer's backward on the GPU and ``t_UPDATE`` a layer's update on the CPU.
-
-Here a "layer" is one optimizer update vertex (``adam_update`` or ``sgd_update``: one weight
-tensor); on an unrolled training chain it is layer ``i`` of every iteration.  The updates past
-the first ``k`` are placed on the CPU (``device="cpu"``, priced at
-:data:`~offloadlab.core.ops.UPDATE_OPS` flop per element at the machine's ``cpu_flops``), and
-the graph is planned by BuildMemGraph, which offloads each such gradient to host RAM, runs the
-update there, and loads the new weight where the next iteration reads it.  The verifier
-accepts an update on the CPU in place of its GPU (rule 2); the MemGraph records which
-(``graph["cpu_updates"]``).
+The optimizer updates of the layers past the first ``k`` run on the CPU as soon as their
+gradients are complete, while the GPU computes the gradients of the layers before them; the
+graph is then planned by BuildMemGraph.  The separation distance ``k``, what a layer is, and
+how the CPU's updates are priced, planned and verified: docs/planners.md, CoTrain.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """simulator: MemGraph + Machine -> Trace, a SimPy discrete-event model of GPUs, links, CPU.
 
-Follows docs/design.md, Execution semantics.  A vertex starts once all its MemGraph predecessors
-(data and memory edges) have finished and its resources are free: a GPU's compute engine
-(one of ``streams`` slots; with the machine's ``engine=sharing`` running kernels share its
-throughput equally, with ``engine=fifo`` they run one at a time in launch order), the CPU, a link
-direction (``h2d:gpuX``, ``d2h:gpuX``, ``gpuX->gpuY``; one at a time, first come first served)
-and, with host buses, the GPU's bus after the link (``bus:h2d``/``bus:d2h`` for all GPUs, or
-``bus0:h2d``, ``bus1:h2d``, ... per group of ``gpus_per_bus``).  While both directions of a
-GPU's host link are busy each runs at the machine's ``duplex`` factor.  Durations come from
-the machine's cost model, optionally times a seeded lognormal noise factor.
-
-Policies (:mod:`offloadlab.core.dispatch`, shared with the executor): ``dynamic``
-(work-conserving, earliest-ready first, ties by planner order), ``fixed`` (each resource runs
-its vertices strictly in planner order) and ``random`` (a seeded choice among ready vertices;
-``seed`` seeds it as well as the noise).
-
-The trace has one row per executed vertex, in planner order; ``input`` vertices take no time
-and no resource, and have no row (their tensors exist from time 0).
-
-Host RAM is a resource too (docs/host-memory.md): a run holds host inputs throughout, and each
-offload's copy and CPU result from its start until its last reader ends; the result reports the
-host peak, and a peak above the machine's ``host_memory`` as an out-of-memory outcome.
+Follows docs/design.md, Execution semantics.  A vertex starts once all its MemGraph
+predecessors (data and memory edges) have finished and its resources are free: a GPU's compute
+engine, the CPU, a link direction and, with host buses, the GPU's bus.  Durations come from the
+machine's cost model, optionally times a seeded lognormal noise factor; the dispatch policies
+are :mod:`offloadlab.core.dispatch`'s, shared with the executor.  The trace has one row per
+executed vertex, in planner order (``input`` vertices have none).  The resources, the policies
+and host RAM: docs/execution.md, Simulator, and docs/host-memory.md.
 """
 
 from __future__ import annotations

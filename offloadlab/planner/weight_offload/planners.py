@@ -189,8 +189,7 @@ def ilp_select(graph: TaskGraph, machine: Machine, options: IlpSelectOptions,
 
 
 def steady_state_iteration_time(result, graph: TaskGraph) -> float:
-    """The steady-state iteration time of a simulated (or measured) run of an unrolled
-    training TaskGraph.
+    """The steady-state iteration time of a run of an unrolled training TaskGraph.
 
     The mean time between the ends of consecutive backward passes ``B1@t``, leaving out the
     first iteration when there are three or more: ``(end(B1@T) - end(B1@2)) / (T - 2)``.
