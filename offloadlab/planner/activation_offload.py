@@ -176,6 +176,11 @@ class Training:
         Returns
         -------
         MemGraph
+
+        Raises
+        ------
+        PlanError
+            A step finds no room on its GPU, naming the shortfall.
         """
         steps: list[Step] = []
         for v in self.order:

@@ -69,6 +69,11 @@ class Emitter:
         Returns
         -------
         MemGraph
+
+        Raises
+        ------
+        PlanError
+            A step finds no room on its GPU, naming the shortfall.
         """
         steps = self._with_loads(steps)
         last = _last_uses(self.g, steps)
