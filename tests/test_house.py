@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -45,3 +47,17 @@ def test_the_house_keeps_its_measures():
     assert found["circles"] == [] and found["private_imports"] == [], found
     assert found["functions_over"] == [], found
     assert {f["file"] for f in found["files_over"]} <= {"offloadlab/planner/gemini.py"}, found
+
+
+def test_docstrings_do_not_count_toward_a_files_length():
+    """Docstrings (the API reference's text) are not code: a file of three 300-line docstrings
+    and six other lines measures six."""
+    spec = importlib.util.spec_from_file_location("house", REPO / "bench" / "house.py")
+    assert spec is not None and spec.loader is not None
+    house = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(house)
+    doc = "\n".join(["words"] * 300)
+    text = (f'"""{doc}"""\n\n\nclass A:\n    """{doc}"""\n\n    def f(self):\n'
+            f'        """{doc}"""\n        return 1\n')
+    assert text.count("\n") == 906
+    assert house.code_lines(text, ast.parse(text)) == 6

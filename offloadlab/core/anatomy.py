@@ -1,23 +1,10 @@
-"""The anatomy of a training step: which vertices of a TaskGraph are its forward and backward
-passes, the activations the backward reads (the tensors activation offloading moves), the
-weights, gradients, optimizer state and updates (issue 45; the saved-tensor view of PyTorch's
-autograd).  The functions a planner of a training step calls.
+"""The anatomy of a training step: its forward and backward passes, the activations the
+backward reads (the tensors activation offloading moves), the weights, gradients, optimizer
+state and updates (issue 45; the saved-tensor view of PyTorch's autograd).  The functions a
+planner of a training step calls.
 
-The forward pass is the first ``meta["forward"]`` compute vertices where the builder says so
-(``llama-lora-train``, ``import-torch --train``), the ``layer_forward`` vertices of an unrolled
-training chain (``meta["chain"]``: ``training-chain``, ``gpt2-train``), else the compute
-vertices whose category is ``activations``.  The backward pass is every later compute vertex
-(a layer's forward recomputed under checkpointing included) but the optimizer updates: the
-``adam_update``/``sgd_update`` vertices and, where categories are known, the backward's
-vertices that write weights.  Categories come from the TaskGraph where present; where not, from
-this structure (:func:`category`); the batch (inputs whose category is ``activations``) only
-from its category, as nothing in the structure tells it from a frozen weight.
-
-A TaskGraph has no views: a view or alias of a tensor (PyTorch's ``view``, ``t``, ``expand``)
-is read as the vertex holding its storage (:mod:`.workloads.from_torch`), so a saved view is
-its base's vertex, saved once.  The forward pass's outputs (the loss, and on a training chain
-the last layer's output, from which the backward starts) are the forward tensors no forward
-vertex reads: the step returns them rather than saving them.
+How each part is found, and how a view is read: docs/categories.md, The anatomy of a training
+step.
 """
 
 from __future__ import annotations
@@ -44,8 +31,23 @@ class TrainingStep:
 
 
 def forward(graph: TaskGraph) -> list[str]:
-    """The forward pass's compute vertices; a :class:`GraphError` when the graph says nothing
-    that tells (no ``meta["forward"]``, no training chain, no categories)."""
+    """The forward pass's compute vertices.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    GraphError
+        The graph says nothing that tells (no ``meta["forward"]``, no training chain, no
+        categories), or its ``meta["forward"]`` is malformed.
+    """
     compute = [t for t in graph if t.kind == "compute"]
     if "forward" in graph.meta:
         count = graph.meta["forward"]
@@ -74,13 +76,40 @@ def _passes(graph: TaskGraph) -> tuple[list[str], list[str], list[str]]:
 
 
 def updates(graph: TaskGraph) -> list[str]:
-    """The optimizer updates: ``adam_update``/``sgd_update`` vertices, and backward vertices
-    writing weights (an update ``import-torch`` could only trace as ``mix``)."""
+    """The optimizer updates.
+
+    ``adam_update``/``sgd_update`` vertices, and backward vertices writing weights (an
+    update ``import-torch`` could only trace as ``mix``).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    list of str
+    """
     return _passes(graph)[1]
 
 
 def backward(graph: TaskGraph) -> list[str]:
-    """The backward pass's compute vertices: those after the forward pass but the updates."""
+    """The backward pass's compute vertices: those after the forward pass but the updates.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    GraphError
+        As :func:`forward`.
+    """
     return _passes(graph)[2]
 
 
@@ -95,8 +124,25 @@ def _read_by(graph: TaskGraph, vertices: set[str]) -> set[str]:
 
 
 def forward_tensors(graph: TaskGraph) -> list[str]:
-    """The forward pass's tensors: its compute vertices, the batch (inputs whose category is
-    ``activations``) and the transfers copying either to a forward vertex on another GPU."""
+    """The forward pass's tensors.
+
+    Its compute vertices, the batch (inputs whose category is ``activations``) and the
+    transfers copying either to a forward vertex on another GPU.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    GraphError
+        As :func:`forward`.
+    """
     ahead = set(forward(graph))
     return _forward_tensors(graph, ahead, _read_by(graph, ahead))
 
@@ -112,9 +158,27 @@ def _forward_tensors(graph: TaskGraph, ahead: set[str], read: set[str]) -> list[
 
 
 def saved(graph: TaskGraph) -> tuple[list[str], list[str]]:
-    """The saved activations (forward tensors a backward vertex reads, directly or through a
-    transfer the backward makes, less the outputs) and the forward pass's outputs (forward
-    tensors but copies that no forward vertex reads)."""
+    """The saved activations and the forward pass's outputs.
+
+    The saved activations are the forward tensors a backward vertex reads, directly or
+    through a transfer the backward makes, less the outputs; the outputs are the forward
+    tensors but copies that no forward vertex reads.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    (list of str, list of str)
+        The saved activations and the outputs.
+
+    Raises
+    ------
+    GraphError
+        As :func:`forward`.
+    """
     ahead, _, behind = _passes(graph)
     in_forward = _read_by(graph, set(ahead))
     tensors = _forward_tensors(graph, set(ahead), in_forward)
@@ -130,10 +194,26 @@ def _saved(graph: TaskGraph, tensors: list[str], in_forward: set[str], in_backwa
 
 
 def category(graph: TaskGraph) -> dict[str, str | None]:
-    """Each vertex's category: the TaskGraph's where it has one; else by structure (an update
-    and the weight it reads: weights; the forward's tensors: activations; the backward's:
-    gradients; a transfer: its source's), or None where neither tells (an input that no update
-    reads, in a graph without categories)."""
+    """Each vertex's category.
+
+    The TaskGraph's where it has one; else by structure (an update and the weight it reads:
+    weights; the forward's tensors: activations; the backward's: gradients; a transfer: its
+    source's), or None where neither tells (an input that no update reads, in a graph
+    without categories).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The graph.
+
+    Returns
+    -------
+    dict of str to str or None
+    Raises
+    ------
+    GraphError
+        As :func:`forward`.
+    """
     _, changed, behind = _passes(graph)
     return _category(graph, set(forward_tensors(graph)), set(behind), set(changed))
 
@@ -152,8 +232,23 @@ def _category(graph: TaskGraph, ahead: set[str], behind: set[str], changed: set[
 
 
 def training_step(graph: TaskGraph) -> TrainingStep:
-    """The anatomy of ``graph`` as a training step; a :class:`GraphError` (one line) if it is
-    not one: no forward pass it can find, no backward pass, or no saved activation."""
+    """The anatomy of ``graph`` as a training step.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The graph.
+
+    Returns
+    -------
+    TrainingStep
+
+    Raises
+    ------
+    GraphError
+        One line, if it is not one: no forward pass it can find, no backward pass, or no
+        saved activation.
+    """
     ahead, changed, behind = _passes(graph)
     if not ahead or not behind:
         raise GraphError(f"TaskGraph {graph.name!r} is not a training step: "

@@ -28,9 +28,26 @@ from .taskgraph import TaskGraph
 
 def durations(memgraph: MemGraph, machine: Machine,
               vertices: Sequence[MemVertex] | None = None) -> list[float]:
-    """Seconds each vertex (of ``vertices``, default the MemGraph's) takes alone; a kernel
-    touches its output and its inputs' bytes (:func:`~offloadlab.core.ops.touched_bytes`) and
-    is priced at the rate of the dtype it writes."""
+    """Seconds each vertex takes alone.
+
+    A kernel touches its output and its inputs' bytes
+    (:func:`~offloadlab.core.ops.touched_bytes`) and is priced at the rate of the dtype it
+    writes.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine whose cost model prices it.
+    vertices : sequence of MemVertex, optional
+        The vertices to price; by default the MemGraph's.
+
+    Returns
+    -------
+    list of float
+        Seconds, one per vertex.
+    """
     vertices = list(memgraph) if vertices is None else vertices
     sizes = {v.id: v.bytes for v in memgraph}
     return [machine.duration(v.kind, v.device, v.bytes, v.flops,
@@ -58,7 +75,19 @@ class Bound:
 
 
 def bound(memgraph: MemGraph, machine: Machine) -> Bound:
-    """The critical path and every resource's busy time of ``memgraph`` on ``machine``."""
+    """The critical path and every resource's busy time of ``memgraph`` on ``machine``.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine whose cost model prices it.
+
+    Returns
+    -------
+    Bound
+    """
     vertices = sorted(memgraph, key=lambda v: v.order)
     duration = durations(memgraph, machine, vertices)
     finish: dict[str, float] = {}
@@ -84,15 +113,39 @@ def bound(memgraph: MemGraph, machine: Machine) -> Bound:
 
 
 def lower_bound(memgraph: MemGraph, machine: Machine) -> float:
-    """Seconds no run of ``memgraph`` on ``machine`` can beat (see the module's docstring)."""
+    """Seconds no run of ``memgraph`` on ``machine`` can beat (see the module's docstring).
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine whose cost model prices it.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
     return bound(memgraph, machine).value
 
 
 def least_memgraph(graph: TaskGraph) -> MemGraph:
-    """What every MemGraph of ``graph`` contains, whatever the planner and the memory: each
-    TaskGraph vertex once, and, before the first vertex on a GPU that reads a tensor living in
-    host RAM (a host input, a CPU vertex's output), one load of it onto that GPU; before the
-    first CPU vertex that reads a GPU tensor, one offload of it.  No locations."""
+    """What every MemGraph of ``graph`` contains, whatever the planner and the memory.
+
+    Each TaskGraph vertex once, and, before the first vertex on a GPU that reads a tensor
+    living in host RAM (a host input, a CPU vertex's output), one load of it onto that GPU;
+    before the first CPU vertex that reads a GPU tensor, one offload of it.  No locations.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Returns
+    -------
+    MemGraph
+    """
     least = MemGraph({"planner": "least", "taskgraph": graph.name})
     order = 0
 
@@ -126,6 +179,19 @@ def least_memgraph(graph: TaskGraph) -> MemGraph:
 
 
 def problem_bound(graph: TaskGraph, machine: Machine) -> Bound:
-    """A lower bound on the makespan of every MemGraph of ``graph`` on ``machine``: the
-    :func:`bound` of its :func:`least_memgraph` (planners only add vertices and edges)."""
+    """A lower bound on the makespan of every MemGraph of ``graph`` on ``machine``.
+
+    The :func:`bound` of its :func:`least_memgraph` (planners only add vertices and edges).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine.
+
+    Returns
+    -------
+    Bound
+    """
     return bound(least_memgraph(graph), machine)

@@ -71,25 +71,76 @@ class TrainingChain:
 
     # -- the operations ---------------------------------------------------------------------
     def operations(self) -> list[Op]:
-        """One iteration, ``F_1..F_L, B_L..B_1``: Algorithm 1's operations o (Sec. 5)."""
+        """One iteration, ``F_1..F_L, B_L..B_1``: Algorithm 1's operations o (Sec. 5).
+
+        Returns
+        -------
+        list of (str, int)
+            The operations in order.
+        """
         return [("F", i) for i in range(1, self.L + 1)] + [("B", i) for i in range(self.L, 0, -1)]
 
     def index(self, kind: str, i: int) -> int:
-        """Where ``kind_i`` is in :meth:`operations`: F_i at i - 1, B_i at 2L - i (also for
-        i = 0 or L + 1, the ends of a range)."""
+        """Where ``kind_i`` is in :meth:`operations`.
+
+        Parameters
+        ----------
+        kind : str
+            ``"F"`` (forward) or ``"B"`` (backward).
+        i : int
+            The layer, from 1 (also 0 or L + 1, the ends of a range).
+
+        Returns
+        -------
+        int
+            F_i at i - 1, B_i at 2L - i.
+        """
         return i - 1 if kind == "F" else 2 * self.L - i
 
     def cycle(self) -> list[Op]:
-        """The steady-state cycle ``B_L..B_1, F_1..F_L`` (B of iteration t, F of t + 1) of
-        Algorithm 2 and of the MILP (Sec. 5-6)."""
+        """The steady-state cycle ``B_L..B_1, F_1..F_L`` of Algorithm 2 and the MILP (Sec. 5-6).
+
+        B of iteration t, F of iteration t + 1.
+
+        Returns
+        -------
+        list of (str, int)
+            The operations in order.
+        """
         return [("B", i) for i in range(self.L, 0, -1)] + [("F", i) for i in range(1, self.L + 1)]
 
     def position(self, kind: str, i: int) -> int:
-        """Where ``kind_i`` is in :meth:`cycle`: B_i at L - i, F_i at L + i - 1."""
+        """Where ``kind_i`` is in :meth:`cycle`.
+
+        Parameters
+        ----------
+        kind : str
+            ``"F"`` (forward) or ``"B"`` (backward).
+        i : int
+            The layer, from 1.
+
+        Returns
+        -------
+        int
+            B_i at L - i, F_i at L + i - 1.
+        """
         return self.L - i if kind == "B" else self.L + i - 1
 
     def duration(self, kind: str, i: int) -> float:
-        """u_o: the time of F_i or B_i."""
+        """u_o: the time of F_i or B_i.
+
+        Parameters
+        ----------
+        kind : str
+            ``"F"`` (forward) or ``"B"`` (backward).
+        i : int
+            The layer, from 1.
+
+        Returns
+        -------
+        float
+            Seconds.
+        """
         return self.uB[i - 1] if kind == "B" else self.uF[i - 1]
 
     # -- memory (eq. 1) -----------------------------------------------------------------------
@@ -100,62 +151,180 @@ class TrainingChain:
         return max(self.a0, 4)
 
     def activations_upto(self, i: int) -> int:
-        """Σ_{k<=i} |a^k|, k from 0."""
+        """Σ_{k<=i} |a^k|, k from 0.
+
+        Parameters
+        ----------
+        i : int
+            The last layer counted.
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return self.a0 + sum(self.a[:i])
 
     def memory_forward(self, i: int) -> int:
-        """M_{F_i} = |w_i| + Σ_{k<=i} |a^k|  (eq. 1)."""
+        """M_{F_i} = |w_i| + Σ_{k<=i} |a^k|  (eq. 1).
+
+        Parameters
+        ----------
+        i : int
+            The layer, from 1.
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return self.w[i - 1] + self.activations_upto(i)
 
     def memory_backward(self, i: int) -> int:
-        """M_{B_i} = 2|w_i| + Σ_{k<=i} |a^k|  (eq. 1: weight, gradient, activations)."""
+        """M_{B_i} = 2|w_i| + Σ_{k<=i} |a^k|  (eq. 1: weight, gradient, activations).
+
+        Parameters
+        ----------
+        i : int
+            The layer, from 1.
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return 2 * self.w[i - 1] + self.activations_upto(i)
 
     def memory(self, kind: str, i: int) -> int:
-        """M_o of eq. (1) for o = ``kind_i``."""
+        """M_o of eq. (1) for o = ``kind_i``.
+
+        Parameters
+        ----------
+        kind : str
+            ``"F"`` (forward) or ``"B"`` (backward).
+        i : int
+            The layer, from 1.
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return self.memory_backward(i) if kind == "B" else self.memory_forward(i)
 
     def misfit(self, capacity: int) -> Op | None:
-        """The fit check: the first operation (in :meth:`operations`) that cannot run in
-        ``capacity`` bytes even with every other weight away (M_o > capacity), or None."""
+        """The fit check: the first operation that cannot run even with every other weight away.
+
+        Parameters
+        ----------
+        capacity : int
+            The GPU's memory, in bytes.
+
+        Returns
+        -------
+        (str, int) or None
+            The first operation of :meth:`operations` with M_o > ``capacity``, or None.
+        """
         return next((op for op in self.operations() if self.memory(*op) > capacity), None)
 
     # -- the activation stack (Sec. 3) ----------------------------------------------------
     def stack(self, base: int) -> list[int]:
-        """``S_0..S_L``: slot i (a^i from F_i, then δ^i until B_i) is ``[S_{i-1}, S_i)``, above
-        ``base`` bytes of batches (eq. 1's |a^0| and other iterations' batches)."""
+        """``S_0..S_L``, the offsets of the activation stack (Sec. 3).
+
+        Slot i (a^i from F_i, then δ^i until B_i) is ``[S_{i-1}, S_i)``.
+
+        Parameters
+        ----------
+        base : int
+            Bytes below the stack: eq. 1's |a^0| and other iterations' batches.
+
+        Returns
+        -------
+        list of int
+            L + 1 offsets in bytes.
+        """
         offsets = [base]
         for size in self.a:
             offsets.append(offsets[-1] + size)
         return offsets
 
     def stack_tops(self, base: int) -> list[int]:
-        """The stack top while each operation of :meth:`cycle` runs: ``S_i`` for F_i,
-        ``S_i + |w_i|`` for B_i (its weight gradient on top), i.e. eq. (1)'s M_o - |w_i|
-        above the ``base - |a^0|`` bytes held besides."""
+        """The stack top while each operation of :meth:`cycle` runs.
+
+        ``S_i`` for F_i, ``S_i + |w_i|`` for B_i (its weight gradient on top), i.e. eq. (1)'s
+        M_o - |w_i| above the ``base - |a^0|`` bytes held besides.
+
+        Parameters
+        ----------
+        base : int
+            Bytes below the stack, as for :meth:`stack`.
+
+        Returns
+        -------
+        list of int
+            One offset in bytes per operation of :meth:`cycle`.
+        """
         S = self.stack(base)
         return [S[i] + (self.w[i - 1] if kind == "B" else 0) for kind, i in self.cycle()]
 
     # -- the unrolled TaskGraph's vertices ----------------------------------------------------
     @staticmethod
     def vertex(kind: str, i: int, t: int) -> str:
-        """The name of a vertex of iteration t: kind ``F`` (F_i, writes a^i), ``G`` (dw_i),
-        ``B`` (δ^{i-1}), ``w`` (w_i after t's update; t = 0: the initial weights, on the host)
-        or ``a`` with i = 0 (the batch a^0)."""
+        """The name of a vertex of iteration t of the unrolled TaskGraph.
+
+        Parameters
+        ----------
+        kind : str
+            ``F`` (F_i, writes a^i), ``G`` (dw_i), ``B`` (δ^{i-1}), ``w`` (w_i after t's update;
+            t = 0: the initial weights, on the host) or ``a`` with i = 0 (the batch a^0).
+        i : int
+            The layer, from 1 (0 for the batch).
+        t : int
+            The iteration, from 1 (0 for the initial weights).
+
+        Returns
+        -------
+        str
+            ``"{kind}{i}@{t}"``.
+        """
         return f"{kind}{i}@{t}"
 
     def activation(self, i: int, t: int) -> str:
-        """The vertex holding a^i in iteration t: the batch for i = 0, else F_i."""
+        """The vertex holding a^i in iteration t: the batch for i = 0, else F_i.
+
+        Parameters
+        ----------
+        i : int
+            The layer, from 0.
+        t : int
+            The iteration, from 1.
+
+        Returns
+        -------
+        str
+            The vertex's name.
+        """
         return self.vertex("a", 0, t) if i == 0 else self.vertex("F", i, t)
 
     def delta(self, i: int, t: int) -> str:
-        """The vertex holding δ^i in iteration t: F_L for i = L (the loss is free), else
-        B_{i+1}."""
+        """The vertex holding δ^i in iteration t: F_L for i = L (the loss is free), else B_{i+1}.
+
+        Parameters
+        ----------
+        i : int
+            The layer, from 1.
+        t : int
+            The iteration, from 1.
+
+        Returns
+        -------
+        str
+            The vertex's name.
+        """
         return self.vertex("F", i, t) if i == self.L else self.vertex("B", i + 1, t)
 
     def to_taskgraph(self, iterations: int = 3, gpu: str = "gpu0") -> TaskGraph:
-        """Unroll ``iterations`` iterations on one GPU, carrying the chain in
-        ``graph.meta["chain"]``.
+        """Unroll ``iterations`` iterations on one GPU, the chain in ``graph.meta["chain"]``.
 
         Iteration t: F_i reads a^{i-1} and w_i of iteration t - 1; B_i is three vertices in
         the paper's order: G_i (dw_i from a^{i-1} and δ^i), B_i (δ^{i-1} from δ^i and w_i)
@@ -163,6 +332,23 @@ class TrainingChain:
         seconds.  The initial weights (w_i of iteration 0) live in host RAM, each batch on
         the GPU.  Categories: w_i weights, the batch and F_i activations, G_i and B_i
         gradients.
+
+        Parameters
+        ----------
+        iterations : int
+            How many iterations to unroll.
+        gpu : str
+            The GPU they run on.
+
+        Returns
+        -------
+        TaskGraph
+            ``unrolled_size(iterations)`` vertices.
+
+        Raises
+        ------
+        SpecError
+            ``iterations`` is not positive.
         """
         if iterations <= 0:
             raise SpecError(f"{self.name}: iterations must be positive, got {iterations}")
@@ -188,17 +374,52 @@ class TrainingChain:
         return g
 
     def unrolled_size(self, iterations: int) -> int:
-        """Vertices of ``iterations`` unrolled iterations: the initial weights, then per
-        iteration the batch and F_i, G_i, B_i and the update w_i of each layer."""
+        """Vertices of ``iterations`` unrolled iterations.
+
+        The initial weights, then per iteration the batch and F_i, G_i, B_i and the update w_i
+        of each layer.
+
+        Parameters
+        ----------
+        iterations : int
+            How many iterations.
+
+        Returns
+        -------
+        int
+            The vertex count of :meth:`to_taskgraph`'s graph.
+        """
         return self.L + iterations * (1 + 4 * self.L)
 
     # -- the serialised form, ``graph.meta["chain"]`` -------------------------------------
     def to_dict(self) -> dict:
+        """The chain as ``graph.meta["chain"]`` holds it: its fields, tuples as lists.
+
+        Returns
+        -------
+        dict
+            JSON-ready; :meth:`from_dict` reads it back.
+        """
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainingChain:
-        """Read :meth:`to_dict`'s output (a training TaskGraph's ``graph.meta["chain"]``)."""
+        """Read :meth:`to_dict`'s output (a training TaskGraph's ``graph.meta["chain"]``).
+
+        Parameters
+        ----------
+        data : dict
+            ``uF``, ``uB``, ``w``, ``a`` and optionally ``a0`` and ``name``.
+
+        Returns
+        -------
+        TrainingChain
+
+        Raises
+        ------
+        SpecError
+            ``data`` is not an object, lacks or adds a field, or holds a bad value.
+        """
         if type(data) is not dict:
             raise SpecError(f"a training chain is a JSON object of {', '.join(_FIELDS)}, "
                             f"got {data!r:.80}")
@@ -214,7 +435,24 @@ class TrainingChain:
 
     @classmethod
     def from_taskgraph(cls, graph: TaskGraph) -> TrainingChain:
-        """The chain a training TaskGraph was unrolled from."""
+        """The chain a training TaskGraph was unrolled from.
+
+        Parameters
+        ----------
+        graph : TaskGraph
+            A training workload (``training-chain``, ``gpt2-train``, ``bert-train``).
+
+        Returns
+        -------
+        TrainingChain
+
+        Raises
+        ------
+        PlanError
+            ``graph`` carries no ``meta["chain"]``.
+        SpecError
+            Its chain is malformed.
+        """
         if "chain" not in graph.meta:
             raise PlanError(f"TaskGraph {graph.name!r} is not a training workload (no "
                             f"meta['chain']); use training-chain, gpt2-train or bert-train")

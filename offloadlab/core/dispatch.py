@@ -4,20 +4,10 @@ executor.
 Each resource (a GPU's compute engine, a link direction, a bus, the CPU) dispatches from a
 ready queue.  A vertex is pushed when it becomes ready; ``pop`` returns the vertex the resource
 runs next, or None if it must wait.  Vertices are integers: positions in the planner's order.
-
-- ``dynamic`` — work-conserving, the earliest-ready vertex first, ties by planner order (the
-  TURNIP runtime, Sec. 5);
-- ``fixed`` — each resource runs its vertices strictly in planner order (the ablation);
-- ``random`` — work-conserving, a seeded uniform choice among the ready vertices: a test
-  policy that explores many legal orders;
-- ``adversarial`` — seeded like ``random``, but a ready vertex whose write covers bytes that
-  another vertex has yet to read (or write) goes first, and a vertex that the plan lets such a
-  write overtake (no path orders it first) waits until that write has started: the order most
-  likely to expose a missing memory edge (a test policy for small plans; on a correct plan
-  no vertex waits and none goes first, so it is ``random``).
-
-Each policy is a factory in :data:`POLICIES` (a :class:`~offloadlab.core.registry.Registry`),
-registered with :func:`policy` where it is defined.
+Each policy (``dynamic``, the TURNIP runtime, Sec. 5; ``fixed``; ``random``; ``adversarial``)
+is a factory in :data:`POLICIES` (a :class:`~offloadlab.core.registry.Registry`), registered
+with :func:`policy` where it is defined.  What each does: docs/execution.md, Simulator, and
+docs/races.md for ``adversarial``.
 """
 
 from __future__ import annotations
@@ -41,10 +31,27 @@ class PolicyError(SpecError, ValueError):
 
 
 class ReadyQueue(Protocol):
-    def push(self, now: float, vertex: int) -> None: ...
+    """A resource's ready queue, as a policy's factory makes it."""
+
+    def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
 
     def pop(self) -> int | None:
-        """The next vertex to dispatch, or None if the resource must wait."""
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
 
 
 Factory = Callable[["Queues", Sequence[int], Callable[[], None]], ReadyQueue]
@@ -68,9 +75,23 @@ POLICIES: Registry[Policy] = Registry("policy", error=PolicyError, listed="valid
 
 
 def policy(name: str, doc: str) -> Callable[[Factory], Factory]:
-    """Register a policy's queue factory under ``name`` with its one-line description (given
-    here, not read from a docstring: this module is compiled, and compiled functions keep
-    none)."""
+    """Register a policy's queue factory under ``name`` with its one-line description.
+
+    The description is given here, not read from a docstring: this module is compiled, and
+    compiled functions keep none.
+
+    Parameters
+    ----------
+    name : str
+        The policy's name (``--policy NAME``).
+    doc : str
+        What it does, in one line (``offloadlab list policies``).
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the factory unchanged.
+    """
     def deco(factory: Factory) -> Factory:
         POLICIES[name] = Policy(factory, doc)
         return factory
@@ -78,7 +99,18 @@ def policy(name: str, doc: str) -> Callable[[Factory], Factory]:
 
 
 def check_policy(name: str) -> None:
-    """:class:`PolicyError` listing the policies unless ``name`` is one."""
+    """Refuse an unknown dispatch policy.
+
+    Parameters
+    ----------
+    name : str
+        A policy's name.
+
+    Raises
+    ------
+    PolicyError
+        Listing the policies, unless ``name`` is one.
+    """
     POLICIES.check(name)
 
 
@@ -98,6 +130,19 @@ class Queues:
         self._hazards: Hazards | None = None
 
     def new(self, sequence: Sequence[int], wake: Callable[[], None]) -> ReadyQueue:
+        """The ready queue of one resource, of the run's policy.
+
+        Parameters
+        ----------
+        sequence : sequence of int
+            The resource's vertices, in planner order.
+        wake : callable
+            ``wake()`` has the resource dispatch again.
+
+        Returns
+        -------
+        ReadyQueue
+        """
         return POLICIES[self.policy].factory(self, sequence, wake)
 
     @property
@@ -115,9 +160,25 @@ class EarliestReady:
         self.heap: list[tuple[float, int]] = []
 
     def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
         heappush(self.heap, (now, vertex))
 
     def pop(self) -> int | None:
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
         return heappop(self.heap)[1] if self.heap else None
 
 
@@ -132,9 +193,25 @@ class InOrder:
         self.next = 0
 
     def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
         self.ready[vertex] = 1
 
     def pop(self) -> int | None:
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
         if self.next < len(self.sequence) and self.ready[self.sequence[self.next]]:
             self.next += 1
             return self.sequence[self.next - 1]
@@ -149,9 +226,25 @@ class RandomChoice:
         self.items: list[int] = []
 
     def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
         self.items.append(vertex)
 
     def pop(self) -> int | None:
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
         items = self.items
         if not items:
             return None
@@ -242,8 +335,15 @@ class Hazards:
         return seen
 
     def started(self, vertex: int) -> None:
-        """``vertex`` has started (counted once: a vertex that takes a bus is popped twice):
-        the vertices it threatens and those it held are told."""
+        """``vertex`` has started: the vertices it threatens and those it held are told.
+
+        Counted once: a vertex that takes a bus is popped twice.
+
+        Parameters
+        ----------
+        vertex : int
+            Its position in the planner's order.
+        """
         if self.begun[vertex]:
             return
         self.begun[vertex] = 1
@@ -268,10 +368,26 @@ class Adversarial(RandomChoice):
         self.wake = wake
 
     def push(self, now: float, vertex: int) -> None:
+        """``vertex`` became ready at ``now``.
+
+        Parameters
+        ----------
+        now : float
+            The time, in seconds of the run.
+        vertex : int
+            Its position in the planner's order.
+        """
         self.items.append(vertex)
         self.hazards.queue[vertex] = self
 
     def pop(self) -> int | None:
+        """The next vertex to dispatch, or None if the resource must wait.
+
+        Returns
+        -------
+        int or None
+            A position in the planner's order.
+        """
         items = self.items
         threats, holds = self.hazards.threats, self.hazards.holds
         free = [i for i, v in enumerate(items) if not holds[v]]

@@ -125,10 +125,28 @@ class Machine:
 
     # -- topology ---------------------------------------------------------------------
     def gpu_names(self) -> list[str]:
+        """The machine's GPUs by name.
+
+        Returns
+        -------
+        list of str
+            ``gpu0`` to ``gpu{gpus - 1}``.
+        """
         return [gpu_name(i) for i in range(self.gpus)]
 
     def check_devices(self, devices) -> None:
-        """Raise SpecError if a graph uses a GPU this machine lacks."""
+        """Raise SpecError if a graph uses a GPU this machine lacks.
+
+        Parameters
+        ----------
+        devices : iterable of str
+            The devices a graph uses.
+
+        Raises
+        ------
+        SpecError
+            Naming the first GPU the machine lacks.
+        """
         names = set(self.gpu_names())
         for d in devices:
             if is_gpu(d) and d not in names:
@@ -137,7 +155,20 @@ class Machine:
 
     # -- cost model -------------------------------------------------------------------
     def resources(self, kind: str, device: str) -> tuple[str, ...]:
-        """The resources a vertex holds while it runs: first the engine, then shared buses."""
+        """The resources a vertex holds while it runs: first the engine, then shared buses.
+
+        Parameters
+        ----------
+        kind : str
+            The vertex's kind (``compute``, ``load``, ``offload``, ...).
+        device : str
+            Where it runs: its GPU, ``cpu``, or the GPU a copy goes to or from.
+
+        Returns
+        -------
+        tuple of str
+            Resource names such as ``gpu0``, ``h2d:gpu0``, ``bus:h2d``; empty for inputs.
+        """
         if kind == "compute":
             return (CPU,) if device == CPU else (device,)
         if kind == "transfer":
@@ -168,6 +199,30 @@ class Machine:
         :data:`HALF_DTYPES`, or with ``cost=fitted`` the fitted model of the op's class at
         those rates (:func:`~.kernel_model.kernel_time`); copies take ``latency + bytes /
         bandwidth``.
+
+        Parameters
+        ----------
+        kind : str
+            The vertex's kind.
+        device : str
+            Where it runs (see :meth:`resources`).
+        nbytes : int
+            The bytes it writes or copies.
+        flops : float
+            Its floating-point operations.
+        touched : int
+            The bytes a kernel reads and writes.
+        time : float, optional
+            A profiled time, in seconds.
+        op : str, optional
+            The kernel's op.
+        dtype : str
+            The dtype the kernel writes.
+
+        Returns
+        -------
+        float
+            Seconds.
         """
         if time is not None:
             return time
@@ -194,27 +249,63 @@ class Machine:
         return 0.0
 
     def task_seconds(self, graph: TaskGraph, t: Task) -> float:
-        """Seconds TaskGraph vertex ``t`` of ``graph`` takes alone (:meth:`duration`, with the
-        bytes its op touches)."""
+        """Seconds TaskGraph vertex ``t`` of ``graph`` takes alone.
+
+        :meth:`duration`, with the bytes its op touches.
+
+        Parameters
+        ----------
+        graph : TaskGraph
+            The graph holding ``t``.
+        t : Task
+            The vertex.
+
+        Returns
+        -------
+        float
+            Seconds.
+        """
         touched = touched_bytes(t.op, t.bytes, [graph[u].bytes for u in t.inputs])
         return self.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op,
                              t.dtype)
 
     def host_rate(self, direction: str) -> float:
-        """Bytes/s of one host copy (``"h2d"`` or ``"d2h"``) alone: its link's bandwidth,
-        capped by the host bus's if there is one."""
+        """Bytes/s of one host copy alone: its link's bandwidth, capped by the host bus's if any.
+
+        Parameters
+        ----------
+        direction : str
+            ``"h2d"`` or ``"d2h"``.
+
+        Returns
+        -------
+        float
+            Bytes per second.
+        """
         link = self.h2d_bandwidth if direction == "h2d" else self.d2h_bandwidth
         return min(link, self.host_bus_bandwidth) if self.host_bus_bandwidth else link
 
     def options(self) -> dict[str, object]:
-        """The fields a spec may override (``NAME:field=value``), with this machine's values."""
+        """The fields a spec may override (``NAME:field=value``), with this machine's values.
+
+        Returns
+        -------
+        dict of str to object
+        """
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_OPTIONS}
 
     # -- interchange ------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The fields as JSON values; an unlimited (infinite) rate is ``None`` (JSON ``null``),
-        which :meth:`from_dict` reads back as unlimited.  An unlimited ``host_memory`` is left
-        out, so that a machine without host memory records what it did before the field."""
+        """The fields as JSON values.
+
+        An unlimited (infinite) rate is ``None`` (JSON ``null``), which :meth:`from_dict` reads
+        back as unlimited.  An unlimited ``host_memory`` is left out, so that a machine without
+        host memory records what it did before the field.
+
+        Returns
+        -------
+        dict
+        """
         data = asdict(self)
         for key in UNLIMITED:
             if data[key] == INF:
@@ -227,9 +318,26 @@ class Machine:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "machine description") -> Machine:
-        """A Machine from :meth:`to_dict`'s output, every field checked; ``None`` (``null``) is
-        an unlimited rate, an integral float an integer field.  Raises :class:`SpecError`
-        naming ``where`` and the field."""
+        """A Machine from :meth:`to_dict`'s output, every field checked.
+
+        ``None`` (``null``) is an unlimited rate, an integral float an integer field.
+
+        Parameters
+        ----------
+        data : dict
+            The fields.
+        where : str
+            What the data is, for error messages.
+
+        Returns
+        -------
+        Machine
+
+        Raises
+        ------
+        SpecError
+            Naming ``where`` and the field: not an object, an unknown field or a bad value.
+        """
         if type(data) is not dict:
             raise SpecError(f"{where}: expected a JSON object of Machine fields, got "
                             f"{short(data)}")
@@ -262,12 +370,32 @@ class Machine:
         return machine
 
     def to_json(self) -> str:
-        """Strict JSON (unlimited rates as ``null``)."""
+        """Strict JSON (unlimited rates as ``null``).
+
+        Returns
+        -------
+        str
+        """
         return dumps(self.to_dict(), f"machine {self.name!r}")
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> Machine:
-        """Read a Machine JSON file (``to_json``'s output), naming the file in any error."""
+        """Read a Machine JSON file (``to_json``'s output), naming the file in any error.
+
+        Parameters
+        ----------
+        path : str or Path
+            The file.
+
+        Returns
+        -------
+        Machine
+
+        Raises
+        ------
+        SpecError
+            The file cannot be read, is not JSON, or is not a Machine.
+        """
         where = f"machine file {str(path)!r}"
         try:
             check_input(path, "machine")
@@ -293,8 +421,22 @@ REQUIRED = ("gpus", "gpu_memory")
 
 
 def check_machine_ram(machine: Machine, where: str) -> None:
-    """Refuse a machine whose GPUs and their stream slots would not fit in the RAM available
-    to plan and run on it (:mod:`.budget`)."""
+    """Refuse a machine whose GPUs and stream slots would not fit in the RAM available.
+
+    The RAM to plan and run on it (:mod:`.budget`).
+
+    Parameters
+    ----------
+    machine : Machine
+        The machine.
+    where : str
+        What names it in the error.
+
+    Raises
+    ------
+    SpecError
+        Its GPUs and stream slots need more RAM than is available.
+    """
     check_ram(f"{where} ({machine.gpus} GPUs, {machine.streams} streams each)",
               machine.gpus * (MACHINE_GPU + machine.streams * STREAM_SLOT))
 
@@ -484,6 +626,20 @@ def machine_from_spec(spec: str | Machine) -> Machine:
     The name may also be the path of a Machine JSON file (such as ``offloadlab calibrate``
     writes), with the same ``:field=value`` overrides.  ``cost=roofline`` drops a fitted
     machine's ``kernel_fit``.
+
+    Parameters
+    ----------
+    spec : str or Machine
+        ``NAME[:field=value,...]``; a Machine is returned as it is.
+
+    Returns
+    -------
+    Machine
+
+    Raises
+    ------
+    SpecError
+        An unknown preset (and no such file), field or value.
     """
     if isinstance(spec, Machine):
         return spec
@@ -508,8 +664,25 @@ def machine_from_spec(spec: str | Machine) -> Machine:
 
 
 def host_memory_option(text: str, where: str) -> int | None:
-    """A ``host_memory=`` override: a byte size (``512GB``, ``1.5TiB``, ``4096``) or one of
-    :data:`UNLIMITED_WORDS` (None); anything else raises :class:`SpecError` naming ``where``."""
+    """A ``host_memory=`` override.
+
+    Parameters
+    ----------
+    text : str
+        A byte size (``512GB``, ``1.5TiB``, ``4096``) or one of :data:`UNLIMITED_WORDS`.
+    where : str
+        What names the value in the error.
+
+    Returns
+    -------
+    int or None
+        Bytes, or None for unlimited.
+
+    Raises
+    ------
+    SpecError
+        ``text`` is neither, naming ``where``.
+    """
     if text.strip().lower() in UNLIMITED_WORDS:
         return None
     try:

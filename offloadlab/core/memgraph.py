@@ -101,6 +101,23 @@ class MemGraph:
         self.pred: dict[str, dict[str, str]] = {}
 
     def add_vertex(self, v: MemVertex) -> MemVertex:
+        """Add ``v`` as a vertex, with no edges yet.
+
+        Parameters
+        ----------
+        v : MemVertex
+            The vertex.
+
+        Returns
+        -------
+        MemVertex
+            ``v``.
+
+        Raises
+        ------
+        GraphError
+            The MemGraph has a vertex of that id already.
+        """
         if v.id in self.vertices:
             raise GraphError(f"duplicate MemGraph vertex {v.id!r}")
         self.vertices[v.id] = v
@@ -109,12 +126,31 @@ class MemGraph:
         return v
 
     def add_edge(self, u: str, v: str, kind: str = "data") -> None:
-        """Add ``u -> v``; a data edge wins over a memory edge between the same pair."""
+        """Add ``u -> v``; a data edge wins over a memory edge between the same pair.
+
+        Parameters
+        ----------
+        u, v : str
+            The source and target vertices.
+        kind : str
+            ``data`` (``v`` reads ``u``'s tensor) or ``memory`` (``v`` reuses ``u``'s memory).
+        """
         self.add_edges((u,), v, kind)
 
     def add_edges(self, sources: Iterable[str], v: str, kind: str = "data") -> None:
-        """Add ``u -> v`` for every ``u`` in ``sources`` (self-loops are skipped; a data edge
-        wins over a memory edge between the same pair)."""
+        """Add ``u -> v`` for every ``u`` in ``sources``.
+
+        Self-loops are skipped; a data edge wins over a memory edge between the same pair.
+
+        Parameters
+        ----------
+        sources : iterable of str
+            The source vertices.
+        v : str
+            The target vertex.
+        kind : str
+            ``data`` or ``memory``, as for :meth:`add_edge`.
+        """
         succ, pred = self.succ, self.pred[v]
         for u in sources:
             out = succ[u]
@@ -138,19 +174,42 @@ class MemGraph:
                 yield u, v, kind
 
     def count(self, kind: str) -> int:
-        """How many vertices of ``kind`` there are (one pass: for several kinds, :meth:`counts`)."""
+        """How many vertices of ``kind`` there are (one pass: for several kinds, :meth:`counts`).
+
+        Parameters
+        ----------
+        kind : str
+            A vertex kind (``compute``, ``offload``, ...).
+
+        Returns
+        -------
+        int
+        """
         return self.counts().get(kind, 0)
 
     def counts(self) -> dict[str, int]:
-        """How many vertices of each kind there are, in one pass."""
+        """How many vertices of each kind there are, in one pass.
+
+        Returns
+        -------
+        dict of str to int
+            Kinds in the order first met.
+        """
         out: dict[str, int] = {}
         for v in self.vertices.values():
             out[v.kind] = out.get(v.kind, 0) + 1
         return out
 
     def stamp_tensors(self, graph: TaskGraph) -> None:
-        """Copy each tensor's shape and dtype from ``graph`` onto the vertices that write or
-        move it (the executor needs them; planners call this in their shared closing step)."""
+        """Copy each tensor's shape and dtype from ``graph`` to the vertices that write or move it.
+
+        The executor needs them; planners call this in their shared closing step.
+
+        Parameters
+        ----------
+        graph : TaskGraph
+            The graph the MemGraph plans.
+        """
         tasks = graph.tasks
         for v in self.vertices.values():
             task = tasks.get(v.task or v.of or "")
@@ -158,7 +217,12 @@ class MemGraph:
                 v.shape, v.dtype = task.shape, task.dtype
 
     def moved_bytes(self) -> dict[str, int]:
-        """Bytes moved per kind of movement (offload, reload, load, transfer)."""
+        """Bytes moved per kind of movement (offload, reload, load, transfer).
+
+        Returns
+        -------
+        dict of str to int
+        """
         out = {k: 0 for k in (*MOVE_KINDS, "transfer")}
         for v in self.vertices.values():
             if v.kind in out:
@@ -166,12 +230,30 @@ class MemGraph:
         return out
 
     def host_bytes(self) -> int:
-        """Bytes moved between host RAM and the GPUs (offloads, reloads and loads)."""
+        """Bytes moved between host RAM and the GPUs (offloads, reloads and loads).
+
+        Returns
+        -------
+        int
+        """
         return sum([v.bytes for v in self.vertices.values() if v.kind in MOVE_KINDS])
 
 
 def vertex_device_problem(kind: str, device: str) -> str | None:
-    """What is wrong with a MemGraph vertex of ``kind`` on ``device``, or None."""
+    """What is wrong with a MemGraph vertex of ``kind`` on ``device``.
+
+    Parameters
+    ----------
+    kind : str
+        The vertex's kind.
+    device : str
+        Where it lives or runs.
+
+    Returns
+    -------
+    str or None
+        One line saying what is wrong, or None.
+    """
     if kind in MOVE_KINDS:
         return None if is_gpu_name(device) else \
             f"an {kind} vertex's device must be a GPU ('gpu0', 'gpu1', ...), got {device!r}"

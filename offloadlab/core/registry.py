@@ -27,8 +27,19 @@ T = TypeVar("T")
 
 
 def summary(doc: str | None) -> str:
-    """A docstring's first paragraph on one line, without a closing stop or ``literal`` marks:
-    the description ``offloadlab list`` shows."""
+    """A docstring's first paragraph on one line, without a closing stop or ``literal`` marks.
+
+    The description ``offloadlab list`` shows.
+
+    Parameters
+    ----------
+    doc : str or None
+        The docstring.
+
+    Returns
+    -------
+    str
+    """
     paragraph = " ".join((doc or "").strip().split("\n\n", 1)[0].split())
     return paragraph.rstrip(".;:").replace("``", "")
 
@@ -89,29 +100,75 @@ class Registry(dict[str, T]):
         super().__setitem__(name, value)
 
     def update(self, entries: Mapping[str, T]) -> None:  # type: ignore[override]
-        """Register every entry of ``entries``."""
+        """Register every entry of ``entries``.
+
+        Parameters
+        ----------
+        entries : mapping of str to entry
+            The entries by name.
+        """
         for name, value in entries.items():
             self[name] = value
 
     def register(self, name: str) -> Callable[[T], T]:
-        """A decorator registering what it decorates under ``name``."""
+        """A decorator registering what it decorates under ``name``.
+
+        Parameters
+        ----------
+        name : str
+            The entry's name.
+
+        Returns
+        -------
+        callable
+            The decorator; it returns what it decorates unchanged.
+        """
         def deco(value: T) -> T:
             self[name] = value
             return value
         return deco
 
     def names(self) -> list[str]:
-        """The valid names, in listing order."""
+        """The valid names, in listing order.
+
+        Returns
+        -------
+        list of str
+        """
         return sorted(self) if self.sort else list(self)
 
     def unknown(self, name: object, note: str = "") -> Exception:
-        """The error refusing ``name``: ``unknown KIND 'name'[ note]; known: a, b, c``."""
+        """The error refusing ``name``: ``unknown KIND 'name'[ note]; known: a, b, c``.
+
+        Parameters
+        ----------
+        name : object
+            The name asked for.
+        note : str
+            Added after the name.
+
+        Returns
+        -------
+        Exception
+            The registry's error, to raise.
+        """
         note = f" {note}" if note else ""
         return self.error(f"unknown {self.kind} {name!r}{note}; {self.listed}: "
                           f"{', '.join(self.names())}")
 
     def check(self, name: object) -> None:
-        """Raise :meth:`unknown` unless ``name`` is registered."""
+        """Raise :meth:`unknown` unless ``name`` is registered.
+
+        Parameters
+        ----------
+        name : object
+            The name asked for.
+
+        Raises
+        ------
+        SpecError
+            Or the registry's own error: ``name`` is not registered.
+        """
         if type(name) is not str or name not in self:
             raise self.unknown(name)
 
@@ -119,12 +176,32 @@ class Registry(dict[str, T]):
         raise self.unknown(name)
 
     def entry(self, name: str) -> Entry:
-        """How ``offloadlab list`` shows entry ``name``."""
+        """How ``offloadlab list`` shows entry ``name``.
+
+        Parameters
+        ----------
+        name : str
+            A registered name.
+
+        Returns
+        -------
+        Entry
+
+        Raises
+        ------
+        SpecError
+            Or the registry's own error: ``name`` is not registered.
+        """
         value = self[name]
         return Entry(name, self._doc(value), dict(self._options(value)))
 
     def entries(self) -> list[Entry]:
-        """Every entry, in listing order."""
+        """Every entry, in listing order.
+
+        Returns
+        -------
+        list of Entry
+        """
         return [self.entry(name) for name in self.names()]
 
     def __repr__(self) -> str:

@@ -91,6 +91,23 @@ class TaskGraph:
 
     # -- construction -----------------------------------------------------------------
     def add(self, task: Task) -> Task:
+        """Add ``task`` as a vertex.
+
+        Parameters
+        ----------
+        task : Task
+            The vertex; its inputs need not exist yet (:meth:`validate` checks them).
+
+        Returns
+        -------
+        Task
+            ``task``.
+
+        Raises
+        ------
+        GraphError
+            The graph has a vertex of that id already.
+        """
         if task.id in self.tasks:
             raise GraphError(f"duplicate vertex id {task.id!r}")
         self.tasks[task.id] = task
@@ -100,7 +117,35 @@ class TaskGraph:
     def add_input(self, id: str, bytes: int, home: str = HOST, *,
                   shape: tuple[int, ...] | None = None, dtype: str = "float32",
                   time: float | None = None, category: str | UnsetType = UNKNOWN) -> Task:
-        """An input vertex ``id`` of ``bytes`` bytes living on ``home`` before the run."""
+        """An input vertex ``id`` of ``bytes`` bytes living on ``home`` before the run.
+
+        Parameters
+        ----------
+        id : str
+            The vertex's name.
+        bytes : int
+            The tensor's size.
+        home : str
+            Where it lives before the run: ``host`` or a GPU.
+        shape : tuple of int, optional
+            The tensor's shape (its elements times the dtype's size fit in ``bytes``).
+        dtype : str
+            The tensor's element type.
+        time : float, optional
+            Seconds the vertex takes, overriding the machine's cost model.
+        category : str, optional
+            ``weights``, ``activations``, ``gradients`` or ``optimizer_state`` (an annotation).
+
+        Returns
+        -------
+        Task
+            The new vertex.
+
+        Raises
+        ------
+        GraphError
+            The graph has a vertex ``id`` already.
+        """
         return self.add(Task(id, "input", home, bytes, shape=shape, dtype=dtype, time=time,
                              category=category))
 
@@ -108,14 +153,66 @@ class TaskGraph:
                     flops: float = 0.0, *, shape: tuple[int, ...] | None = None,
                     dtype: str = "float32", time: float | None = None,
                     category: str | UnsetType = UNKNOWN) -> Task:
-        """A compute vertex ``id`` running ``op`` on ``device`` over ``inputs`` (in argument
-        order) and writing ``bytes`` bytes."""
+        """A compute vertex ``id`` running ``op`` on ``device`` over ``inputs``.
+
+        Parameters
+        ----------
+        id : str
+            The vertex's name.
+        op : str
+            The op it runs (``offloadlab list ops``).
+        inputs : iterable of str
+            The vertices it reads, in argument order.
+        device : str
+            The GPU it runs on (``gpuN``).
+        bytes : int
+            The size of the tensor it writes.
+        flops : float
+            Its floating-point operations, for the cost model.
+        shape : tuple of int, optional
+            The tensor's shape (its elements times the dtype's size fit in ``bytes``).
+        dtype : str
+            The tensor's element type.
+        time : float, optional
+            Seconds the vertex takes, overriding the machine's cost model.
+        category : str, optional
+            ``weights``, ``activations``, ``gradients`` or ``optimizer_state`` (an annotation).
+
+        Returns
+        -------
+        Task
+            The new vertex.
+
+        Raises
+        ------
+        GraphError
+            The graph has a vertex ``id`` already.
+        """
         return self.add(Task(id, "compute", device, bytes, tuple(inputs), op, flops, shape,
                              dtype, time, category))
 
     def add_transfer(self, id: str, source: str, dst: str) -> Task:
-        """A transfer vertex ``id`` copying ``source``'s tensor (and its category) to the GPU
-        ``dst``."""
+        """A transfer vertex ``id`` copying ``source``'s tensor and category to the GPU ``dst``.
+
+        Parameters
+        ----------
+        id : str
+            The vertex's name.
+        source : str
+            The vertex whose tensor it copies.
+        dst : str
+            The GPU it copies to.
+
+        Returns
+        -------
+        Task
+            The new vertex.
+
+        Raises
+        ------
+        GraphError
+            ``source`` is not a vertex of the graph, or ``id`` is one already.
+        """
         src = self.tasks.get(source)
         if src is None:
             raise GraphError(f"transfer {id!r}: source {source!r} is not a vertex of the graph")
@@ -145,18 +242,36 @@ class TaskGraph:
         return self.__dict__["_succ"]
 
     def outputs(self) -> list[str]:
-        """Vertices nobody reads: the graph's results."""
+        """Vertices nobody reads: the graph's results.
+
+        Returns
+        -------
+        list of str
+            In insertion order.
+        """
         return [t for t, readers in self.succ.items() if not readers]
 
     def gpus(self) -> list[str]:
-        """The GPUs the graph uses, sorted by index."""
+        """The GPUs the graph uses, sorted by index.
+
+        Returns
+        -------
+        list of str
+            ``gpu0``, ``gpu1``, ...
+        """
         found: set[str] = set()
         for device in {t.device for t in self.tasks.values()}:
             found.update(d for d in split_transfer(device) if is_gpu_name(d))
         return sorted(found, key=lambda d: int(d[3:]))
 
     def topological_order(self) -> list[str]:
-        """Insertion order if it is topological, else a topological order (Kahn, stable)."""
+        """Insertion order if it is topological, else a topological order (Kahn, stable).
+
+        Returns
+        -------
+        list of str
+            Every vertex once.
+        """
         self.validate()
         if self.out_of_order() is None:
             return list(self.tasks)
@@ -166,8 +281,13 @@ class TaskGraph:
                                                         key=position.__getitem__))
 
     def out_of_order(self) -> tuple[str, str] | None:
-        """The first ``(vertex, input)`` that insertion order lists the wrong way round, or
-        None if insertion order is topological."""
+        """The first ``(vertex, input)`` that insertion order lists the wrong way round.
+
+        Returns
+        -------
+        (str, str) or None
+            None if insertion order is topological.
+        """
         seen: set[str] = set()
         for t in self.tasks.values():
             if not seen.issuperset(t.inputs):
@@ -177,11 +297,17 @@ class TaskGraph:
 
     # -- checking ---------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`GraphError` naming the first bad vertex: unknown kind, op, dtype, input
-        or device (name format included), a size that is not a positive integer, flops or a time
-        that is not a finite number >= 0 (NaN and infinities included), a shape larger than the
-        vertex's bytes, a GPU vertex reading another GPU's tensor without a transfer vertex, or
-        a cycle."""
+        """Check every vertex and the graph's acyclicity.
+
+        Raises
+        ------
+        GraphError
+            Naming the first bad vertex: unknown kind, op, dtype, input or device (name format
+            included), a size that is not a positive integer, flops or a time that is not a
+            finite number >= 0 (NaN and infinities included), a shape larger than the vertex's
+            bytes, a GPU vertex reading another GPU's tensor without a transfer vertex, or a
+            cycle.
+        """
         tasks = self.tasks
         devices: dict[tuple[str, str], str | None] = {}   # (kind, device) -> problem or None
         for t in tasks.values():
@@ -244,13 +370,19 @@ class TaskGraph:
                              + f" -> {cycle[0][0]}")
 
     def content_hash(self) -> str:
-        """``"sha256:"`` and the hex digest of the TaskGraph's attributes (less its name) and its
-        vertices in order, each with all its fields (its inputs: the edges) but its category (an
-        annotation), as MessagePack, ``flops`` and ``time`` as floats as a file gives them
-        back.  A planner records it in
-        the MemGraph (``graph.taskgraph_hash``); the same TaskGraph read back from its file
-        hashes the same.  Encoded a block of vertices at a time, so it holds no copy of the
-        graph."""
+        """The content hash a planner records in the MemGraph (``graph.taskgraph_hash``).
+
+        The digest covers the TaskGraph's attributes (less its name) and its vertices in order,
+        each with all its fields (its inputs: the edges) but its category (an annotation), as
+        MessagePack, ``flops`` and ``time`` as floats as a file gives them back; the same
+        TaskGraph read back from its file hashes the same.  Encoded a block of vertices at a
+        time, so it holds no copy of the graph.
+
+        Returns
+        -------
+        str
+            ``"sha256:"`` and the hex digest.
+        """
         import msgspec
         tasks = list(self.tasks.values())
         encode = msgspec.msgpack.Encoder(enc_hook=builtin_number).encode
@@ -280,7 +412,20 @@ def _hashed(tasks: list[Task]) -> list[Task]:
 
 
 def device_problem(kind: str, device: str) -> str | None:
-    """What is wrong with a vertex of ``kind`` on ``device``, or None."""
+    """What is wrong with a vertex of ``kind`` on ``device``.
+
+    Parameters
+    ----------
+    kind : str
+        ``input``, ``compute`` or ``transfer``.
+    device : str
+        Where the vertex lives or runs.
+
+    Returns
+    -------
+    str or None
+        One line saying what is wrong, or None.
+    """
     if kind not in KINDS:
         return f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})"
     if kind == "input":

@@ -29,11 +29,23 @@ _DTYPES = {"vertex": object, "kind": object, "device": object, "resource": objec
 
 
 def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence | np.ndarray]) -> pd.DataFrame:
-    """A trace from a list of row dicts, or from a dict of equal-length columns (lists or
-    arrays).
+    """A trace from a list of row dicts, or from a dict of equal-length columns.
 
-    Raises ValueError if a column is missing or unknown, or a ``source`` is not "sim" or
-    "measured".
+    Parameters
+    ----------
+    rows : sequence of mapping, or mapping of str to sequence or array
+        The rows, or the columns (lists or arrays).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The trace's columns, in order.
+
+    Raises
+    ------
+    ValueError
+        A column is missing or unknown, columns differ in length, or a ``source`` is not
+        "sim" or "measured".
     """
     import pandas as pd
 
@@ -60,8 +72,28 @@ def make_trace(rows: Sequence[Mapping] | Mapping[str, Sequence | np.ndarray]) ->
 def run_trace(vertices: Sequence[MemVertex], resource: Sequence[str | None],
               stream: Sequence[int], start: Sequence[float], end: Sequence[float], source: str,
               run: int) -> pd.DataFrame:
-    """The trace of one run of a MemGraph, from per-vertex lists (``vertices`` in planner order;
-    a vertex whose ``resource`` is None, an input, gets no row)."""
+    """The trace of one run of a MemGraph, from per-vertex lists.
+
+    Parameters
+    ----------
+    vertices : sequence of MemVertex
+        The MemGraph's vertices, in planner order.
+    resource : sequence of str or None
+        The resource each ran on; a vertex whose resource is None (an input) gets no row.
+    stream : sequence of int
+        The stream slot each ran in.
+    start, end : sequence of float
+        When each started and ended, in seconds.
+    source : str
+        ``"sim"`` or ``"measured"``.
+    run : int
+        The run's number.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per vertex that ran, in planner order.
+    """
     import numpy as np
 
     rows = [i for i, name in enumerate(resource) if name is not None]
@@ -91,11 +123,24 @@ def to_chrome_trace(trace: pd.DataFrame, memory: pd.DataFrame | None = None,
     sorted as the Gantt chart sorts its lanes (:func:`~offloadlab.core.devices.lane_key`);
     one thread per stream of a GPU's engine (a link direction or a CPU has one), named
     ``stream k``, so that the slices of a thread never overlap; one complete (``"X"``) event
-    per row, ``ts``/``dur`` in microseconds.  ``memory`` (as :func:`memory_over_time` gives
-    it) adds a counter track ``memory in use`` to each GPU's process and a ``host`` process
-    for pinned host memory; ``edges`` (``(source, target)`` vertex ids, e.g. a MemGraph's data
-    edges) adds a flow arrow from each source's slice to its target's where they lie on
-    different threads.  Every number is finite (strict JSON)."""
+    per row, ``ts``/``dur`` in microseconds.  Every number is finite (strict JSON).
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        The trace.
+    memory : pandas.DataFrame, optional
+        Memory in use over time (as :func:`memory_over_time` gives it): adds a counter track
+        ``memory in use`` to each GPU's process and a ``host`` process for pinned host memory.
+    edges : iterable of (str, str)
+        ``(source, target)`` vertex ids (e.g. a MemGraph's data edges): a flow arrow from each
+        source's slice to its target's where they lie on different threads.
+
+    Returns
+    -------
+    dict
+        The trace-event document.
+    """
     several_runs = trace["run"].nunique() > 1
     lanes = sorted({(int(r), str(s)) for r, s in zip(trace["run"], trace["resource"])},
                    key=lambda lane: (lane[0], lane_key(lane[1])))
@@ -147,14 +192,44 @@ def to_chrome_trace(trace: pd.DataFrame, memory: pd.DataFrame | None = None,
 def write_chrome_trace(trace: pd.DataFrame, path: str | Path,
                        memory: pd.DataFrame | None = None,
                        edges: Iterable[tuple[str, str]] = ()) -> None:
-    """Write :func:`to_chrome_trace` to ``path``."""
+    """Write :func:`to_chrome_trace` to ``path``.
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        The trace.
+    path : str or Path
+        The JSON file to write.
+    memory : pandas.DataFrame, optional
+        Memory in use over time, as for :func:`to_chrome_trace`.
+    edges : iterable of (str, str)
+        Flow arrows, as for :func:`to_chrome_trace`.
+    """
     from .checks import dumps
     Path(path).write_text(dumps(to_chrome_trace(trace, memory, edges), "the Chrome trace"))
 
 
 def busy_time(trace: pd.DataFrame) -> dict[str, float]:
-    """Seconds each resource had at least one vertex running: the length of the union of its
-    rows' ``[start, end)`` intervals (streams of one engine overlap).  One run only."""
+    """Seconds each resource had at least one vertex running.
+
+    The length of the union of its rows' ``[start, end)`` intervals (streams of one engine
+    overlap).
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        The trace of one run.
+
+    Returns
+    -------
+    dict of str to float
+        Seconds per resource.
+
+    Raises
+    ------
+    ValueError
+        The trace holds several runs.
+    """
     if trace["run"].nunique() > 1:
         raise ValueError("busy_time: the trace holds several runs; select one first")
     busy: dict[str, float] = {}

@@ -21,13 +21,26 @@ Writer = tuple[int, str, Loc, dict[str, str], dict[str, str]]
 
 
 def verify(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | None = None) -> None:
-    """Raise :class:`VerificationError` naming the first broken rule and vertex: first the
-    rules of the MemGraph alone (1, 3 and 4, each vertex's location and inputs, and that
-    ``order`` increases along every edge), then, given ``graph``, rule 2
+    """Check a MemGraph against the correctness rules (docs/design.md).
+
+    First the rules of the MemGraph alone (1, 3 and 4, each vertex's location and inputs,
+    and that ``order`` increases along every edge), then, given ``graph``, rule 2
     (:func:`verify_against`).
 
-    ``machine`` enables rule 4 (locations within capacity; without it the capacity stored
-    in ``mg.graph["machine"]`` is used when present).
+    Parameters
+    ----------
+    mg : MemGraph
+        The plan.
+    graph : TaskGraph, optional
+        The graph it plans; enables rule 2.
+    machine : Machine, optional
+        Enables rule 4 (locations within capacity); without it the capacity stored in
+        ``mg.graph["machine"]`` is used when present.
+
+    Raises
+    ------
+    VerificationError
+        Naming the first broken rule and vertex.
     """
     with no_gc():                       # sets, lists and dicts by the vertex; none cyclic
         _verify(mg, machine)
@@ -36,11 +49,25 @@ def verify(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | None
 
 
 def verify_against(mg: MemGraph, graph: TaskGraph) -> None:
-    """Rule 2 alone: raise :class:`VerificationError` unless every vertex of ``graph`` is in
-    ``mg`` once, of its kind on its device, and reads each of its inputs' tensors (through
-    any offloads, reloads and loads of it).  It holds up on a MemGraph that breaks the other
-    rules (an input naming no vertex, a cycle), so that it can run beside them
-    (:mod:`offloadlab.lab.beside`); :func:`verify` reports those first."""
+    """Rule 2 alone: every vertex of ``graph`` is in ``mg`` once and reads its inputs' tensors.
+
+    Each vertex of ``graph`` is in ``mg`` once, of its kind on its device, and reads each of
+    its inputs' tensors (through any offloads, reloads and loads of it).  It holds up on a
+    MemGraph that breaks the other rules (an input naming no vertex, a cycle), so that it can
+    run beside them (:mod:`offloadlab.lab.beside`); :func:`verify` reports those first.
+
+    Parameters
+    ----------
+    mg : MemGraph
+        The plan.
+    graph : TaskGraph
+        The graph it plans.
+
+    Raises
+    ------
+    VerificationError
+        Naming the first vertex that breaks it.
+    """
     with no_gc():
         _rule2_data_edges(mg, graph)
 

@@ -19,24 +19,53 @@ from .kernels import KernelError, check_runnable, initial_value, kernel, tensor_
 
 
 def reference_outputs(graph: TaskGraph) -> dict[str, np.ndarray]:
-    """The value of every output of ``graph`` (a vertex nobody reads), by vertex id."""
+    """The value of every output of ``graph`` (a vertex nobody reads), by vertex id.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation, evaluated with NumPy.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+
+    Raises
+    ------
+    KernelError
+        A kernel refuses its inputs, naming the vertex.
+    """
     check_runnable(graph)
     with threadpool_limits(1, user_api="blas"):
         return _evaluate(graph)
 
 
 def reference_spread(graph: TaskGraph, reference: dict[str, np.ndarray]) -> dict[str, float]:
-    """How far rounding alone moves each float output: the largest ``|reference - exact|``
-    over its elements, ``exact`` being the same evaluation with every float tensor in float64.
+    """How far rounding alone moves each float output.
 
-    A backend that sums in another order (a GPU's reductions) lands elsewhere, by about as
-    much: the spread is large where an output is ill-conditioned, as the sine of a sum of many
-    terms is (measured: up to 4e-4 on ``random:vertices=200``; 0.37 on a training chain whose
-    1-element output folds 64 million elements), past a fixed tolerance of 1e-4.  The largest
-    over the output, not each element's own, since another order errs where NumPy's happened
-    not to (folding those sums in NumPy's other order gave errors up to 1.4 times the
-    largest spread, in elements whose own spread was far smaller).
-    :func:`~offloadlab.executor.check_outputs` widens its tolerance by four times it."""
+    The largest ``|reference - exact|`` over its elements, ``exact`` being the same
+    evaluation with every float tensor in float64.  A backend that sums in another order (a
+    GPU's reductions) lands elsewhere, by about as much: the spread is large where an output
+    is ill-conditioned, as the sine of a sum of many terms is (measured: up to 4e-4 on
+    ``random:vertices=200``; 0.37 on a training chain whose 1-element output folds 64 million
+    elements), past a fixed tolerance of 1e-4.  The largest over the output, not each
+    element's own, since another order errs where NumPy's happened not to (folding those sums
+    in NumPy's other order gave errors up to 1.4 times the largest spread, in elements whose
+    own spread was far smaller).  :func:`~offloadlab.executor.check_outputs` widens its
+    tolerance by four times it.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    reference : dict of str to numpy.ndarray
+        Its :func:`reference_outputs`.
+
+    Returns
+    -------
+    dict of str to float
+        The spread of each float output.
+    """
     check_runnable(graph)
     with threadpool_limits(1, user_api="blas"):
         exact = _evaluate(graph, widen=True)
@@ -75,8 +104,20 @@ def _evaluate(graph: TaskGraph, widen: bool = False) -> dict[str, np.ndarray]:
 
 
 def taskgraph_of(memgraph: MemGraph) -> TaskGraph:
-    """The TaskGraph a MemGraph computes: its task vertices, each reading the tasks whose
-    tensors its inputs hold (through offloads, reloads and loads)."""
+    """The TaskGraph a MemGraph computes.
+
+    Its task vertices, each reading the tasks whose tensors its inputs hold (through
+    offloads, reloads and loads).
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+
+    Returns
+    -------
+    TaskGraph
+    """
     vertices = memgraph.vertices
 
     def tensor(u: str) -> str:

@@ -1,45 +1,13 @@
 """The MILP lower bound of Beaumont et al., Section 6 (eqs. 2-8, Theorem 2).
 
 Operations are numbered ``1..2L`` in the chain's cycle ``B_L..B_1, F_1..F_L``
-(``TrainingChain.cycle``): operation ``j`` is the cycle's ``(j-1)``-th, so ``B_i`` is
-``L - i + 1`` and ``F_i`` is ``L + i``; all sums over operations are cyclic.  For operation ``j``
-the model looks at the interval from the start of ``j`` to the start of ``j + 1`` and has,
-for every layer ``i``, the amounts ``O[i, j]`` offloaded, ``P[i, j]`` prefetched and
-``D[i, j]`` deleted of ``w_i`` in it, and ``idle[j]``, the idle time after ``j``.  Binaries
-``D1[i]``, ``D0[i]`` (``D_i^(1)``, ``D_i^(0)``) and ``Ostar[i]`` (``O_i^*``) are the choices.
-
-**Sparse form.**  ``m[i, k]``, the part of ``w_i`` on the GPU at the start of operation
-``k``, is a variable linked step to step, ``m[i, k+1] = m[i, k] + P[i, k] - D[i, k]``
-(cyclically), and ``o[i, k]``, the part of ``w_i`` offloaded since the start of ``B_i``, is
-another running sum.  Every constraint then has O(1) or O(L) terms: O(L^2) variables and
-nonzeros in all.  Amounts are in units of ``|w_i|``, memory in units of ``max |w_i|`` and
-times in units of ``tau`` (the longest operation or single transfer) so that the solver sees
-coefficients near 1.
-
-**Reading of the paper** (where it is ambiguous or inconsistent):
-
-* eq. (4): ``M_k`` of eq. (1) already holds ``|w_l|`` of the operation's own layer ``l``
-  (``2|w_l|`` for ``B_l``), and ``m[l, k] = |w_l|`` counts it again.  We use
-  ``Σ_i m[i, k] + M_k - |w_l| <= M_GPU``: activations plus ``|δw_l|`` for ``B_l`` besides the
-  weights, so that operation ``k`` alone needs exactly its eq. (1) memory ``M_k``, and with
-  memory for every weight plus ``max_k (M_k - |w_l|)`` the bound is exactly Σu.  The literal
-  reading is no valid bound: on the instance of Theorem 1's proof it exceeds the proof's
-  schedule (2m).  Algorithm 1's excess ``E_o = Σ_i |w_i| + M_o - M_GPU`` counts ``|w_o|``
-  twice as well; the excess consistent with this model is ``Σ_i |w_i| + M_o - |w_o| - M_GPU``
-  (a heuristic may keep the extra ``|w_o|`` as headroom for prefetching; a bound may not).
-* eq. (6), first part, is printed ``Σ (P - D) >= 0``, i.e. ``m[i, k] >= |w_i|``, which would
-  forbid freeing any memory; the text ("the amount of prefetched data is not higher than the
-  deleted data") gives ``<= 0``, which we use: ``0 <= m[i, k] <= |w_i|``.
-* eq. (5), first part, sums over ``j = 0..2L-1`` while operations are ``1..2L``: read as the
-  whole cycle (it is implied by the cyclic links of ``m``).  A cyclic sum from ``a`` to
-  ``a - 1`` is the whole cycle, so eq. (6) at ``k = L - i + 1`` is trivial.
-* ``O_i^*`` is not tied to ``D_i^(d)``: a "deletion" with nothing offloaded must be undone by a
-  prefetch in the same interval, which saves no memory.  The bound is unaffected, but the
-  reported selection may contain such useless choices when bandwidth is to spare.
-* Solvers accept constraint violations of about 1e-7 in these units: memory is exact to about
-  ``1e-7 max |w_i|`` bytes, not to the byte.
-* Like the paper, the model is a relaxation: memory is checked at operation starts only and a
-  prefetch buffer counts as it fills (the paper reserves it whole from the prefetch's start).
+(``TrainingChain.cycle``): ``B_i`` is ``L - i + 1`` and ``F_i`` is ``L + i``; all sums over
+operations are cyclic.  For operation ``j`` and layer ``i`` the model has the amounts
+``O[i, j]`` offloaded, ``P[i, j]`` prefetched and ``D[i, j]`` deleted of ``w_i`` between the
+starts of ``j`` and ``j + 1``, and ``idle[j]``, the idle time after ``j``; binaries ``D1[i]``,
+``D0[i]`` (``D_i^(1)``, ``D_i^(0)``) and ``Ostar[i]`` (``O_i^*``) are the choices.  The sparse
+form, and how the model reads the paper where it is ambiguous: docs/planners.md, The MILP
+bound.
 """
 
 from __future__ import annotations
@@ -89,25 +57,48 @@ class IlpResult:
 def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
                 offload_bandwidth: float | None = None, solver: str = "auto",
                 time_limit: float | None = None, msg: bool = False) -> IlpResult:
-    """Theorem 2: ``min Σ_j (u_j + idle_j)`` subject to eqs. (2)-(8), a lower bound on the
-    iteration time of OFF(L, M_GPU, β) with ``M_GPU = memory`` bytes, prefetch bandwidth
-    ``β = bandwidth`` and offload bandwidth ``offload_bandwidth`` (default β), in bytes/s
-    (``math.inf`` allowed).
+    """Theorem 2: a lower bound on the iteration time of OFF(L, M_GPU, β) (Sec. 6).
 
-    ``solver``: ``"highs"`` (highspy), ``"cbc"`` (bundled with PuLP) or ``"auto"`` (HiGHS when
-    importable).  Nothing is written to stdout: with ``msg=True`` the solver's log goes to
-    stderr, otherwise nothing is printed (not even HiGHS's banner).
-
-    With ``time_limit`` seconds the solver may stop early; ``bound`` is then the best proven
-    bound: HiGHS's MIP dual bound, CBC's last "best possible" from its log
-    (rounded down), or, when CBC prints none, the LP relaxation's value; never less than
-    :func:`transfer_bound`, which a solver stopped early may not have proven yet.  CBC checks
-    the time limit only between phases: on large models its root LP alone may take longer.
-
-    Raises :class:`PlanError` if an operation does not fit even with no other weight on the
-    GPU (``M_k`` of eq. (1) above ``memory``).  Otherwise the MILP is feasible (delete every
+    ``min Σ_j (u_j + idle_j)`` subject to eqs. (2)-(8).  Nothing is written to stdout: with
+    ``msg=True`` the solver's log goes to stderr, otherwise nothing is printed (not even
+    HiGHS's banner).  The MILP is feasible whenever every operation fits alone (delete every
     weight after each use and wait for each transfer), so ``"infeasible"`` can only be a
     solver's numerical failure; ``bound`` is then Σu.
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    memory : int
+        M_GPU, in bytes.
+    bandwidth : float
+        β, the prefetch bandwidth in bytes/s (``math.inf`` allowed).
+    offload_bandwidth : float, optional
+        The offload bandwidth in bytes/s; default β.
+    solver : str
+        ``"highs"`` (highspy), ``"cbc"`` (bundled with PuLP) or ``"auto"`` (HiGHS when
+        importable).
+    time_limit : float, optional
+        Seconds after which the solver may stop early; ``bound`` is then the best proven
+        bound: HiGHS's MIP dual bound, CBC's last "best possible" from its log (rounded down),
+        or, when CBC prints none, the LP relaxation's value; never less than
+        :func:`transfer_bound`, which a solver stopped early may not have proven yet.  CBC
+        checks the time limit only between phases: on large models its root LP alone may take
+        longer.
+    msg : bool
+        The solver's log to stderr.
+
+    Returns
+    -------
+    IlpResult
+
+    Raises
+    ------
+    PlanError
+        An operation does not fit even with no other weight on the GPU (``M_k`` of eq. (1)
+        above ``memory``), or HiGHS stops without a result.
+    SpecError
+        A bandwidth or time limit that is not positive, or an unknown or missing solver.
     """
     beta_o = bandwidth if offload_bandwidth is None else offload_bandwidth
     for name, value in (("bandwidth", bandwidth), ("offload_bandwidth", beta_o)):
@@ -145,10 +136,27 @@ def lower_bound(chain: TrainingChain, memory: int, bandwidth: float, *,
 
 
 def transfer_bound(chain: TrainingChain, memory: int, bandwidth: float) -> float:
-    """A closed-form bound the MILP implies: during the fullest operation o, the other weights
-    on the GPU fit in ``memory - M_o`` (eq. 4), so at least ``Σ_i |w_i| - |w_o| + M_o - memory``
-    bytes are away; each comes back whole before its next use (eq. 5), and prefetches run at
-    ``bandwidth`` during the cycle (eq. 2).  Returns that volume over the bandwidth (s)."""
+    """A closed-form bound the MILP implies, from the transfers alone.
+
+    During the fullest operation o, the other weights on the GPU fit in ``memory - M_o``
+    (eq. 4), so at least ``Σ_i |w_i| - |w_o| + M_o - memory`` bytes are away; each comes
+    back whole before its next use (eq. 5), and prefetches run at ``bandwidth`` during the
+    cycle (eq. 2).
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    memory : int
+        M_GPU, in bytes.
+    bandwidth : float
+        β, in bytes/s.
+
+    Returns
+    -------
+    float
+        That volume over the bandwidth, in seconds.
+    """
     weights = sum(chain.w)
     away = max(weights - chain.w[i - 1] + chain.memory(kind, i) - memory
                for kind, i in chain.operations())
@@ -219,22 +227,67 @@ class Milp:
             add(f"eq8_0_{i}", [(D[i, j], 1.0) for j in order[:split]] + [(self.D0[i], -1.0)], EQ)
 
     def op(self, kind: str, i: int) -> int:
-        """The number ``j`` of ``kind_i`` (1-based, in the chain's cycle)."""
+        """The number ``j`` of ``kind_i`` (1-based, in the chain's cycle).
+
+        Parameters
+        ----------
+        kind : str
+            ``"F"`` or ``"B"``.
+        i : int
+            The layer, from 1.
+
+        Returns
+        -------
+        int
+        """
         return self.chain.position(kind, i) + 1
 
     def next(self, j: int) -> int:
+        """The operation after ``j`` in the cycle.
+
+        Parameters
+        ----------
+        j : int
+            An operation's number, from 1.
+
+        Returns
+        -------
+        int
+        """
         return j % (2 * self.L) + 1
 
     def cycle_from(self, a: int) -> list[int]:
-        """Operations ``a, a+1, ..., a-1`` (cyclically)."""
+        """Operations ``a, a+1, ..., a-1`` (cyclically).
+
+        Parameters
+        ----------
+        a : int
+            The first operation's number.
+
+        Returns
+        -------
+        list of int
+        """
         n = 2 * self.L
         return [(a - 1 + p) % n + 1 for p in range(n)]
 
     def selection(self) -> frozenset[tuple[int, int]]:
+        """The solved D(1) and D(0): the (layer, d) pairs whose weight is deleted.
+
+        Returns
+        -------
+        frozenset of (int, int)
+        """
         return frozenset((i, d) for d, x in ((1, self.D1), (0, self.D0))
                          for i in self.layers if x[i].varValue > 0.5)
 
     def offloaded(self) -> frozenset[int]:
+        """The layers whose weight the solution offloads (O* = 1).
+
+        Returns
+        -------
+        frozenset of int
+        """
         return frozenset(i for i in self.layers if self.Ostar[i].varValue > 0.5)
 
 
@@ -330,7 +383,24 @@ def _printed_floor(number: str) -> float:
 
 def run_cbc(prob, *, mip: bool, time_limit: float | None = None, gap_abs: float | None = None
              ) -> str:
-    """Solve ``prob`` with PuLP's bundled CBC; return CBC's log."""
+    """Solve ``prob`` with PuLP's bundled CBC; return CBC's log.
+
+    Parameters
+    ----------
+    prob : pulp.LpProblem
+        The problem.
+    mip : bool
+        Keep the integer variables (false: the LP relaxation).
+    time_limit : float, optional
+        Seconds.
+    gap_abs : float, optional
+        The absolute gap at which CBC may stop.
+
+    Returns
+    -------
+    str
+        CBC's log.
+    """
     import pulp
 
     with tempfile.TemporaryDirectory() as tmp:

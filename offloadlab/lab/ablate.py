@@ -2,25 +2,11 @@
 Figure 14), in the simulator (and on the executor), and what each part of BuildMemGraph
 contributes (:func:`ablate_parts`).
 
-The fixed order is one of :data:`FIXED`:
-
-- ``planned`` (TURNIP's definition, the default): "we add dependencies to fix the order of
-  operations at each of the GPUs to be exactly the order that is input into BUILDMEMGRAPH"
-  (Sec. 8 (3)).  :func:`planned` adds a memory edge from each kernel to the next one on its
-  GPU in the planner's order (for BuildMemGraph, its input list V), and the fixed run is the
-  same ``dynamic`` runtime on that MemGraph.  Offloads, reloads and loads are not in the list
-  BuildMemGraph is given (it makes them), and GPU->GPU transfers and CPU ops are not
-  operations of a GPU's kernel stream: they get no new edge and are still dispatched as soon
-  as they are ready.  Without noise the two runs can differ: a kernel whose reload is late
-  holds up the kernels after it, where the dynamic runtime runs another one.
-- ``replay``: each resource runs its vertices in the order in which they started in a
-  noiseless ``dynamic`` run of the same MemGraph (:func:`replayed` makes that the planner
-  order, which the ``fixed`` policy then runs): the order a static scheduler with a perfect
-  cost model would pick, so that without noise the two runs tie.
-
-Both runs are paired by seed: they run the same vertices in the same planner order, so a seed
-draws the same noise (each duration times a seeded lognormal factor) for a vertex in either.
-The speedup of a seed is ``fixed / dynamic - 1``.
+The fixed order is one of :data:`FIXED`: ``planned``, TURNIP's definition (Sec. 8 (3)), each
+GPU's kernels chained in the planner's order (:func:`planned`), or ``replay``, each resource in
+the order a noiseless ``dynamic`` run started its vertices (:func:`replayed`).  The two runs
+are paired by seed; a seed's speedup is ``fixed / dynamic - 1``.  What each order leaves alone
+and why: docs/ablation.md, The two runs.
 """
 
 from __future__ import annotations
@@ -48,16 +34,40 @@ FIXED = ("planned", "replay")
 
 
 def check_fixed(fixed: str) -> None:
+    """Refuse an unknown fixed order.
+
+    Parameters
+    ----------
+    fixed : str
+        One of :data:`FIXED`.
+
+    Raises
+    ------
+    SpecError
+        Listing the valid orders.
+    """
     if fixed not in FIXED:
         raise SpecError(f"unknown fixed order {fixed!r}; valid: {', '.join(FIXED)}")
 
 
 def planned(memgraph: MemGraph) -> MemGraph:
-    """``memgraph`` with a memory edge from each kernel (a ``compute`` vertex on a GPU) to the
-    next kernel on its GPU in planner order: under any policy each GPU then runs its kernels
-    one at a time in that order (TURNIP's fixed order, Sec. 8 (3)); every other vertex keeps
-    its edges alone.  The copy shares ``memgraph``'s vertex objects (it changes none of them)
-    and has its own edges."""
+    """``memgraph`` with each GPU's kernels chained in planner order (TURNIP's fixed order).
+
+    A memory edge from each kernel (a ``compute`` vertex on a GPU) to the next kernel on its
+    GPU in planner order: under any policy each GPU then runs its kernels one at a time in
+    that order (Sec. 8 (3)); every other vertex keeps its edges alone.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+
+    Returns
+    -------
+    MemGraph
+        A copy sharing ``memgraph``'s vertex objects (it changes none of them), with its own
+        edges.
+    """
     out = MemGraph(memgraph.graph)
     out.vertices = dict(memgraph.vertices)
     out.succ = {u: dict(targets) for u, targets in memgraph.succ.items()}
@@ -73,9 +83,22 @@ def planned(memgraph: MemGraph) -> MemGraph:
 
 
 def replayed(memgraph: MemGraph, machine: Machine) -> MemGraph:
-    """A copy of ``memgraph`` whose planner order is the order its vertices started in a
-    noiseless ``dynamic`` simulation (ties in the old order), so that ``fixed`` dispatch of
-    the copy replays that run."""
+    """A copy of ``memgraph`` in the order its vertices started in a noiseless ``dynamic`` run.
+
+    That order (ties in the old order) becomes the copy's planner order, so that ``fixed``
+    dispatch of the copy replays the run.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine it is simulated on.
+
+    Returns
+    -------
+    MemGraph
+    """
     from ..simulator import simulate
     trace = simulate(memgraph, machine, policy="dynamic").trace
     start = dict(zip(trace["vertex"], trace["start"]))
@@ -96,10 +119,25 @@ class Pair:
 
 
 def pair(memgraph: MemGraph, machine: Machine, fixed: str = "planned") -> Pair:
-    """The runs that compare ``dynamic`` dispatch of ``memgraph`` with the ``fixed`` order
-    (:data:`FIXED`): ``planned``, the same runtime on :func:`planned`'s MemGraph; ``replay``,
-    the ``fixed`` policy on :func:`replayed`'s, which the dynamic run then runs too (a seed
-    draws the same noise for a vertex under either)."""
+    """The runs that compare ``dynamic`` dispatch of ``memgraph`` with the ``fixed`` order.
+
+    ``planned``: the same runtime on :func:`planned`'s MemGraph; ``replay``: the ``fixed``
+    policy on :func:`replayed`'s, which the dynamic run then runs too (a seed draws the same
+    noise for a vertex under either).
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine.
+    fixed : str
+        One of :data:`FIXED`.
+
+    Returns
+    -------
+    Pair
+    """
     check_fixed(fixed)
     if fixed == "planned":
         return Pair(memgraph, planned(memgraph), "dynamic")
@@ -109,8 +147,26 @@ def pair(memgraph: MemGraph, machine: Machine, fixed: str = "planned") -> Pair:
 
 def simulated(runs: Pair, machine: Machine, noise: float, seeds: int
               ) -> tuple[list[float], list[float]]:
-    """The simulated makespans of ``seeds`` runs of each of ``runs``, paired by seed: dynamic
-    and fixed.  Without noise a seed changes nothing, so each is simulated once."""
+    """The simulated makespans of ``seeds`` runs of each of ``runs``, paired by seed.
+
+    Without noise a seed changes nothing, so each is simulated once.
+
+    Parameters
+    ----------
+    runs : Pair
+        The two runs.
+    machine : Machine
+        The machine.
+    noise : float
+        The lognormal noise's sigma.
+    seeds : int
+        Runs of each.
+
+    Returns
+    -------
+    (list of float, list of float)
+        The dynamic and the fixed makespans, in seconds.
+    """
     from ..simulator import makespan
     draws = seeds if noise > 0 else 1
     a = [makespan(runs.dynamic, machine, "dynamic", noise, seed) for seed in range(draws)]
@@ -120,7 +176,22 @@ def simulated(runs: Pair, machine: Machine, noise: float, seeds: int
 
 def mean_ci(values: Sequence[float], level: float = 0.95, seed: int = 0
             ) -> tuple[float, float, float]:
-    """The mean of ``values`` and a percentile bootstrap confidence interval for it."""
+    """The mean of ``values`` and a percentile bootstrap confidence interval for it.
+
+    Parameters
+    ----------
+    values : sequence of float
+        The sample.
+    level : float
+        The confidence level.
+    seed : int
+        Seeds the resampling.
+
+    Returns
+    -------
+    (float, float, float)
+        The mean and the interval's low and high ends.
+    """
     import numpy as np
     x = np.asarray(values, dtype=float)
     if len(x) < 2:
@@ -138,14 +209,50 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
                        workload: str | None = None,
                        machine_text: str | None = None,
                        fixed: str = "planned") -> pd.DataFrame:
-    """Each planner's MemGraph under ``dynamic`` dispatch and in the ``fixed`` order
-    (:data:`FIXED`; :func:`pair`), ``seeds`` noisy runs per noise level: one row per planner
-    and noise with the mean speedup of ``dynamic`` over the fixed order and its 95%
-    confidence interval (``source`` ``sim``).  ``measured`` adds a row per planner from the
-    executor (``backend``), where the noise is real: ``seeds`` runs of each, alternating,
-    the ``noise`` column empty (``source`` ``measured``).  Each row carries ``fixed`` and
-    the :func:`~offloadlab.lab.compare.provenance` columns (``workload`` and
-    ``machine_text``: the specs as the caller gave them)."""
+    """Each planner's MemGraph under ``dynamic`` dispatch and in the ``fixed`` order.
+
+    ``seeds`` noisy runs per noise level: one row per planner and noise with the mean speedup
+    of ``dynamic`` over the fixed order and its 95% confidence interval (``source`` ``sim``).
+    ``measured`` adds a row per planner from the executor, where the noise is real: ``seeds``
+    runs of each, alternating, the ``noise`` column empty (``source`` ``measured``).  Each row
+    carries ``fixed`` and the :func:`~offloadlab.lab.compare.provenance` columns.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine.
+    planners : iterable of str
+        Planner specs.
+    noises : iterable of float
+        Noise levels (the lognormal sigma).
+    seeds : int
+        Runs per noise level.
+    measured : bool
+        Also run on the executor.
+    backend : str
+        The executor's backend, with ``measured``.
+    rate_limit : bool
+        Pace the numpy backend's copies to the machine's bandwidths.
+    progress : callable, optional
+        ``progress(line)`` hears each step.
+    workload, machine_text : str, optional
+        The specs as the caller gave them, for the provenance columns.
+    fixed : str
+        One of :data:`FIXED` (:func:`pair`).
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    SpecError
+        An unknown fixed order, planner or option.
+    PlanError
+        A planner cannot plan the problem.
+    """
     import pandas as pd
 
     from ..core.verify import verify
@@ -180,7 +287,19 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
 
 
 def speedups(a: Sequence[float], b: Sequence[float]) -> list[float]:
-    """Each seed's speedup of ``dynamic`` (makespans ``a``) over the fixed order (``b``)."""
+    """Each seed's speedup of ``dynamic`` over the fixed order: ``fixed / dynamic - 1``.
+
+    Parameters
+    ----------
+    a : sequence of float
+        The dynamic makespans.
+    b : sequence of float
+        The fixed ones, paired by seed.
+
+    Returns
+    -------
+    list of float
+    """
     return [fb / fa - 1 for fa, fb in zip(a, b)]
 
 
@@ -206,12 +325,36 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def ablate_parts(graph: TaskGraph, machine: Machine, policy: str = "dynamic",
                  progress: Callable[[str], None] | None = None, workload: str | None = None,
                  machine_text: str | None = None) -> pd.DataFrame:
-    """BuildMemGraph with its defaults, then with one part changed at a time (:data:`PARTS`:
-    the victim policy, allocation ahead and its bound, the serial order, the retry, and the
-    number of streams per GPU that the plan runs with): one row per setting with the
-    simulated makespan, host<->GPU traffic, and ``change``, the makespan over the default's
-    less one; with the planner spec, the policy and the
-    :func:`~offloadlab.lab.compare.provenance` columns."""
+    """BuildMemGraph with its defaults, then with one part changed at a time.
+
+    The parts (:data:`PARTS`): the victim policy, allocation ahead and its bound, the serial
+    order, the retry, and the number of streams per GPU that the plan runs with.  One row
+    per setting with the simulated makespan, host<->GPU traffic, and ``change``, the
+    makespan over the default's less one; with the planner spec, the policy and the
+    :func:`~offloadlab.lab.compare.provenance` columns.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine.
+    policy : str
+        The dispatch policy.
+    progress : callable, optional
+        ``progress(line)`` hears each step.
+    workload, machine_text : str, optional
+        The specs as the caller gave them, for the provenance columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    PlanError
+        BuildMemGraph cannot plan the problem.
+    """
     import pandas as pd
 
     from ..core.verify import verify

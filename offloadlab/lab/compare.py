@@ -20,9 +20,21 @@ if TYPE_CHECKING:
 
 
 def machine_spec(machine: Machine) -> str:
-    """``machine`` as a spec with its overrides: the preset it is named after with each field
-    that differs from it (``p100x4:gpus=2,gpu_memory=60000000``); a machine of no preset (a
-    calibrated one) with each field that differs from :class:`Machine`'s defaults."""
+    """``machine`` as a spec with its overrides.
+
+    The preset it is named after with each field that differs from it
+    (``p100x4:gpus=2,gpu_memory=60000000``); a machine of no preset (a calibrated one) with
+    each field that differs from :class:`Machine`'s defaults.
+
+    Parameters
+    ----------
+    machine : Machine
+        The machine.
+
+    Returns
+    -------
+    str
+    """
     from ..core.machine import PRESETS
     base = PRESETS.get(machine.name, Machine())
     changed = [f"{key}={value!r}" for key, value in machine.options().items()
@@ -32,17 +44,46 @@ def machine_spec(machine: Machine) -> str:
 
 def provenance(graph: TaskGraph, machine: Machine, workload: str | None = None,
                machine_text: str | None = None) -> dict[str, str]:
-    """The columns that say what a result row measured: ``workload`` (the spec or file it was
-    built from, as given; else the graph's name), ``machine`` (the spec as given, overrides
-    included; else :func:`machine_spec`) and the toolkit's ``version``."""
+    """The columns that say what a result row measured.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine.
+    workload : str, optional
+        The spec or file the graph was built from, as given; default the graph's name.
+    machine_text : str, optional
+        The machine's spec as given, overrides included; default :func:`machine_spec`.
+
+    Returns
+    -------
+    dict of str to str
+        ``workload``, ``machine`` and the toolkit's ``version``.
+    """
     from .. import __version__
     return {"workload": workload or graph.name,
             "machine": machine_text or machine_spec(machine), "version": __version__}
 
 
 def stamped(table: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
-    """``table`` with the :func:`provenance` columns: ``workload`` and ``machine`` first,
-    ``version`` last but for ``error``, which stays last."""
+    """``table`` with the :func:`provenance` columns.
+
+    ``workload`` and ``machine`` first, ``version`` last but for ``error``, which stays last.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The results.
+    labels : dict of str to str
+        Its :func:`provenance`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy.
+    """
     out = table.copy()
     for i, key in enumerate(("workload", "machine")):
         out.insert(i, key, labels[key])
@@ -65,8 +106,16 @@ class Run:
     result: SimResult
 
     def row(self) -> dict[str, object]:
-        """This run as a row of :func:`table`.  ``bytes_moved`` counts host<->GPU traffic
-        (offloads, reloads, loads); GPU->GPU transfers are TaskGraph vertices every plan has."""
+        """This run as a row of :func:`table`.
+
+        ``bytes_moved`` counts host<->GPU traffic (offloads, reloads, loads); GPU->GPU transfers
+        are TaskGraph vertices every plan has.
+
+        Returns
+        -------
+        dict of str to object
+            The :data:`COLUMNS`.
+        """
         gpu_peaks = [b for d, b in self.result.peak_memory.items() if is_gpu(d)]
         return {
             "planner": self.planner,
@@ -83,8 +132,39 @@ class Run:
 def run_all(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]], *,
             noise: float = 0.0, seed: int = 0, verify: bool = True,
             progress: Callable[[str], None] | None = None) -> list[Run]:
-    """Plan ``graph`` with each planner spec (once per spec), verify the MemGraph, and simulate
-    it with each policy.  ``progress`` receives a line per step."""
+    """Plan ``graph`` with each planner spec (once per spec), verify, and simulate each policy.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine.
+    runs : iterable of (str, str)
+        ``(planner_spec, policy)`` pairs.
+    noise : float
+        The simulation's noise, as in :func:`~offloadlab.simulator.simulate`.
+    seed : int
+        Seeds the noise and the seeded policies.
+    verify : bool
+        Verify each MemGraph (:func:`~offloadlab.core.verify.verify`).
+    progress : callable, optional
+        ``progress(line)`` receives a line per step.
+
+    Returns
+    -------
+    list of Run
+        One per pair, in order.
+
+    Raises
+    ------
+    SpecError
+        An unknown planner, option or policy.
+    PlanError
+        A planner cannot plan the problem.
+    VerificationError
+        With ``verify``, a MemGraph breaks a rule.
+    """
     from ..core.verify import verify as verify_memgraph
     from ..planner import plan
     from ..simulator import makespan, simulate
@@ -108,15 +188,53 @@ def run_all(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]],
 
 
 def table(runs: Iterable[Run]) -> pd.DataFrame:
-    """One row per run with the :data:`COLUMNS`."""
+    """One row per run with the :data:`COLUMNS`.
+
+    Parameters
+    ----------
+    runs : iterable of Run
+        The runs.
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
     import pandas as pd
     return pd.DataFrame([r.row() for r in runs], columns=list(COLUMNS))
 
 
 def compare(graph: TaskGraph, machine: Machine, runs: Iterable[tuple[str, str]], *,
             noise: float = 0.0, seed: int = 0, verify: bool = True) -> pd.DataFrame:
-    """Plan and simulate each ``(planner_spec, policy)`` pair; one row per pair
-    (:data:`COLUMNS`)."""
+    """Plan and simulate each ``(planner_spec, policy)`` pair; one row per pair (:data:`COLUMNS`).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine.
+    runs : iterable of (str, str)
+        ``(planner_spec, policy)`` pairs.
+    noise : float
+        The simulation's noise, as in :func:`~offloadlab.simulator.simulate`.
+    seed : int
+        Seeds the noise and the seeded policies.
+    verify : bool
+        Verify each MemGraph (:func:`~offloadlab.core.verify.verify`).
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    SpecError
+        An unknown planner, option or policy.
+    PlanError
+        A planner cannot plan the problem.
+    VerificationError
+        With ``verify``, a MemGraph breaks a rule.
+    """
     return table(run_all(graph, machine, runs, noise=noise, seed=seed, verify=verify))
 
 
@@ -269,9 +387,24 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
 
 
 def why(trace: pd.DataFrame, memgraph: MemGraph, gpus: int) -> dict[str, float]:
-    """:mod:`.explain`'s answer in a row: ``overlap``, the share of all host copies' time
-    hidden under compute (NaN if nothing is copied), and ``wait_<cause>``, the share of the
-    GPUs' time (each GPU for the whole makespan) idle for each cause."""
+    """:mod:`.explain`'s answer in a row.
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        The run's trace.
+    memgraph : MemGraph
+        The plan.
+    gpus : int
+        The machine's GPUs.
+
+    Returns
+    -------
+    dict of str to float
+        ``overlap``, the share of all host copies' time hidden under compute (NaN if nothing
+        is copied), and ``wait_<cause>``, the share of the GPUs' time (each GPU for the whole
+        makespan) idle for each cause.
+    """
     from .explain import CAUSES, explain
     table = explain(trace, memgraph)
     transfer = float(table["transfer"].sum())
@@ -282,8 +415,20 @@ def why(trace: pd.DataFrame, memgraph: MemGraph, gpus: int) -> dict[str, float]:
 
 
 def typed(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with its :data:`COUNTS` as integers (missing in error rows) and ``error`` as
-    text, missing where there was none (an empty cell in CSV, null in JSON)."""
+    """``table`` with its :data:`COUNTS` as integers and ``error`` as text.
+
+    Counts are missing in error rows; ``error`` is missing where there was none (an empty
+    cell in CSV, null in JSON).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A :func:`compare_planners` table.
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
     import pandas as pd
     for column in COUNTS:
         if column in table:

@@ -30,14 +30,36 @@ _OTHER = "#999999"
 
 
 def figure(**options: Any) -> Figure:
-    """A new Figure of its own, outside pyplot (``options`` as for ``Figure``)."""
+    """A new Figure of its own, outside pyplot.
+
+    Parameters
+    ----------
+    **options
+        As for ``matplotlib.figure.Figure``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     from matplotlib.figure import Figure
     return Figure(**options)
 
 
 def save(fig: Figure, path: str | Path | None) -> Figure:
-    """Write ``fig`` to ``path`` (its format from the suffix, PNG without one) unless ``path``
-    is None; ``fig``."""
+    """Write ``fig`` to ``path`` unless ``path`` is None.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    path : str or Path or None
+        The file; its format from the suffix, PNG without one.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        ``fig``.
+    """
     if path is not None:
         path = Path(path)
         fig.savefig(path, dpi=120, bbox_inches="tight",
@@ -51,10 +73,24 @@ def gantt(traces: Mapping[str, pd.DataFrame] | pd.DataFrame, path: str | Path | 
           capacity: float | None = None) -> Figure:
     """Draw one horizontal lane per resource with a bar per executed vertex, coloured by kind.
 
-    ``traces`` is one Trace DataFrame or a mapping of label -> Trace, drawn as subplots one
-    above the other that share the time axis.  ``memory`` (label -> memory in use over time,
-    as :func:`offloadlab.core.memory.memory_over_time` gives it) adds a panel under each
-    schedule with each GPU's memory in use and, if given, the GPU ``capacity`` dashed.
+    Parameters
+    ----------
+    traces : pandas.DataFrame or mapping of str to pandas.DataFrame
+        One trace, or label -> trace, drawn as subplots one above the other that share the
+        time axis.
+    path : str or Path, optional
+        The image file to write (:func:`save`); None: not written.
+    title : str
+        The figure's title.
+    memory : mapping of str to pandas.DataFrame, optional
+        Label -> memory in use over time (as :func:`offloadlab.core.memory.memory_over_time`
+        gives it): a panel under each schedule with each GPU's memory in use.
+    capacity : float, optional
+        The GPU's capacity in bytes, dashed in the memory panels.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
     import pandas as pd
     from matplotlib.patches import Rectangle
@@ -127,9 +163,25 @@ def _byte_unit(peak: float) -> tuple[str, float]:
 
 def memory_plot(memory: pd.DataFrame, path: str | Path | None = None,
                 capacity: float | None = None, title: str = "Memory in use") -> Figure:
-    """Step plot of memory in use over time, one line per GPU of ``memory`` (columns
-    ``time, device, bytes``) with a dashed line at the GPU ``capacity`` if given; host (pinned)
-    memory, if present, gets its own panel below."""
+    """Step plot of memory in use over time, one line per GPU.
+
+    Host (pinned) memory, if present, gets its own panel below.
+
+    Parameters
+    ----------
+    memory : pandas.DataFrame
+        Columns ``time, device, bytes``.
+    path : str or Path, optional
+        The image file to write (:func:`save`); None: not written.
+    title : str
+        The figure's title.
+    capacity : float, optional
+        The GPU's capacity in bytes, dashed.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     devices = sorted(memory["device"].unique(), key=lane_key)
     panels = [[d for d in devices if d != "host"], [d for d in devices if d == "host"]]
     panels = [p for p in panels if p] or [[]]
@@ -157,9 +209,24 @@ def memory_plot(memory: pd.DataFrame, path: str | Path | None = None,
 
 def compare_plot(table: pd.DataFrame, path: str | Path | None = None, title: str = ""
                  ) -> Figure:
-    """``offloadlab compare``'s figure: a bar per planner with its simulated makespan, a tick
-    at its plan's own lower bound, and the problem's lower bound dashed.  Planners that could
-    not plan the problem are left out."""
+    """``offloadlab compare``'s figure: a bar per planner with its simulated makespan.
+
+    A tick at its plan's own lower bound, and the problem's lower bound dashed.  Planners
+    that could not plan the problem are left out.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`~offloadlab.lab.compare.compare_planners`'s table.
+    path : str or Path, optional
+        The image file to write (:func:`save`); None: not written.
+    title : str
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     ok = table[table["makespan"].notna()] if "makespan" in table else table.iloc[:0]
     fig = figure(figsize=(8, 1.2 + 0.45 * max(len(ok), 1)))
     ax = fig.subplots()
@@ -180,8 +247,23 @@ def compare_plot(table: pd.DataFrame, path: str | Path | None = None, title: str
 
 
 def estimate_plot(found, path: str | Path | None = None, title: str = "") -> Figure:
-    """``offloadlab estimate``'s figure: each planner's simulated makespan against GPU memory,
-    its smallest memory marked, and the problem's lower bound dashed."""
+    """``offloadlab estimate``'s figure: each planner's simulated makespan against GPU memory.
+
+    Its smallest memory marked, and the problem's lower bound dashed.
+
+    Parameters
+    ----------
+    found : Estimate
+        :func:`~offloadlab.lab.estimate.estimate`'s result (its ``curve`` and ``smallest``).
+    path : str or Path, optional
+        The image file to write (:func:`save`); None: not written.
+    title : str
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     fig = figure(figsize=(7, 4))
     ax = fig.subplots()
     for planner, rows in found.curve.groupby("planner", sort=False):
@@ -202,9 +284,25 @@ def estimate_plot(found, path: str | Path | None = None, title: str = "") -> Fig
 
 def ablation_plot(table: pd.DataFrame, path: str | Path | None = None, title: str = ""
                   ) -> Figure:
-    """``offloadlab ablate determinism``'s figure: each planner's mean speedup of ``dynamic``
-    over the fixed order (percent) against the noise level, with 95% confidence bars (a line
-    per planner and fixed order where the table has several orders)."""
+    """``offloadlab ablate determinism``'s figure: mean speedup of ``dynamic`` against noise.
+
+    Each planner's mean speedup over the fixed order (percent) against the noise level, with
+    95% confidence bars (a line per planner and fixed order where the table has several
+    orders).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`~offloadlab.lab.ablate.ablate_determinism`'s table.
+    path : str or Path, optional
+        The image file to write (:func:`save`); None: not written.
+    title : str
+        The figure's title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     fig = figure(figsize=(7, 4))
     ax = fig.subplots()
     simulated = table[table["source"] == "sim"] if "source" in table else table
@@ -226,8 +324,27 @@ def ablation_plot(table: pd.DataFrame, path: str | Path | None = None, title: st
 
 def sweep_plot(table: pd.DataFrame, path: str | Path | None = None, title: str = "",
                x: str | None = None) -> Figure:
-    """``offloadlab sweep``'s figure: makespan against the first grid axis (``x``), a line per
-    planner and policy (and per value of any other axis), the problem's lower bound dashed."""
+    """``offloadlab sweep``'s figure: makespan against a grid axis.
+
+    A line per planner and policy (and per value of any other axis), the problem's lower
+    bound dashed.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`~offloadlab.lab.sweep.sweep`'s table.
+    path : str or Path, optional
+        The image file to write (:func:`save`); None: not written.
+    title : str
+        The figure's title.
+    x : str, optional
+        The column along x (``offloadlab sweep`` passes its first grid axis); default, or
+        a column the table lacks: ``planner``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     import pandas as pd
     fig = figure(figsize=(7, 4))
     ax = fig.subplots()

@@ -83,7 +83,22 @@ PLANNERS = {"greedy": "greedy-offload", "l2l": "l2l",
 
 
 def parse_setting(text: str) -> Setting:
-    """``"gpt2-38x16"`` -> ``Setting("gpt2", 38, 16)``."""
+    """``"gpt2-38x16"`` -> ``Setting("gpt2", 38, 16)``.
+
+    Parameters
+    ----------
+    text : str
+        ``NETWORK-DEPTHxBATCH``.
+
+    Returns
+    -------
+    Setting
+
+    Raises
+    ------
+    SpecError
+        Not of that form, or an unknown network.
+    """
     from ..core.errors import SpecError
     try:
         network, rest = text.split("-", 1)
@@ -98,34 +113,95 @@ def parse_setting(text: str) -> Setting:
 
 
 def setting_chain(setting: Setting, weights: str = "paper") -> TrainingChain:
-    """The setting's layers; ``weights``: ``paper`` (calibrated) or ``hyperparameters``."""
+    """The setting's layers.
+
+    Parameters
+    ----------
+    setting : Setting
+        The network, depth and batch.
+    weights : str
+        ``paper`` (calibrated) or ``hyperparameters``.
+
+    Returns
+    -------
+    TrainingChain
+    """
     return transformer_chain(setting.network, setting.depth, setting.batch, SEQ[setting.network],
                              weight_bytes=WEIGHTS[weights][setting.network])
 
 
 def setting_machine(setting: Setting, bandwidth: float = 12 * GB) -> Machine:
-    """The v100 preset with M_GPU = 16 GB less the workspace, and ``bandwidth`` each way."""
+    """The v100 preset with M_GPU = 16 GB less the workspace, and ``bandwidth`` each way.
+
+    Parameters
+    ----------
+    setting : Setting
+        The network, depth and batch.
+    bandwidth : float
+        Bytes/s each way.
+
+    Returns
+    -------
+    Machine
+    """
     workspace = transformer_workspace(setting.batch, SEQ[setting.network])
     return replace(PRESETS["v100"], gpu_memory=int(16 * GB) - workspace,
                    h2d_bandwidth=bandwidth, d2h_bandwidth=bandwidth)
 
 
 def first_last(chain: TrainingChain, machine: Machine) -> float:
-    """Seconds of the two transfers that one training iteration run alone cannot hide, and a
-    steady-state cycle does: ``w_1``'s prefetch before ``F_1`` (the iteration starts with the
-    weights in CPU memory, and no operation runs before ``F_1``) and the offload of the
-    updated ``w_1`` after ``B_1`` (it ends with them back there, and no operation runs after
-    ``B_1``).  In the cycle they overlap the neighbouring iterations' operations.  The paper's
-    Greedy times are Σu plus these two (72 ms on GPT-2) in 6 of its 9 GPT-2 rows."""
+    """Seconds of the two transfers one iteration alone cannot hide and a steady state does.
+
+    ``w_1``'s prefetch before ``F_1`` (the iteration starts with the weights in CPU memory,
+    and no operation runs before ``F_1``) and the offload of the updated ``w_1`` after
+    ``B_1`` (it ends with them back there, and no operation runs after ``B_1``).  In the
+    cycle they overlap the neighbouring iterations' operations.  The paper's Greedy times
+    are Σu plus these two (72 ms on GPT-2) in 6 of its 9 GPT-2 rows.
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    machine : Machine
+        Its bandwidths.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
     w1 = chain.w[0]
     return machine.duration("reload", "gpu0", w1) + machine.duration("offload", "gpu0", w1)
 
 
 def evaluate(setting: Setting, bandwidth: float = 12 * GB, *, solver: str = "auto",
              time_limit: float | None = 60.0, weights: str = "paper") -> dict:
-    """One row: what it measured (the workload and machine specs, the planners of its
-    columns, the version), Σu, the MILP bound and each strategy's steady-state iteration time
-    (s)."""
+    """One row of the reproduction.
+
+    Parameters
+    ----------
+    setting : Setting
+        The network, depth and batch.
+    bandwidth : float
+        Bytes/s each way.
+    solver : str
+        The MILP's solver (:func:`~offloadlab.ilp.milp.lower_bound`).
+    time_limit : float, optional
+        Seconds for the MILP.
+    weights : str
+        ``paper`` or ``hyperparameters`` (:func:`setting_chain`).
+
+    Returns
+    -------
+    dict
+        What it measured (the workload and machine specs, the planners of its columns, the
+        version), Σu, the MILP bound and each strategy's steady-state iteration time (s).
+
+    Raises
+    ------
+    PlanError
+        A layer does not fit, or a strategy finds no schedule.
+    """
     from .. import __version__
     from ..ilp import lower_bound
     from ..planner.weight_offload import schedule_for
@@ -159,21 +235,67 @@ def _run(jobs: list[tuple[Setting, float]], progress: bool, **kw) -> pd.DataFram
 
 def beaumont_table1(settings: Iterable[Setting] = TABLE1, *, progress: bool = True,
                     **kw) -> pd.DataFrame:
-    """Table 1: the 15 settings at 12 GB/s each way."""
+    """Table 1: the 15 settings at 12 GB/s each way.
+
+    Parameters
+    ----------
+    settings : iterable of Setting
+        The settings; default the paper's.
+    progress : bool
+        A progress bar on stderr.
+    **kw
+        Passed to :func:`evaluate` (``solver``, ``time_limit``, ``weights``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One :func:`evaluate` row per setting.
+    """
     return _run([(s, 12 * GB) for s in settings], progress, **kw)
 
 
 def beaumont_bandwidth(settings: Iterable[Setting] = BANDWIDTH_SETTINGS,
                        bandwidths: Iterable[float] = BANDWIDTHS, *, progress: bool = True,
                        **kw) -> pd.DataFrame:
-    """Figure 4: the same measurements with the bandwidth swept from 0.5 to 12 GB/s."""
+    """Figure 4: the same measurements with the bandwidth swept from 0.5 to 12 GB/s.
+
+    Parameters
+    ----------
+    settings : iterable of Setting
+        The settings; default the figure's.
+    bandwidths : iterable of float
+        Bytes/s each way.
+    progress : bool
+        A progress bar on stderr.
+    **kw
+        Passed to :func:`evaluate`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One :func:`evaluate` row per setting and bandwidth.
+    """
     return _run([(s, b) for s in settings for b in bandwidths], progress, **kw)
 
 
 def shape_checks(table: pd.DataFrame, rel: float = 0.05) -> list[str]:
-    """The claims of Sec. 7.1 that a reproduction must show, as a list of failures (empty if
-    all hold): the bound equals Σu, Greedy is within ``rel`` of it, L2L is 10-50% above it,
-    and Greedy* never beats Greedy."""
+    """The claims of Sec. 7.1 that a reproduction must show, as a list of failures.
+
+    The bound equals Σu, Greedy is within ``rel`` of it, L2L is 10-50% above it, and
+    Greedy* never beats Greedy.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`beaumont_table1`'s or :func:`beaumont_bandwidth`'s rows.
+    rel : float
+        Greedy's tolerance, relative.
+
+    Returns
+    -------
+    list of str
+        Empty if all hold.
+    """
     failures = []
     for r in table.itertuples():
         name = f"{r.network}-{r.depth}x{r.batch}"
@@ -191,7 +313,15 @@ def shape_checks(table: pd.DataFrame, rel: float = 0.05) -> list[str]:
 
 
 def plot_table1(table: pd.DataFrame, path) -> None:
-    """Overhead of each strategy over Σu, per setting (bars)."""
+    """Overhead of each strategy over Σu, per setting (bars).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`beaumont_table1`'s rows.
+    path : str or Path
+        The image file to write.
+    """
     from .plots import figure
     labels = [f"{r.network}\n{r.depth}x{r.batch}" for r in table.itertuples()]
     fig = figure(figsize=(12, 4.2))
@@ -211,7 +341,15 @@ def plot_table1(table: pd.DataFrame, path) -> None:
 
 
 def plot_bandwidth(table: pd.DataFrame, path) -> None:
-    """Figure 4: iteration time against bandwidth, one panel per setting."""
+    """Figure 4: iteration time against bandwidth, one panel per setting.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`beaumont_bandwidth`'s rows.
+    path : str or Path
+        The image file to write.
+    """
     from .plots import figure
     groups = list(table.groupby(["network", "depth", "batch"], sort=False))
     fig = figure(figsize=(4 * len(groups), 3.6))

@@ -43,7 +43,18 @@ class Point:
     taskgraph: str | None = None      # a TaskGraph file, read where the point runs
 
     def key(self, salt: str) -> str:
-        """The content hash of everything that determines this point's row."""
+        """The content hash of everything that determines this point's row.
+
+        Parameters
+        ----------
+        salt : str
+            The hash of the TaskGraph file the point reads ("" for a workload spec).
+
+        Returns
+        -------
+        str
+            A SHA-256 hex digest.
+        """
         from ..core.machine import machine_from_spec
         text = json.dumps([self.workload, salt, machine_from_spec(self.machine).to_dict(),
                            self.planner, self.policy, code_hash()], sort_keys=True)
@@ -52,15 +63,31 @@ class Point:
 
 @functools.cache
 def code_hash() -> str:
-    """:func:`tree_hash` of the offloadlab package this process runs (its sources, compiled
-    modules and bundled model graphs), computed once: any change to the code that plans,
-    verifies or simulates a point changes every point's key."""
+    """:func:`tree_hash` of the offloadlab package this process runs, computed once.
+
+    Its sources, compiled modules and bundled model graphs: any change to the code that
+    plans, verifies or simulates a point changes every point's key.
+
+    Returns
+    -------
+    str
+    """
     return tree_hash(Path(__file__).resolve().parents[1])
 
 
 def tree_hash(folder: Path) -> str:
-    """The SHA-256 of the names and contents of the files under ``folder``, bytecode caches
-    left out."""
+    """The SHA-256 of the names and contents of the files under ``folder``, less bytecode.
+
+    Parameters
+    ----------
+    folder : Path
+        The folder.
+
+    Returns
+    -------
+    str
+        The hex digest.
+    """
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
@@ -71,9 +98,20 @@ def tree_hash(folder: Path) -> str:
 
 
 def default_store(points: Sequence[Point]) -> Path:
-    """Where a sweep keeps its points unless told: ``offloadlab-out/sweep-NAME-HASH.sqlite``,
+    """Where a sweep keeps its points unless told: ``offloadlab-out/sweep-NAME-HASH.sqlite``.
+
     NAME the workload's (or the TaskGraph file's), HASH of the sweep's points (their specs,
-    planners and policies), so that two sweeps do not share a store by accident."""
+    planners and policies), so that two sweeps do not share a store by accident.
+
+    Parameters
+    ----------
+    points : sequence of Point
+        The sweep's points.
+
+    Returns
+    -------
+    Path
+    """
     name = "empty"
     if points:
         first = points[0]
@@ -85,8 +123,25 @@ def default_store(points: Sequence[Point]) -> Path:
 
 
 def parse_axis(text: str) -> tuple[str, list[str]]:
-    """``machine.h2d_bandwidth=4e9,12e9`` -> ``("machine.h2d_bandwidth", ["4e9", "12e9"])``;
-    planner specs, which contain commas, are separated by ``;``."""
+    """``machine.h2d_bandwidth=4e9,12e9`` -> ``("machine.h2d_bandwidth", ["4e9", "12e9"])``.
+
+    Planner specs, which contain commas, are separated by ``;``.
+
+    Parameters
+    ----------
+    text : str
+        One ``--grid`` axis.
+
+    Returns
+    -------
+    (str, list of str)
+        The axis and its values.
+
+    Raises
+    ------
+    SpecError
+        Not an axis, an empty value or a value given twice.
+    """
     key, eq, values = text.partition("=")
     key = key.strip()
     field = key.partition(".")[2]
@@ -111,8 +166,34 @@ def _with(spec: str, key: str, value: str) -> str:
 
 def grid(workload: str | None, taskgraph: str | None, machine: str, planners: Sequence[str],
          policies: Sequence[str], axes: Sequence[str]) -> list[Point]:
-    """Every point of the grid, in order (the last axis varies fastest), each spec checked
-    before anything runs."""
+    """Every point of the grid, each spec checked before anything runs.
+
+    In order: the last axis varies fastest.
+
+    Parameters
+    ----------
+    workload : str or None
+        The workload spec (or None, with ``taskgraph``).
+    taskgraph : str or None
+        A TaskGraph file instead.
+    machine : str
+        The machine spec.
+    planners : sequence of str
+        Planner specs.
+    policies : sequence of str
+        Dispatch policies.
+    axes : sequence of str
+        ``--grid`` axes (:func:`parse_axis`).
+
+    Returns
+    -------
+    list of Point
+
+    Raises
+    ------
+    SpecError
+        A bad axis or spec, or an axis given twice.
+    """
     from ..core.dispatch import check_policy
     from ..core.machine import machine_from_spec
     from ..core.workloads import build_workload
@@ -162,8 +243,19 @@ def _check_workload(spec: str, build: Callable[[str], Any]) -> None:
 
 
 def run_point(point: Point) -> dict[str, object]:
-    """Plan, verify and simulate one point: its row (the full workload and machine specs, the
-    grid coordinates, then the columns of :func:`offloadlab.lab.compare.compare_planners`)."""
+    """Plan, verify and simulate one point.
+
+    Parameters
+    ----------
+    point : Point
+        The point.
+
+    Returns
+    -------
+    dict of str to object
+        Its row: the full workload and machine specs, the grid coordinates, then the columns
+        of :func:`offloadlab.lab.compare.compare_planners`.
+    """
     from .. import __version__
     from ..core.errors import OffloadlabError
     from ..core.formats import taskgraph_from_json
@@ -187,9 +279,20 @@ def run_point(point: Point) -> dict[str, object]:
 
 
 def coordinate_values(point: Point) -> dict[str, object]:
-    """The point's grid coordinates as the values they set: a machine field in its unit
-    (bytes, bytes/s, seconds; an unlimited rate or host memory ``None``), a workload option as
-    its type."""
+    """The point's grid coordinates as the values they set.
+
+    A machine field in its unit (bytes, bytes/s, seconds; an unlimited rate or host memory
+    ``None``), a workload option as its type.
+
+    Parameters
+    ----------
+    point : Point
+        The point.
+
+    Returns
+    -------
+    dict of str to object
+    """
     from ..core.machine import machine_from_spec
     from ..core.spec import apply_options
     from ..core.workloads import workload_options
@@ -222,7 +325,23 @@ class Store:
             raise SpecError(f"--store: cannot open {str(self.path)!r}: {exc}") from None
 
     def rows(self, keys: Sequence[str]) -> dict[str, dict]:
-        """The finished rows among ``keys``."""
+        """The finished rows among ``keys``.
+
+        Parameters
+        ----------
+        keys : sequence of str
+            Points' keys (:meth:`Point.key`).
+
+        Returns
+        -------
+        dict of str to dict
+            The rows found, by key.
+
+        Raises
+        ------
+        SpecError
+            The file is not a sweep store.
+        """
         with closing(self._connect()) as db:
             try:
                 found = dict(db.execute("SELECT key, row FROM points"))
@@ -232,6 +351,17 @@ class Store:
         return {k: json.loads(found[k]) for k in keys if k in found}
 
     def add(self, db: sqlite3.Connection, key: str, row: dict) -> None:
+        """Store ``row`` under ``key``, committed at once.
+
+        Parameters
+        ----------
+        db : sqlite3.Connection
+            A connection to the store.
+        key : str
+            The point's key.
+        row : dict
+            Its row (finite numbers only).
+        """
         with db:
             db.execute("INSERT OR REPLACE INTO points VALUES (?, ?)",
                        (key, json.dumps(row, allow_nan=False)))
@@ -240,11 +370,34 @@ class Store:
 def sweep(points: Sequence[Point], store: Store | None = None, *, cluster: str | None = None,
           workers: int | None = None, progress: Callable[[int, int], None] | None = None,
           say: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Run the points not yet in ``store`` (default: :func:`default_store`'s) on
-    ``dask.distributed`` (a ``LocalCluster`` of ``workers`` processes, default one per core; or
-    the scheduler at ``cluster``; or, with ``workers=0``, in this process), storing each row as
-    it finishes; return every point's row in grid order.  ``progress(done, total)`` hears of
-    each finished point."""
+    """Run the points not yet in ``store``, storing each row as it finishes.
+
+    Parameters
+    ----------
+    points : sequence of Point
+        The grid (:func:`grid`).
+    store : Store, optional
+        Where finished rows are kept; default :func:`default_store`'s.
+    cluster : str, optional
+        The address of a dask scheduler to run on.
+    workers : int, optional
+        Processes of a ``LocalCluster`` (default one per core); 0 (and no ``cluster``):
+        in this process.
+    progress : callable, optional
+        ``progress(done, total)`` hears of each finished point.
+    say : callable, optional
+        ``say(line)`` hears how many points are already stored.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Every point's row, in grid order.
+
+    Raises
+    ------
+    SpecError
+        A bad store or cluster, an unreadable TaskGraph file, or no dask.distributed.
+    """
     import pandas as pd
 
     if store is None:

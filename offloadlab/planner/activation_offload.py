@@ -1,19 +1,12 @@
-"""Two activation-offloading schemes that PyTorch users deploy, as planners (issue 45;
-docs/deployed.md): ``torch-compile-offload`` and ``torchtune-offload``.
+"""Two activation-offloading schemes that PyTorch users deploy, as planners (issue 45):
+``torch-compile-offload`` and ``torchtune-offload``.
 
 Both move the activations a training step saves for its backward pass
 (:func:`offloadlab.core.anatomy.saved`) to host RAM during the forward pass and bring them back
 for the backward, on a copy stream beside the compute stream, and keep everything else where
-PyTorch keeps it: the model's weights on the GPU (loaded where first read, freed after their
-last reader), every other tensor from its writer to its last reader.  A saved activation that
-the TaskGraph keeps in host RAM (the batch) is on the GPU in the deployed setting: its offload
-costs nothing here (its host copy exists) and its reload is a load.  The steps are laid out by
-:class:`~.scheme.Emitter`, which refuses a plan that does not fit the GPU, naming the shortfall,
-as the deployed scheme runs out of memory.
-
-PyTorch runs a training step's vertices in program order on one compute stream per GPU: here
-the TaskGraph's order, which its builders give.  Neither scheme plans for the GPU's memory:
-what is offloaded is fixed by the graph and the options.
+PyTorch keeps it, in program order.  Neither plans for the GPU's memory: :class:`~.scheme.Emitter`
+refuses a plan that does not fit, naming the shortfall.  What they share and how each is
+modelled: docs/deployed.md.
 """
 
 from __future__ import annotations
@@ -84,8 +77,14 @@ class Training:
         self.after: dict[str, list[Step]] = {}   # vertex -> steps issued after it runs
 
     def saved(self) -> list[Saved]:
-        """The saved activations each GPU holds (not weights, not the forward's outputs), in
-        the order their first forward reader runs: the order PyTorch saves them in."""
+        """The saved activations each GPU holds (not weights, not the forward's outputs).
+
+        In the order their first forward reader runs: the order PyTorch saves them in.
+
+        Returns
+        -------
+        list of Saved
+        """
         g, succ, found = self.g, self.g.succ, []
         for x in self.parts.saved:
             if g[x].category == "weights":
@@ -99,28 +98,90 @@ class Training:
         return sorted(found, key=lambda s: (self.at[s.forward[0]], self.at[s.tensor]))
 
     def computes(self, gpu: str) -> list[str]:
-        """The compute vertices on ``gpu``, in program order."""
+        """The compute vertices on ``gpu``, in program order.
+
+        Parameters
+        ----------
+        gpu : str
+            The GPU.
+
+        Returns
+        -------
+        list of str
+        """
         return [self.order[i] for i in self.compute_at.get((gpu, False), [])]
 
     def neighbour(self, v: str, gpu: str, later: bool, backward: bool = False) -> str | None:
-        """The compute vertex on ``gpu`` just before ``v`` (``later``: just after it; with
-        ``backward``, the first after it outside the forward pass), or None."""
+        """The compute vertex on ``gpu`` just before ``v``, or None.
+
+        Parameters
+        ----------
+        v : str
+            A compute vertex.
+        gpu : str
+            The GPU.
+        later : bool
+            Just after ``v`` instead.
+        backward : bool
+            With ``later``, the first after ``v`` outside the forward pass.
+
+        Returns
+        -------
+        str or None
+        """
         at, found = self.at[v], self.compute_at.get((gpu, backward), [])
         k = bisect.bisect_right(found, at) if later else bisect.bisect_left(found, at) - 1
         return self.order[found[k]] if 0 <= k < len(found) else None
 
     def stretch(self, v: str, gpu: str) -> list[str]:
-        """The backward stretch holding ``v`` on ``gpu``: what runs there between two forward
-        vertices (an iteration's backward pass and updates)."""
+        """The backward stretch holding ``v`` on ``gpu``.
+
+        What runs there between two forward vertices (an iteration's backward pass and updates).
+
+        Parameters
+        ----------
+        v : str
+            A compute vertex.
+        gpu : str
+            The GPU.
+
+        Returns
+        -------
+        list of str
+        """
         start, end = self.bounds[gpu][self.pass_of[v]]
         return self.runs[gpu][start:end + 1]
 
     def wait(self, first: Step, then: str | None) -> None:
-        """The run of ``then`` (if any) waits for ``first``."""
+        """The run of ``then`` (if any) waits for ``first``.
+
+        Parameters
+        ----------
+        first : Step
+            The step waited for.
+        then : str or None
+            The vertex whose run waits.
+        """
         if then is not None:
             self.run[then].after.append(first)
 
     def plan(self, machine: Machine) -> MemGraph:
+        """The scheme's MemGraph: each vertex's run with the steps placed before and after it.
+
+        Parameters
+        ----------
+        machine : Machine
+            The machine.
+
+        Returns
+        -------
+        MemGraph
+
+        Raises
+        ------
+        PlanError
+            A step finds no room on its GPU, naming the shortfall.
+        """
         steps: list[Step] = []
         for v in self.order:
             steps += self.before.get(v, [])
@@ -130,8 +191,24 @@ class Training:
 
 
 def training_step(graph: TaskGraph, name: str) -> anatomy.TrainingStep:
-    """The anatomy of ``graph``, a training step run on GPUs, or a PlanError opening with
-    ``name`` (the scheme) saying why it is not one."""
+    """The anatomy of ``graph``, a training step run on GPUs.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    name : str
+        The scheme, opening the error.
+
+    Returns
+    -------
+    TrainingStep
+
+    Raises
+    ------
+    PlanError
+        Opening with ``name``, saying why it is not one.
+    """
     try:
         parts = anatomy.training_step(graph)
     except GraphError as exc:
@@ -144,10 +221,34 @@ def training_step(graph: TaskGraph, name: str) -> anatomy.TrainingStep:
 
 
 def applies_torch_compile(graph: TaskGraph) -> None:
+    """Refuse a graph that is not a training step run on GPUs.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     training_step(graph, "torch-compile-offload")
 
 
 def applies_torchtune(graph: TaskGraph) -> None:
+    """Refuse a graph that is not a training step run on GPUs.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     training_step(graph, "torchtune-offload")
 
 
@@ -178,7 +279,29 @@ def torch_compile_offload(graph: TaskGraph, machine: Machine, options: TorchComp
     (torch/_functorch/_activation_offloading, pytorch/pytorch@447dbce0): every saved activation
     (not a view, not a model output) offloaded after its last forward use on a side stream,
     reloaded before its first backward use, each reload moved earlier by its estimated transfer
-    time."""
+    time.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine the plan must fit.
+    options : TorchCompileOptions
+        The planner's options.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+        The plan; :func:`~offloadlab.planner.registry.plan` closes it.
+
+    Raises
+    ------
+    PlanError
+        The plan does not fit the machine's memory.
+    """
     step = Training(graph, "torch-compile-offload")
     separate = options.activation_offload_separate_stream
     sink = separate and options.activation_offload_sink_wait
@@ -255,7 +378,29 @@ def torchtune_offload(graph: TaskGraph, machine: Machine, options: TorchtuneOpti
     """torchtune's OffloadActivations (torchtune/training/_activation_offloading.py,
     pytorch/torchtune@bd2a0fc7): every saved activation of at least ``min_offload_size``
     bytes offloaded to pinned host memory on a separate stream as it is saved, the last
-    ``max_fwd_stash_size`` kept on the GPU, the backward prefetching the next one."""
+    ``max_fwd_stash_size`` kept on the GPU, the backward prefetching the next one.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine the plan must fit.
+    options : TorchtuneOptions
+        The planner's options.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+        The plan; :func:`~offloadlab.planner.registry.plan` closes it.
+
+    Raises
+    ------
+    PlanError
+        The plan does not fit the machine's memory.
+    """
     step = Training(graph, "torchtune-offload")
     size, streams = options.max_fwd_stash_size, options.use_streams
     by_pass: dict[tuple[str, int], list[Saved]] = {}

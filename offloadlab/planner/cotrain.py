@@ -1,21 +1,10 @@
 """CoTrain's split of the parameter update between GPU and CPU (CoTrain, Algorithm 1 and its
 task scheduler's SEPARATION), registered as ``cotrain``.
 
-CoTrain runs the backward pass on the GPU and the optimizer's update of each layer on the CPU
-as soon as its gradient is complete, so that the CPU updates layers while the GPU computes the
-gradients of the layers before them; only the first ``k`` layers (in forward order, whose
-gradients come last) are updated on the GPU, where nothing would overlap their update.  The
-slides' separation distance is ``k = (t_BWD + t_UPDATE) / (2 t_UPDATE)``, with ``t_BWD`` a
-layer's backward on the GPU and ``t_UPDATE`` a layer's update on the CPU.
-
-Here a "layer" is one optimizer update vertex (``adam_update`` or ``sgd_update``: one weight
-tensor); on an unrolled training chain it is layer ``i`` of every iteration.  The updates past
-the first ``k`` are placed on the CPU (``device="cpu"``, priced at
-:data:`~offloadlab.core.ops.UPDATE_OPS` flop per element at the machine's ``cpu_flops``), and
-the graph is planned by BuildMemGraph, which offloads each such gradient to host RAM, runs the
-update there, and loads the new weight where the next iteration reads it.  The verifier
-accepts an update on the CPU in place of its GPU (rule 2); the MemGraph records which
-(``graph["cpu_updates"]``).
+The optimizer updates of the layers past the first ``k`` run on the CPU as soon as their
+gradients are complete, while the GPU computes the gradients of the layers before them; the
+graph is then planned by BuildMemGraph.  The separation distance ``k``, what a layer is, and
+how the CPU's updates are priced, planned and verified: docs/planners.md, CoTrain.
 """
 
 from __future__ import annotations
@@ -47,9 +36,21 @@ class CoTrainOptions(Options):
 
 
 def layers(graph: TaskGraph) -> list[list[str]]:
-    """The update vertices on a GPU by layer, in forward order: on an unrolled training chain
-    layer i's update in every iteration; otherwise each update is a layer, the last one the
-    TaskGraph adds (the first weight, whose gradient comes last) first."""
+    """The update vertices on a GPU by layer, in forward order.
+
+    On an unrolled training chain layer i's update in every iteration; otherwise each update
+    is a layer, the last one the TaskGraph adds (the first weight, whose gradient comes last)
+    first.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    list of list of str
+    """
     updates = [t.id for t in graph if t.kind == "compute" and t.op in UPDATE_OPS
                and is_gpu(t.device)]
     if "chain" in graph.meta:
@@ -61,15 +62,42 @@ def layers(graph: TaskGraph) -> list[list[str]]:
 
 
 def applies(graph: TaskGraph) -> None:
+    """Refuse a graph with no optimizer update on a GPU: cotrain plans training steps.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     if not any(layers(graph)):
         raise PlanError(f"cotrain plans training steps: TaskGraph {graph.name!r} has no "
                         f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
 
 
 def separation(graph: TaskGraph, machine: Machine, by_layer: list[list[str]]) -> int:
-    """The slides' k = (t_BWD + t_UPDATE) / (2 t_UPDATE), rounded up, at most the layers:
+    """The slides' k = (t_BWD + t_UPDATE) / (2 t_UPDATE), rounded up, at most the layers.
+
     t_BWD is the backward pass's GPU time per layer (the vertices after the forward pass and
-    the loss, less the updates), t_UPDATE a layer's update on the CPU."""
+    the loss, less the updates), t_UPDATE a layer's update on the CPU.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+    machine : Machine
+        Prices both.
+    by_layer : list of list of str
+        Its :func:`layers`.
+
+    Returns
+    -------
+    int
+    """
     backward = _backward(graph)
     per_layer = len(by_layer)
     t_bwd = sum(machine.task_seconds(graph, graph[t]) for t in backward) / per_layer
@@ -92,7 +120,18 @@ def _backward(graph: TaskGraph) -> list[str]:
 
 
 def on_cpu(t: Task) -> Task:
-    """An update vertex moved to the CPU, priced there by its flop per element."""
+    """An update vertex moved to the CPU, priced there by its flop per element.
+
+    Parameters
+    ----------
+    t : Task
+        The update vertex.
+
+    Returns
+    -------
+    Task
+        A copy on the CPU.
+    """
     elements = t.bytes // DTYPES[t.dtype]
     assert t.op is not None
     return replace(t, device=CPU, flops=UPDATE_OPS[t.op] * elements, time=None)
@@ -102,7 +141,29 @@ def on_cpu(t: Task) -> Task:
 def cotrain(graph: TaskGraph, machine: Machine, options: CoTrainOptions,
             hooks: Hooks) -> MemGraph:
     """CoTrain: the optimizer updates of the layers past the first k run on the CPU while
-    the GPU continues the backward pass; planned by BuildMemGraph."""
+    the GPU continues the backward pass; planned by BuildMemGraph.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine the plan must fit.
+    options : CoTrainOptions
+        The planner's options.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+        The plan; :func:`~offloadlab.planner.registry.plan` closes it.
+
+    Raises
+    ------
+    PlanError
+        The graph does not fit the machine's memory.
+    """
     by_layer = layers(graph)
     k = separation(graph, machine, by_layer) if options.k == -1 else min(options.k,
                                                                           len(by_layer))

@@ -23,9 +23,21 @@ from .residents import check_victim
 
 
 def levels(graph: TaskGraph) -> list[list[str]]:
-    """Non-input vertices by level, the topological generations of the graph without its
-    inputs (level 0 reads only inputs, level k reads some level k-1 vertex), each level in the
-    TaskGraph's order: the longest path to each vertex, in one pass over a topological order."""
+    """Non-input vertices by level: the topological generations of the graph without its inputs.
+
+    Level 0 reads only inputs, level k reads some level k-1 vertex: the longest path to each
+    vertex, in one pass over a topological order.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Returns
+    -------
+    list of list of str
+        Each level in the TaskGraph's order.
+    """
     tasks = graph.tasks
     level: dict[str, int] = {}
     for t in graph.topological_order():
@@ -49,7 +61,20 @@ class LevelwiseOptions(Options):
 
 
 def load_levels(graph: TaskGraph, by_level: list[list[str]]) -> dict[str, int]:
-    """Each host-resident input's first level: levelwise loads it before that level."""
+    """Each host-resident input's first level: levelwise loads it before that level.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    by_level : list of list of str
+        Its :func:`levels`.
+
+    Returns
+    -------
+    dict of str to int
+        Input to level.
+    """
     first_level: dict[str, int] = {}
     for k, vertices in enumerate(by_level):
         for t in vertices:
@@ -67,8 +92,20 @@ def _order(by_level: list[list[str]], first_level: dict[str, int]) -> list[str]:
 
 
 def level_order(graph: TaskGraph) -> list[str]:
-    """The levelwise serial order: level by level, each level's host-resident inputs first
-    (BuildMemGraph loads a host tensor listed in its order there), then its vertices."""
+    """The levelwise serial order: level by level, each level's host-resident inputs first.
+
+    BuildMemGraph loads a host tensor listed in its order there.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Returns
+    -------
+    list of str
+        Every vertex once.
+    """
     by_level = levels(graph)
     return _order(by_level, load_levels(graph, by_level))
 
@@ -76,7 +113,29 @@ def level_order(graph: TaskGraph) -> list[str]:
 @register("levelwise", LevelwiseOptions)
 def levelwise(graph: TaskGraph, machine: Machine, options: LevelwiseOptions,
               hooks: Hooks) -> MemGraph:
-    """Levelwise processing: load a level's weights, run the level, repeat (DISCO Fig. 2)."""
+    """Levelwise processing: load a level's weights, run the level, repeat (DISCO Fig. 2).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine the plan must fit.
+    options : LevelwiseOptions
+        The planner's options.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+        The plan; :func:`~offloadlab.planner.registry.plan` closes it.
+
+    Raises
+    ------
+    PlanError
+        The graph does not fit the machine's memory.
+    """
     by_level = levels(graph)
     first_level = load_levels(graph, by_level)
     order = _order(by_level, first_level)

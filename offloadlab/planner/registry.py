@@ -33,7 +33,19 @@ usually :func:`offloadlab.simulator.makespan`."""
 
 
 def option(default: Any, doc: str) -> Any:
-    """A field of a planner's :class:`Options`: its default and what it does."""
+    """A field of a planner's :class:`Options`: its default and what it does.
+
+    Parameters
+    ----------
+    default : object
+        The option's default.
+    doc : str
+        What it does, in one line (``offloadlab list planners``).
+
+    Returns
+    -------
+    dataclasses.Field
+    """
     return field(default=default, metadata={"doc": doc})
 
 
@@ -42,7 +54,12 @@ class Options:
     """A planner's options (none here; planners with options subclass it)."""
 
     def recorded(self) -> dict[str, object]:
-        """The options as the MemGraph records them (``graph["options"]``)."""
+        """The options as the MemGraph records them (``graph["options"]``).
+
+        Returns
+        -------
+        dict of str to object
+        """
         return asdict(self)
 
 
@@ -83,9 +100,23 @@ where it is defined; ``offloadlab.planner`` imports every module of the package.
 
 def register(name: str, options: type[Options] = Options,
              applies: Callable[[TaskGraph], object] | None = None) -> Callable[[Run], Run]:
-    """Decorator adding a planner function to :data:`PLANNERS` under ``name``, with its
-    options' class (every field made by :func:`option`) and, for a planner that plans only
-    some graphs, ``applies``."""
+    """Decorator adding a planner function to :data:`PLANNERS` under ``name``.
+
+    Parameters
+    ----------
+    name : str
+        The planner's name in specs.
+    options : type
+        Its options' class, an :class:`Options` whose every field is made by :func:`option`.
+    applies : callable, optional
+        For a planner that plans only some graphs: raises
+        :class:`~offloadlab.core.errors.PlanError` saying why for the others.
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the planner function unchanged.
+    """
     for f in fields(options):
         assert f.default is not MISSING and "doc" in f.metadata, (name, f.name)
 
@@ -96,18 +127,66 @@ def register(name: str, options: type[Options] = Options,
 
 
 def get_planner(name: str) -> Planner:
-    """The planner registered as ``name``; :class:`SpecError` listing the planners if none."""
+    """The planner registered as ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A planner's name.
+
+    Returns
+    -------
+    Planner
+
+    Raises
+    ------
+    SpecError
+        Listing the planners, if none is ``name``.
+    """
     return PLANNERS[name]
 
 
 def planner_options(name: str) -> dict[str, object]:
-    """The options a planner takes, with their defaults."""
+    """The options a planner takes, with their defaults.
+
+    Parameters
+    ----------
+    name : str
+        A planner's name.
+
+    Returns
+    -------
+    dict of str to object
+
+    Raises
+    ------
+    SpecError
+        Listing the planners, if none is ``name``.
+    """
     return dict(PLANNERS.entry(name).options)
 
 
 def parse_options(spec: str, **overrides: object) -> tuple[Planner, Options]:
-    """The planner a spec names and its options; ``overrides`` win over the spec's.  Raises
-    :class:`SpecError` for an unknown planner, option or value."""
+    """The planner a spec names and its options.
+
+    Parameters
+    ----------
+    spec : str
+        ``NAME[:key=value,...]``.
+    **overrides
+        Options that win over the spec's.
+
+    Returns
+    -------
+    (Planner, Options)
+
+    Raises
+    ------
+    SpecError
+        An unknown planner, option or value.
+    PlanError
+        A value the planner's options refuse.
+    """
     name, raw = parse_spec(spec)
     planner = get_planner(name)
     merged = apply_options(planner_options(name), raw, f"planner {name!r}")
@@ -119,8 +198,20 @@ def parse_options(spec: str, **overrides: object) -> tuple[Planner, Options]:
 
 
 def check_spec(spec: str) -> None:
-    """Raise :class:`SpecError` if ``spec`` names no planner or an option it does not take
-    (or a bad value), before any work is done."""
+    """Check a planner spec before any work is done.
+
+    Parameters
+    ----------
+    spec : str
+        ``NAME[:key=value,...]``.
+
+    Raises
+    ------
+    SpecError
+        ``spec`` names no planner, or an option it does not take, or a bad value.
+    PlanError
+        A value the planner's options refuse.
+    """
     parse_options(spec)
 
 

@@ -59,7 +59,22 @@ class Emitter:
         self.moves = 0
 
     def run(self, steps: list[Step]) -> MemGraph:
-        """The MemGraph of ``steps`` (each TaskGraph vertex run once), with loads added."""
+        """The MemGraph of ``steps`` (each TaskGraph vertex run once), with loads added.
+
+        Parameters
+        ----------
+        steps : list of Step
+            The scheme's steps, in program order.
+
+        Returns
+        -------
+        MemGraph
+
+        Raises
+        ------
+        PlanError
+            A step finds no room on its GPU, naming the shortfall.
+        """
         steps = self._with_loads(steps)
         last = _last_uses(self.g, steps)
         for i, step in enumerate(steps):

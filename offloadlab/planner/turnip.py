@@ -70,6 +70,12 @@ class BuildMemGraphOptions(Options):
                             f"{1 + len(PORTFOLIO)}, got {self.search!r}")
 
     def recorded(self) -> dict[str, object]:
+        """The options as the MemGraph records them; an explicit order as ``"explicit"``.
+
+        Returns
+        -------
+        dict of str to object
+        """
         return {"victim": self.victim, "ahead": self.ahead, "reserve": self.reserve,
                 "order": self.order if isinstance(self.order, str) else "explicit",
                 "retry": self.retry}
@@ -86,6 +92,27 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
     With ``search`` > 1 it plans with its settings and up to N-1 others from
     :data:`PORTFOLIO`, scores each with ``hooks.evaluate`` and keeps the fastest, recording
     the winner's settings.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine the plan must fit.
+    options : BuildMemGraphOptions
+        The planner's options.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+        The plan; :func:`~offloadlab.planner.registry.plan` closes it.
+
+    Raises
+    ------
+    PlanError
+        The graph does not fit the machine's memory.
     """
     if options.search == 1:
         return plan_once(graph, machine, options, hooks)
@@ -108,16 +135,38 @@ def buildmemgraph(graph: TaskGraph, machine: Machine, options: BuildMemGraphOpti
 
 def plan_once(graph: TaskGraph, machine: Machine, options: BuildMemGraphOptions,
               hooks: Hooks) -> MemGraph:
-    """One BuildMemGraph plan with ``options`` (``search`` aside), recording the settings that
-    made it; the planners built on BuildMemGraph (``cotrain``) plan through it too.
+    """One BuildMemGraph plan with ``options`` (``search`` aside), recording its settings.
 
-    With ``retry``, a plan whose repacks (a GPU cleared because its pinned tensors fragment
-    it) evicted more than :data:`REFETCH` of the bytes it moves is planned again in ``levels``
-    order, and one that brought back more than that after evictions is planned again with
-    the paper's unbounded look-ahead (``reserve=0``); another plan is kept only if
-    it moves fewer bytes and its lower bound (:func:`~offloadlab.core.bound.lower_bound`) is
-    no higher, and the MemGraph's options then say ``retried`` with what changed.  Another
-    plan is abandoned as soon as it has moved as many bytes as the best so far."""
+    The planners built on BuildMemGraph (``cotrain``) plan through it too.  With ``retry``, a
+    plan whose repacks (a GPU cleared because its pinned tensors fragment it) evicted more
+    than :data:`REFETCH` of the bytes it moves is planned again in ``levels`` order, and one
+    that brought back more than that after evictions is planned again with the paper's
+    unbounded look-ahead (``reserve=0``); another plan is kept only if it moves fewer bytes
+    and its lower bound (:func:`~offloadlab.core.bound.lower_bound`) is no higher, and the
+    MemGraph's options then say ``retried`` with what changed.  Another plan is abandoned as
+    soon as it has moved as many bytes as the best so far.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine the plan must fit.
+    options : BuildMemGraphOptions
+        The planner's options.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+        The plan; :func:`~offloadlab.planner.registry.plan` closes it.
+
+    Raises
+    ------
+    PlanError
+        The graph does not fit the machine's memory.
+    """
     builder = _builder(graph, machine, options, hooks.progress)
     mg = builder.run()
     mg.graph["options"] = options.recorded()

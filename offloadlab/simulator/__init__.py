@@ -1,26 +1,12 @@
 """simulator: MemGraph + Machine -> Trace, a SimPy discrete-event model of GPUs, links, CPU.
 
-Follows docs/design.md, Execution semantics.  A vertex starts once all its MemGraph predecessors
-(data and memory edges) have finished and its resources are free: a GPU's compute engine
-(one of ``streams`` slots; with the machine's ``engine=sharing`` running kernels share its
-throughput equally, with ``engine=fifo`` they run one at a time in launch order), the CPU, a link
-direction (``h2d:gpuX``, ``d2h:gpuX``, ``gpuX->gpuY``; one at a time, first come first served)
-and, with host buses, the GPU's bus after the link (``bus:h2d``/``bus:d2h`` for all GPUs, or
-``bus0:h2d``, ``bus1:h2d``, ... per group of ``gpus_per_bus``).  While both directions of a
-GPU's host link are busy each runs at the machine's ``duplex`` factor.  Durations come from
-the machine's cost model, optionally times a seeded lognormal noise factor.
-
-Policies (:mod:`offloadlab.core.dispatch`, shared with the executor): ``dynamic``
-(work-conserving, earliest-ready first, ties by planner order), ``fixed`` (each resource runs
-its vertices strictly in planner order) and ``random`` (a seeded choice among ready vertices;
-``seed`` seeds it as well as the noise).
-
-The trace has one row per executed vertex, in planner order; ``input`` vertices take no time
-and no resource, and have no row (their tensors exist from time 0).
-
-Host RAM is a resource too (docs/host-memory.md): a run holds host inputs throughout, and each
-offload's copy and CPU result from its start until its last reader ends; the result reports the
-host peak, and a peak above the machine's ``host_memory`` as an out-of-memory outcome.
+Follows docs/design.md, Execution semantics.  A vertex starts once all its MemGraph
+predecessors (data and memory edges) have finished and its resources are free: a GPU's compute
+engine, the CPU, a link direction and, with host buses, the GPU's bus.  Durations come from the
+machine's cost model, optionally times a seeded lognormal noise factor; the dispatch policies
+are :mod:`offloadlab.core.dispatch`'s, shared with the executor.  The trace has one row per
+executed vertex, in planner order (``input`` vertices have none).  The resources, the policies
+and host RAM: docs/execution.md, Simulator, and docs/host-memory.md.
 """
 
 from __future__ import annotations
@@ -145,17 +131,75 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
 
 def makespan(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", noise: float = 0.0,
              seed: int = 0) -> float:
-    """The simulated makespan alone (no trace, no memory accounting; ``noise`` and ``seed`` as
-    in :func:`simulate`): how planners that search (``buildmemgraph:search=N``) score a
-    candidate, passed to them as ``evaluate``, and what ablations repeat many times."""
+    """The simulated makespan alone (no trace, no memory accounting).
+
+    How planners that search (``buildmemgraph:search=N``) score a candidate, passed to them
+    as ``evaluate``, and what ablations repeat many times.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine.
+    policy : str
+        The dispatch policy.
+    noise : float
+        The lognormal noise's sigma, as in :func:`simulate` (0: none).
+    seed : int
+        Seeds the noise and the seeded policies.
+
+    Returns
+    -------
+    float
+        Seconds.
+
+    Raises
+    ------
+    PolicyError
+        An unknown policy (a ValueError).
+    ValueError
+        A negative ``noise``.
+    DeadlockError
+        Some vertices can never start (a cycle, or a ``fixed`` order against the edges).
+    """
     return _run(memgraph, machine, policy, noise, seed).makespan
 
 
 def makespan_and_host_peak(memgraph: MemGraph, machine: Machine, policy: str = "dynamic",
                            noise: float = 0.0, seed: int = 0) -> tuple[float, int]:
-    """The simulated makespan and host peak (bytes), without a trace or the GPUs' memory
-    accounting (as :func:`makespan`; the host peak as :attr:`SimResult.host_peak`): what the
-    TURNIP grids report per point."""
+    """The simulated makespan and host peak, without a trace or the GPUs' memory accounting.
+
+    As :func:`makespan`; the host peak as :attr:`SimResult.host_peak`: what the TURNIP grids
+    report per point.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan.
+    machine : Machine
+        The machine.
+    policy : str
+        The dispatch policy.
+    noise : float
+        The lognormal noise's sigma, as in :func:`simulate` (0: none).
+    seed : int
+        Seeds the noise and the seeded policies.
+
+    Returns
+    -------
+    (float, int)
+        Seconds and bytes.
+
+    Raises
+    ------
+    PolicyError
+        An unknown policy (a ValueError).
+    ValueError
+        A negative ``noise``.
+    DeadlockError
+        Some vertices can never start (a cycle, or a ``fixed`` order against the edges).
+    """
     model = _run(memgraph, machine, policy, noise, seed)
     since, until, size = run_host_lifetimes(model.vertices, model.data, model.start, model.end,
                                             model.makespan)

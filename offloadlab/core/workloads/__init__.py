@@ -33,14 +33,46 @@ for _module in pkgutil.iter_modules(__path__):
 
 
 def workload_options(name: str) -> dict[str, object]:
-    """The options a workload takes, with their defaults."""
+    """The options a workload takes, with their defaults.
+
+    Parameters
+    ----------
+    name : str
+        A registered workload.
+
+    Returns
+    -------
+    dict of str to object
+
+    Raises
+    ------
+    SpecError
+        Listing the workloads, if ``name`` is none of them.
+    """
     return dict(WORKLOADS.entry(name).options)
 
 
 def check_workload(spec: str) -> tuple[str, dict[str, object]]:
-    """The name and options of the workload ``spec``, checked: a known name, known options of
-    the right types, and a graph whose vertices (:func:`estimated_vertices`) fit in the RAM
-    available (:mod:`..budget`); nothing is built."""
+    """The name and options of the workload ``spec``, checked; nothing is built.
+
+    A known name, known options of the right types, and a graph whose vertices
+    (:func:`estimated_vertices`) fit in the RAM available (:mod:`..budget`).
+
+    Parameters
+    ----------
+    spec : str
+        ``NAME[:key=value,...]``.
+
+    Returns
+    -------
+    (str, dict of str to object)
+        The workload's name and its options.
+
+    Raises
+    ------
+    SpecError
+        An unknown workload, option or value, or a graph too large for the RAM available.
+    """
     name, raw = parse_spec(spec)
     options = apply_options(workload_options(name), raw, f"workload {name!r}")
     vertices = estimated_vertices(name, options)
@@ -49,7 +81,23 @@ def check_workload(spec: str) -> tuple[str, dict[str, object]]:
 
 
 def build_workload(spec: str) -> TaskGraph:
-    """``"matmul-chain:layers=4,gpus=2"`` -> its TaskGraph."""
+    """``"matmul-chain:layers=4,gpus=2"`` -> its TaskGraph.
+
+    Parameters
+    ----------
+    spec : str
+        ``NAME[:key=value,...]`` (``offloadlab list workloads``).
+
+    Returns
+    -------
+    TaskGraph
+        Validated.
+
+    Raises
+    ------
+    SpecError
+        As :func:`check_workload`, or a value the builder refuses.
+    """
     name, options = check_workload(spec)
     with no_gc():                       # a vertex, a dict and a tuple or two per vertex
         graph = WORKLOADS[name](**options)
@@ -58,11 +106,25 @@ def build_workload(spec: str) -> TaskGraph:
 
 
 def estimated_vertices(name: str, options: dict) -> int:
-    """How many vertices workload ``name`` builds with ``options`` (an upper bound, at most
-    1.6 times the count: tests/test_adversarial.py checks both on a grid of options), before
-    building it; 0 for a workload registered without an estimate (the shipped models, whose
-    files are small).  Options a builder refuses (a negative count) give 0 here and their
-    error there."""
+    """How many vertices workload ``name`` builds with ``options``, before building it.
+
+    An upper bound, at most 1.6 times the count (tests/test_adversarial.py checks both on a
+    grid of options).  Options a builder refuses (a negative count) give 0 here and their
+    error there.
+
+    Parameters
+    ----------
+    name : str
+        A registered workload.
+    options : dict
+        Its options.
+
+    Returns
+    -------
+    int
+        The bound; 0 for a workload registered without an estimate (the shipped models,
+        whose files are small).
+    """
     estimate = VERTICES.get(name)
     return 0 if estimate is None else max(estimate(options), 0)
 

@@ -87,7 +87,33 @@ def llama_prefill(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: int 
     """First-token inference of LLaMA ``model`` (``7b``, ``13b``, ``65b`` or ``tiny``: 2 layers,
     dim 64, 4 heads, ffn 172, vocabulary 128) on ``batch`` prompts of ``seq`` tokens,
     tensor-parallel over ``gpus``, attention in query/key blocks of ``block`` tokens;
-    ``dtype`` defaults to float16 (float32 for ``tiny``)."""
+    ``dtype`` defaults to float16 (float32 for ``tiny``).
+
+    Parameters
+    ----------
+    model : str
+        ``7b``, ``13b``, ``65b`` or ``tiny``.
+    seq : int
+        Tokens per prompt.
+    batch : int
+        Prompts.
+    gpus : int
+        GPUs it is split over (dividing the heads and the ffn).
+    block : int
+        Tokens per query/key block of attention.
+    dtype : str
+        A float dtype; "" for the model's default.
+
+    Returns
+    -------
+    TaskGraph
+
+    Raises
+    ------
+    SpecError
+        An unknown model or dtype, a count that is not a positive integer, or ``gpus`` that
+        does not divide the heads or the ffn.
+    """
     config, dtype = check_options("llama-prefill", model, seq, batch, gpus, block, dtype)
     return LlamaBuilder(config, model, seq, batch, gpus, min(block, seq), dtype).build()
 

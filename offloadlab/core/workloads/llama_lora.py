@@ -48,7 +48,38 @@ def llama_lora_train(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: i
     """One LoRA training step of LLaMA ``model`` (as ``llama-prefill``) on ``batch`` sequences
     of ``seq`` tokens: adapters of rank ``rank`` on Q, K, V, gate, up and down, activation
     checkpointing (``checkpoint``), cross-entropy loss, ``optimizer`` (adam or sgd) step of
-    the adapters; float32 as in the papers (TURNIP Sec. 8: "single precision")."""
+    the adapters; float32 as in the papers (TURNIP Sec. 8: "single precision").
+
+    Parameters
+    ----------
+    model : str
+        ``7b``, ``13b``, ``65b`` or ``tiny``.
+    seq : int
+        Tokens per sequence.
+    batch : int
+        Sequences.
+    gpus : int
+        GPUs it is split over.
+    block : int
+        Tokens per query/key block of attention.
+    dtype : str
+        A float dtype.
+    rank : int
+        The adapters' rank.
+    checkpoint : bool
+        Recompute the forward's activations in the backward.
+    optimizer : str
+        ``adam`` or ``sgd``.
+
+    Returns
+    -------
+    TaskGraph
+
+    Raises
+    ------
+    SpecError
+        A bad value, as for ``llama-prefill``, or a bad rank, checkpoint or optimizer.
+    """
     name = "llama-lora-train"
     config, dtype = check_options(name, model, seq, batch, gpus, block, dtype)
     if type(rank) is not int or rank <= 0:

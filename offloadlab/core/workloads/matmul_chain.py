@@ -23,6 +23,28 @@ def matmul_chain(layers: int = 8, gpus: int = 2, batch: int = 1024, hidden: int 
     ``X(i)`` (its own shard plus the others', received by GPU->GPU transfers) by its column
     shard ``Y(i).j`` of the weight, which lives in host RAM.  Vertices are added in the order
     they would run: a level's activation exchange, then for each GPU its weight and matmul.
+
+    Parameters
+    ----------
+    layers : int
+        Levels.
+    gpus : int
+        GPUs, dividing ``hidden``.
+    batch : int
+        Rows of the activations.
+    hidden : int
+        Columns of the activations, and the weights' size (``hidden x hidden``).
+    dtype_bytes : int
+        Bytes per element.
+
+    Returns
+    -------
+    TaskGraph
+
+    Raises
+    ------
+    SpecError
+        A value that is not positive, or ``gpus`` that does not divide ``hidden``.
     """
     for key, value in dict(layers=layers, gpus=gpus, batch=batch, hidden=hidden,
                            dtype_bytes=dtype_bytes).items():

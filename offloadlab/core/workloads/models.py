@@ -19,7 +19,27 @@ GPUS = (1, 2, 3)
 def model(name: str = "gpt2", mode: str = "infer", gpus: int = 1) -> TaskGraph:
     """A small MLP, ResNet-18, BERT, GPT-2 or LLaMA traced from PyTorch: its forward pass
     (``infer``) or one training step (``train``: forward, cross-entropy, backward, an Adam
-    update per weight), placed as a pipeline on 1-3 GPUs; weights and inputs in host RAM."""
+    update per weight), placed as a pipeline on 1-3 GPUs; weights and inputs in host RAM.
+
+    Parameters
+    ----------
+    name : str
+        ``mlp``, ``resnet18``, ``bert``, ``gpt2`` or ``llama``.
+    mode : str
+        ``infer`` or ``train``.
+    gpus : int
+        1, 2 or 3.
+
+    Returns
+    -------
+    TaskGraph
+        Read from the shipped file.
+
+    Raises
+    ------
+    SpecError
+        An unknown name, mode or GPU count.
+    """
     for key, value, known in (("name", name, MODELS), ("mode", mode, MODES), ("gpus", gpus, GPUS)):
         if value not in known:
             raise SpecError(f"model: unknown {key} {value!r}; known: "

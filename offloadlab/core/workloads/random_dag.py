@@ -15,14 +15,42 @@ def random_dag(vertices: int = 100, gpus: int = 2, seed: int = 0, min_bytes: int
                transfer_fraction: float = 0.1, flops_per_byte: float = 64.0) -> TaskGraph:
     """A DAG of exactly ``vertices`` vertices spread over ``gpus`` GPUs.
 
-    Each new vertex is an input (probability ``input_fraction``; in host RAM with probability
-    ``host_fraction``, else on a GPU) or a compute vertex on a random GPU reading 1 to
-    ``max_inputs`` tensors among the last ``window`` vertices, which keeps the graph local
-    the way layered networks are.  A tensor needed on another GPU comes through a transfer
-    vertex (drawn with probability ``transfer_fraction`` when a cross-GPU read is possible).
-    Sizes are log-uniform in ``[min_bytes, max_bytes]``, rounded down to whole float32
-    elements (so that every planned offset is aligned for the executor's kernels); flops are
-    ``flops_per_byte`` per byte touched.
+    Each new vertex is an input or a compute vertex on a random GPU reading tensors among the
+    last vertices, which keeps the graph local the way layered networks are.  A tensor needed
+    on another GPU comes through a transfer vertex.  Sizes are rounded down to whole float32
+    elements, so that every planned offset is aligned for the executor's kernels.
+
+    Parameters
+    ----------
+    vertices : int
+        The vertex count.
+    gpus : int
+        GPUs.
+    seed : int
+        Seeds the drawing.
+    min_bytes, max_bytes : int
+        Sizes are log-uniform in ``[min_bytes, max_bytes]``.
+    max_inputs : int
+        The most tensors a compute vertex reads (at least one).
+    window : int
+        A compute vertex reads among the last ``window`` vertices.
+    input_fraction : float
+        The probability that a new vertex is an input.
+    host_fraction : float
+        The probability that an input lives in host RAM (else on a GPU).
+    transfer_fraction : float
+        The probability of a transfer vertex where a cross-GPU read is possible.
+    flops_per_byte : float
+        A compute vertex's flops per byte it touches.
+
+    Returns
+    -------
+    TaskGraph
+
+    Raises
+    ------
+    SpecError
+        A count that is not positive, a probability outside [0, 1], or sizes out of order.
     """
     for name, count in (("vertices", vertices), ("gpus", gpus), ("max_inputs", max_inputs),
                         ("window", window)):

@@ -30,10 +30,22 @@ VERTICES: dict[str, Estimate] = {}
 
 
 def workload(name: str, vertices: Estimate | None = None) -> Callable[[Builder], Builder]:
-    """Register a builder as workload ``name``.  ``vertices(options)`` bounds the vertices it
-    builds (at most 1.6 times the count) before anything is built, so that a spec too large
-    for the RAM available is refused at once (docs/limits.md); without it nothing is
-    checked."""
+    """Register a builder as workload ``name``.
+
+    Parameters
+    ----------
+    name : str
+        The workload's name in specs (``NAME:key=value,...``).
+    vertices : callable, optional
+        ``vertices(options)`` bounds the vertices the builder builds (at most 1.6 times the
+        count) before anything is built, so that a spec too large for the RAM available is
+        refused at once (docs/limits.md); without it nothing is checked.
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the builder unchanged.
+    """
     def deco(fn: Builder) -> Builder:
         WORKLOADS[name] = fn
         if vertices is not None:

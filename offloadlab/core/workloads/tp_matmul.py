@@ -17,7 +17,24 @@ from .registry import workload
 
 @workload("tp-matmul", vertices=lambda o: 15)
 def tp_matmul(n: int = 1024, dtype_bytes: int = 4) -> TaskGraph:
-    """Blocks of ``n x n``; every tensor has the same size, one "memory location" each."""
+    """Blocks of ``n x n``; every tensor has the same size, one "memory location" each.
+
+    Parameters
+    ----------
+    n : int
+        The blocks' side.
+    dtype_bytes : int
+        Bytes per element.
+
+    Returns
+    -------
+    TaskGraph
+
+    Raises
+    ------
+    SpecError
+        ``n`` or ``dtype_bytes`` is not positive.
+    """
     if n <= 0 or dtype_bytes <= 0:
         raise SpecError(f"tp-matmul: n and dtype_bytes must be positive, got {n}, {dtype_bytes}")
     size, shape, mm = n * n * dtype_bytes, (n, n), 2.0 * n**3

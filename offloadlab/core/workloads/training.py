@@ -42,7 +42,31 @@ def training_chain(uF: str = "0.1;0.1;0.1;0.1", uB: str = "0.2;0.2;0.2;0.2",
                    csv_path: str = "", a0: int = 0, iterations: int = 3) -> TaskGraph:
     """A chain from explicit per-layer values: ``uF``/``uB`` in seconds and ``w``/``a`` in bytes
     as ``;``-separated lists (e.g. ``uF=0.1;0.1``), or a CSV file with columns uF, uB, w, a
-    (which then replaces the lists)."""
+    (which then replaces the lists).
+
+    Parameters
+    ----------
+    uF, uB : str
+        Forward and backward seconds per layer.
+    w, a : str
+        Weight and activation bytes per layer (``400MB``).
+    csv_path : str
+        A CSV file of the four columns, one row per layer; "" for the lists.
+    a0 : int
+        Bytes of the batch, |a^0|.
+    iterations : int
+        Training iterations to unroll.
+
+    Returns
+    -------
+    TaskGraph
+        The unrolled chain (:meth:`TrainingChain.to_taskgraph`).
+
+    Raises
+    ------
+    SpecError
+        An unreadable CSV file or column, or a bad value.
+    """
     if csv_path:
         try:
             with open(csv_path, newline="") as f:
@@ -119,7 +143,31 @@ def gpt2_train(depth: int = 38, batch: int = 16, seq: int = GPT2_SEQ, weight_byt
                iterations: int = 3) -> TaskGraph:
     """GPT-2 with Megatron-LM hyperparameters (hidden 3072, 24 heads, fp16) on the v100 preset;
     the default ``seq`` is calibrated to the paper's Table 1.  ``weight_bytes`` > 0 overrides
-    the hyperparameters' 226 MB per layer (Table 1's reproduction: ``GPT2_WEIGHT_BYTES``)."""
+    the hyperparameters' 226 MB per layer (Table 1's reproduction: ``GPT2_WEIGHT_BYTES``).
+
+    Parameters
+    ----------
+    depth : int
+        Layers.
+    batch : int
+        Sequences per batch.
+    seq : int
+        Tokens per sequence.
+    weight_bytes : int
+        Bytes of one layer's weights; 0: as the hyperparameters give them.
+    iterations : int
+        Training iterations to unroll.
+
+    Returns
+    -------
+    TaskGraph
+        The unrolled chain (:meth:`TrainingChain.to_taskgraph`).
+
+    Raises
+    ------
+    SpecError
+        A value that is not positive (``weight_bytes``: negative).
+    """
     return transformer_chain("gpt2", depth, batch, seq,
                              weight_bytes=weight_bytes).to_taskgraph(iterations)
 
@@ -129,6 +177,30 @@ def bert_train(depth: int = 96, batch: int = 16, seq: int = BERT_SEQ, weight_byt
                iterations: int = 3) -> TaskGraph:
     """BERT with Megatron-LM hyperparameters (hidden 3072, 24 heads, fp16) on the v100 preset;
     the default ``seq`` is calibrated to the paper's Table 1.  ``weight_bytes`` > 0 overrides
-    the hyperparameters' 226 MB per layer (Table 1's reproduction: ``BERT_WEIGHT_BYTES``)."""
+    the hyperparameters' 226 MB per layer (Table 1's reproduction: ``BERT_WEIGHT_BYTES``).
+
+    Parameters
+    ----------
+    depth : int
+        Layers.
+    batch : int
+        Sequences per batch.
+    seq : int
+        Tokens per sequence.
+    weight_bytes : int
+        Bytes of one layer's weights; 0: as the hyperparameters give them.
+    iterations : int
+        Training iterations to unroll.
+
+    Returns
+    -------
+    TaskGraph
+        The unrolled chain (:meth:`TrainingChain.to_taskgraph`).
+
+    Raises
+    ------
+    SpecError
+        A value that is not positive (``weight_bytes``: negative).
+    """
     return transformer_chain("bert", depth, batch, seq,
                              weight_bytes=weight_bytes).to_taskgraph(iterations)

@@ -228,7 +228,24 @@ def _block(e: Event) -> int:
 
 
 def to_memgraph(graph: TaskGraph, schedule: Schedule) -> MemGraph:
-    """The MemGraph of ``graph`` (``schedule.chain`` unrolled) following ``schedule``."""
+    """The MemGraph of ``graph`` (``schedule.chain`` unrolled) following ``schedule``.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The unrolled training TaskGraph.
+    schedule : Schedule
+        The steady-state schedule.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    PlanError
+        The schedule reserves other bytes for batches than the graph's iterations need.
+    """
     em = Emitter(graph, schedule)
     if em.T < 1:
         raise PlanError(f"TaskGraph {graph.name!r} has no iterations")

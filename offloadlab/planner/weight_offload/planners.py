@@ -38,9 +38,34 @@ def _l2l(chain: TrainingChain, machine: Machine, reserved: int) -> Schedule:
 
 def ilp_selection(chain: TrainingChain, machine: Machine, memory: int, *, solver: str = "auto",
                   time_limit: float = 0.0) -> frozenset[Choice]:
-    """The MILP's D(0), D(1) (Sec. 6) for ``memory`` bytes and the machine's bandwidths,
-    less the choices of layers it never offloads (O* = 0: a deletion undone by a prefetch in
-    the same interval, which saves nothing)."""
+    """The MILP's D(0), D(1) (Sec. 6) for ``memory`` bytes and the machine's bandwidths.
+
+    Less the choices of layers it never offloads (O* = 0: a deletion undone by a prefetch in
+    the same interval, which saves nothing).
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    machine : Machine
+        Its bandwidths.
+    memory : int
+        M_GPU, in bytes.
+    solver : str
+        As for :func:`~offloadlab.ilp.milp.lower_bound`.
+    time_limit : float
+        Seconds; 0 for none.
+
+    Returns
+    -------
+    frozenset of (int, int)
+        The (layer, d) choices.
+
+    Raises
+    ------
+    PlanError
+        As :func:`~offloadlab.ilp.milp.lower_bound`.
+    """
     result = milp_lower_bound(chain, memory, machine.h2d_bandwidth,
                          offload_bandwidth=machine.d2h_bandwidth, solver=solver,
                          time_limit=time_limit or None)
@@ -67,9 +92,30 @@ def schedule_for(planner: str, chain: TrainingChain, machine: Machine, *, reserv
                  **options) -> Schedule:
     """The analytic steady-state schedule of ``planner`` for ``chain`` on ``machine``.
 
-    ``reserved``: bytes of GPU memory held besides eq. (1)'s needs (the planners pass the
-    other iterations' batches of the unrolled TaskGraph).  ``options``: the planner's
-    (``solver``, ``time_limit`` for ``ilp-select``).
+    Parameters
+    ----------
+    planner : str
+        ``greedy-offload``, ``greedy-offload-nodiscount``, ``l2l`` or ``ilp-select``.
+    chain : TrainingChain
+        The chain.
+    machine : Machine
+        The machine.
+    reserved : int
+        Bytes of GPU memory held besides eq. (1)'s needs (the planners pass the other
+        iterations' batches of the unrolled TaskGraph).
+    **options
+        The planner's (``solver``, ``time_limit`` for ``ilp-select``).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    SpecError
+        An unknown planner.
+    PlanError
+        Some operation does not fit, or no schedule does.
     """
     if planner not in SCHEDULERS:
         raise SpecError(f"unknown weight-offloading planner {planner!r}; known: "
@@ -143,10 +189,28 @@ def ilp_select(graph: TaskGraph, machine: Machine, options: IlpSelectOptions,
 
 
 def steady_state_iteration_time(result, graph: TaskGraph) -> float:
-    """The steady-state iteration time of a simulated (or measured) run of an unrolled
-    training TaskGraph: the mean time between the ends of consecutive backward passes
-    ``B1@t``, leaving out the first iteration when there are three or more
-    ``(end(B1@T) - end(B1@2)) / (T - 2)``."""
+    """The steady-state iteration time of a run of an unrolled training TaskGraph.
+
+    The mean time between the ends of consecutive backward passes ``B1@t``, leaving out the
+    first iteration when there are three or more: ``(end(B1@T) - end(B1@2)) / (T - 2)``.
+
+    Parameters
+    ----------
+    result : SimResult or ExecResult
+        The run; its ``trace`` is read.
+    graph : TaskGraph
+        The unrolled training TaskGraph.
+
+    Returns
+    -------
+    float
+        Seconds.
+
+    Raises
+    ------
+    ValueError
+        The graph has too few iterations for a steady state.
+    """
     trace = result.trace if hasattr(result, "trace") else result
     T = graph.meta.get("iterations", 0)
     if T < 2:

@@ -103,7 +103,12 @@ class Schedule:
         return self.reserved + self.chain.a0
 
     def moved_bytes(self) -> dict[str, int]:
-        """Bytes prefetched and offloaded per cycle."""
+        """Bytes prefetched and offloaded per cycle.
+
+        Returns
+        -------
+        dict of str to int
+        """
         return {kind: sum(e.size for e in self.events if e.kind == kind)
                 for kind in ("prefetch", "offload")}
 
@@ -392,18 +397,45 @@ class Cycle:
 def algorithm2(chain: TrainingChain, machine: Machine, selection: frozenset[Choice], *,
                capacity: int, reserved: int = 0, discount: bool = True,
                planner: str = "greedy-offload") -> Schedule:
-    """Algorithm 2: for every cutting point in the sequence of prefetches before ``B_k``
-    (in order of need), schedule the cycle assuming those before the cut were done before
-    ``B_L``; keep the shortest cycle (the first one on ties).
+    """Algorithm 2: schedule the cycle at every cutting point of the prefetches; keep the shortest.
 
-    With unequal layers the free memory may be too fragmented for some weight's block at
-    every cutting point.  The selection is then completed: first the layers removed only
-    between ``F_k`` and ``B_k`` (resident from ``B_k`` to ``F_k``, the ones that fragment the
-    memory) get their other choice too, then every selected layer.  The last always
-    schedules: each weight that moves is then on the GPU for one operation at a time.
+    For every cutting point in the sequence of prefetches before ``B_k`` (in order of need),
+    schedule the cycle assuming those before the cut were done before ``B_L``; keep the
+    shortest cycle (the first one on ties).  With unequal layers the free memory may be too
+    fragmented for some weight's block at every cutting point.  The selection is then
+    completed: first the layers removed only between ``F_k`` and ``B_k`` (resident from
+    ``B_k`` to ``F_k``, the ones that fragment the memory) get their other choice too, then
+    every selected layer.  The last always schedules: each weight that moves is then on the
+    GPU for one operation at a time.  Cost: O(L) cutting points, each O(L) events whose
+    memory queries scan the O(L) blocks held at a few candidate times: O(L^3) in practice
+    (128 layers in well under a second).
 
-    Cost: O(L) cutting points, each O(L) events whose memory queries scan the O(L) blocks
-    held at a few candidate times: O(L^3) in practice (128 layers in well under a second).
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    machine : Machine
+        Its bandwidths.
+    selection : frozenset of (int, int)
+        The (layer, d) choices of Algorithm 1 or the MILP.
+    capacity : int
+        The GPU's memory, in bytes.
+    reserved : int
+        Bytes held besides eq. (1)'s needs.
+    discount : bool
+        As the selection's: F_k then deletes a weight with a copy in host RAM; without it,
+        only one whose copy this cycle offloaded (Greedy*).
+    planner : str
+        The planner's name, for the schedule and errors.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    PlanError
+        No cutting point gives a feasible schedule.
     """
     for attempt in _completions(chain.L, selection):
         best: Schedule | None = None
@@ -480,12 +512,34 @@ def _algorithm2_cycle(chain: TrainingChain, machine: Machine, selection: frozens
 
 
 def l2l(chain: TrainingChain, machine: Machine, *, capacity: int, reserved: int = 0) -> Schedule:
-    """Layer-to-Layer [19]: only the layer being computed keeps its weights on the GPU, so the
-    next layer's prefetch starts when the current operation ends and is not overlapped with
-    computation (the paper's L2L times, 10-50% above the bound, imply two exposed transfers per
-    layer).  ``w_i`` is offloaded after ``B_i`` (updated), overlapping the next prefetch on the
-    full-duplex link, and deleted after ``F_i``; it stays when the next operation is of the
-    same layer (``F_L -> B_L``, ``B_1 -> F_1``)."""
+    """Layer-to-Layer [19]: only the layer being computed keeps its weights on the GPU.
+
+    The next layer's prefetch starts when the current operation ends and is not overlapped
+    with computation (the paper's L2L times, 10-50% above the bound, imply two exposed
+    transfers per layer).  ``w_i`` is offloaded after ``B_i`` (updated), overlapping the next
+    prefetch on the full-duplex link, and deleted after ``F_i``; it stays when the next
+    operation is of the same layer (``F_L -> B_L``, ``B_1 -> F_1``).
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    machine : Machine
+        Its bandwidths.
+    capacity : int
+        The GPU's memory, in bytes.
+    reserved : int
+        Bytes held besides eq. (1)'s needs.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    PlanError
+        The free memory is too fragmented for a schedule.
+    """
     L, pos = chain.L, chain.position
     c = Cycle(chain, machine, capacity, reserved)
     try:

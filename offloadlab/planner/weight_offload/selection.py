@@ -32,8 +32,24 @@ Choice = tuple[int, int]
 
 def check_fits(chain: TrainingChain, capacity: int, reserved: int = 0,
                device: str = "gpu0") -> None:
-    """Raise PlanError if some operation cannot run even with every other weight offloaded:
-    ``M_o + reserved > capacity`` (``reserved``: bytes held by other iterations' batches)."""
+    """Raise PlanError if some operation cannot run even with every other weight offloaded.
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    capacity : int
+        The GPU's memory, in bytes.
+    reserved : int
+        Bytes held by other iterations' batches.
+    device : str
+        The GPU, for the error.
+
+    Raises
+    ------
+    PlanError
+        ``M_o + reserved > capacity`` for some operation o.
+    """
     op = chain.misfit(capacity - reserved)
     if op is not None:
         kind, i = op
@@ -69,11 +85,27 @@ def excess(chain: TrainingChain, memory: int) -> np.ndarray:
 
 def greedy_selection(chain: TrainingChain, memory: int, *,
                      discount: bool = True) -> frozenset[Choice]:
-    """Algorithm 1: while some operation exceeds ``memory`` (M_GPU, the bytes the chain may
-    use), select the choice of largest profit = benefit / cost, where the benefit is
-    ``Σ_{o in covers(k, d)} min(E_o, |w_k|)`` and the cost ``2|w_k|``, halved when the other
-    choice of layer k is already selected (the *discount*; off for Greedy*); stop early when
-    no choice has a benefit (see the module's note on E_o)."""
+    """Algorithm 1: the choices that bring every operation within ``memory``.
+
+    While some operation exceeds ``memory``, select the choice of largest profit = benefit /
+    cost, where the benefit is ``Σ_{o in covers(k, d)} min(E_o, |w_k|)`` and the cost
+    ``2|w_k|``, halved when the other choice of layer k is already selected (the
+    *discount*); stop early when no choice has a benefit (see the module's note on E_o).
+
+    Parameters
+    ----------
+    chain : TrainingChain
+        The chain.
+    memory : int
+        M_GPU, the bytes the chain may use.
+    discount : bool
+        Halve the cost as above; off for Greedy*.
+
+    Returns
+    -------
+    frozenset of (int, int)
+        The (layer, d) choices.
+    """
     import numpy as np
     check_fits(chain, memory)
     L = chain.L
