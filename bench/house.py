@@ -1,7 +1,7 @@
 """The house's measurements (issue 44's goals): import circles among the package's modules
 (imports inside functions included), private names imported from another module, files
-over 600 lines and functions over 80 lines, neither counting docstrings (the API reference's
-text, which issue 44 asks for, is not code).
+over 600 lines, functions over 80 lines (not
+counting their docstrings).
 
     python bench/house.py            # a report; exit 1 if any goal is missed
     python bench/house.py --json
@@ -52,22 +52,13 @@ def imported(module: str, is_package: bool, node: ast.AST, modules: set[str]) ->
     return [m for m in found if m in modules]
 
 
-DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-
-
-def docstring(node: ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """The lines of a module's, class's or function's docstring (not counted in its length)."""
-    first = node.body[0] if node.body else None
+def docstring(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The lines of a function's docstring (not counted in its length)."""
+    first = node.body[0]
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
             and isinstance(first.value.value, str):
         return (first.end_lineno or first.lineno) - first.lineno + 1
     return 0
-
-
-def code_lines(text: str, tree: ast.Module) -> int:
-    """A file's lines less its docstrings'."""
-    return text.count("\n") - sum(docstring(node) for node in ast.walk(tree)
-                                  if isinstance(node, DOCUMENTED))
 
 
 def measure() -> dict:
@@ -79,7 +70,7 @@ def measure() -> dict:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
         graph.add_node(name)
-        lines = code_lines(text, tree)
+        lines = text.count("\n")
         if lines > MAX_FILE_LINES:
             long_files.append({"file": str(path.relative_to(ROOT)), "lines": lines})
         for node in ast.walk(tree):              # type-only imports: no runtime edge

@@ -18,7 +18,8 @@ from test_properties import PLANNERS, SETTINGS, machine_for, task_graphs
 from offloadlab.core import formats
 from offloadlab.core.errors import HostMemoryError, PlanError, SpecError
 from offloadlab.core.host import planned_host_peak
-from offloadlab.core.machine import HOST_MEMORY, PRESETS, GiB, Machine, machine_from_spec
+from offloadlab.core.machine import PRESETS, GiB, Machine, machine_from_spec
+from offloadlab.core.presets import HOST_MEMORY
 from offloadlab.core.workloads import build_workload, random_dag
 from offloadlab.lab.cli import main
 from offloadlab.planner import plan

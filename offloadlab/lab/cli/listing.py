@@ -19,7 +19,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {entry.name:<14} {entry.doc}\n  {'':<14} {_options(dict(entry.options))}")
     if what in ("all", "machines"):
         from ...core.kernel_model import FIT_SOURCE
-        from ...core.machine import HOST_MEMORY, PRESETS
+        from ...core.machine import PRESETS
+        from ...core.presets import HOST_MEMORY
         print("machine presets (--machine NAME:field=value,...):")
         for name, m in PRESETS.items():
             host = "unlimited" if m.host_memory is None else fmt_bytes(m.host_memory)
