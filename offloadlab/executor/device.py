@@ -116,8 +116,22 @@ BACKENDS: Registry[BackendKind] = Registry("backend", listed="valid backends",
 
 def backend(name: str, *, doc: str,
             tolerance: tuple[float, float] = (1e-3, 1e-4)) -> Callable[[Factory], Factory]:
-    """Declare backend ``name``, described by ``doc``, whose outputs must match the reference
-    within ``(rtol, atol)`` ``tolerance``, with the decorated function as its factory."""
+    """Declare backend ``name`` with the decorated function as its factory.
+
+    Parameters
+    ----------
+    name : str
+        The backend's name.
+    doc : str
+        Its description, as ``offloadlab list backends`` shows it.
+    tolerance : tuple of float, default (1e-3, 1e-4)
+        ``(rtol, atol)``: how closely its outputs must match the reference.
+
+    Returns
+    -------
+    callable
+        The decorator, which registers the factory and returns it.
+    """
     def deco(make: Factory) -> Factory:
         BACKENDS[name] = BackendKind(doc, make, tolerance)
         return make
