@@ -21,8 +21,13 @@ REFERENCE = "numpy"
 
 @functools.cache
 def backend_names() -> tuple[str, ...]:
-    """The backends, one per module ``offloadlab/executor/NAME_backend.py``: ``numpy`` first,
-    then the others by name."""
+    """The backends, one per module ``offloadlab/executor/NAME_backend.py``.
+
+    Returns
+    -------
+    tuple of str
+        ``numpy`` first, then the others by name.
+    """
     executor = Path(__file__).resolve().parents[1] / "executor"
     names = [m.name.removesuffix(SUFFIX) for m in pkgutil.iter_modules([str(executor)])
              if m.name.endswith(SUFFIX)]

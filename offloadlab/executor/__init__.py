@@ -62,9 +62,26 @@ class ExecResult:
 
 
 def make_backend(name: str, machine: Machine, rate_limit: bool = True) -> Backend:
-    """A fresh backend of :data:`~offloadlab.executor.device.BACKENDS`: ``numpy`` (copies paced
-    to the machine's bandwidths if ``rate_limit``) or ``cupy`` (needs an NVIDIA GPU and the
-    ``gpu`` extra); :class:`SpecError` listing the backends for any other name."""
+    """A fresh backend of :data:`~offloadlab.executor.device.BACKENDS`.
+
+    Parameters
+    ----------
+    name : str
+        ``numpy`` or ``cupy`` (needs an NVIDIA GPU and the ``gpu`` extra).
+    machine : Machine
+        The machine whose GPUs, memory and links it models.
+    rate_limit : bool, default True
+        Pace ``numpy``'s copies to the machine's bandwidths.
+
+    Returns
+    -------
+    Backend
+
+    Raises
+    ------
+    SpecError
+        Listing the backends, for any other name.
+    """
     BACKENDS.check(name)
     return BACKENDS[name].make(machine, rate_limit)
 
@@ -173,9 +190,21 @@ def execute(memgraph: MemGraph, machine: Machine, *, backend: str = "numpy",
 
 def expected_outputs(graph: TaskGraph, backend: str = "numpy") -> tuple[
         dict[str, np.ndarray], dict[str, float] | None]:
-    """What :func:`check_outputs` compares a run on ``backend`` with: the reference outputs,
-    and on any backend but ``numpy`` (which runs the reference's kernels in its order) their
-    :func:`reference_spread`."""
+    """What :func:`check_outputs` compares a run on ``backend`` with.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    backend : str, default "numpy"
+        The backend whose outputs will be checked.
+
+    Returns
+    -------
+    tuple
+        The reference outputs by name, and on any backend but ``numpy`` (which runs the
+        reference's kernels in its order) their :func:`reference_spread`, else None.
+    """
     reference = reference_outputs(graph)
     return reference, None if backend == "numpy" else reference_spread(graph, reference)
 
@@ -183,13 +212,30 @@ def expected_outputs(graph: TaskGraph, backend: str = "numpy") -> tuple[
 def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
                   backend: str = "numpy",
                   spread: dict[str, float] | None = None) -> str | None:
-    """None if every output equals the reference within the backend's tolerance, else a
-    message naming the first wrong (or missing) output.  ``spread``
-    (:func:`reference_spread`) widens the absolute tolerance of each output by four times the
-    distance rounding alone puts between the reference and exact arithmetic: pass it for a
-    backend that sums in another order than NumPy (``cupy``).  An output that rounding alone
-    moves by more than :data:`ILL_CONDITIONED` of its scale (the sine of a float32 sum in the
-    thousands, whose last bit is 5e-4) is only checked to be finite.  NaN never passes."""
+    """Whether every output equals the reference within the backend's tolerance.
+
+    An output that rounding alone moves by more than :data:`ILL_CONDITIONED` of its scale
+    (the sine of a float32 sum in the thousands, whose last bit is 5e-4) is only checked to be
+    finite.  NaN never passes.
+
+    Parameters
+    ----------
+    outputs : dict of str to numpy.ndarray
+        A run's outputs by name.
+    reference : dict of str to numpy.ndarray
+        The reference outputs by name (:func:`expected_outputs`).
+    backend : str, default "numpy"
+        The backend that ran, whose tolerance applies.
+    spread : dict of str to float, optional
+        :func:`reference_spread`: widens the absolute tolerance of each output by four times
+        the distance rounding alone puts between the reference and exact arithmetic; pass it
+        for a backend that sums in another order than NumPy (``cupy``).
+
+    Returns
+    -------
+    str or None
+        None, or a message naming the first wrong (or missing) output.
+    """
     rtol, atol = (BACKENDS[backend] if backend in BACKENDS else BACKENDS["cupy"]).tolerance
     for name, expected in reference.items():
         got = outputs.get(name)

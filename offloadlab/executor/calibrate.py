@@ -1,38 +1,10 @@
 """Calibration: measure a backend's rates through the executor itself and write them as a
-Machine, so that the simulator predicts what the executor measures (docs/design.md, Executor).
+Machine, so that the simulator predicts what the executor measures (docs/design.md, Executor;
+TURNIP Sec. 5).
 
-Every measurement runs a small MemGraph built here, with one location per tensor (nothing is
-overwritten, so there are no memory edges), and reads the durations off the measured trace:
-
-- kernels by op and size on one GPU with one stream, for every op a built-in workload emits
-  (:func:`workload_ops`, from small instances of each workload in :data:`OP_SOURCES`):
-  ``matmul`` gives ``gpu_flops``, every other op the bytes per second it writes and reads
-  (``op_rates``).  An op whose kernel folds inputs of any length (``add`` and the synthetic
-  ``mix``, ``layer_forward``, ...) is measured on n-element outputs from inputs of other
-  lengths, so that the bytes written and read can be told apart; an op whose inputs are
-  tensors of its output's shape or rows of its width, on n x n tensors; the rates come from
-  the two largest sizes.  Any other op runs at the shapes of its vertices in the workloads;
-  where those show it compute-bound (its flops at ``gpu_flops`` take at least half its time,
-  as a matmul's do) the roofline prices it with the measured ``gpu_flops`` instead.  A
-  one-element ``add`` gives the kernel time that with the dispatch gap of a chain of them gives
-  ``kernel_latency``;
-- a float16 ``matmul`` gives ``gpu_half_flops``: on a GPU at the largest size, on NumPy at the
-  largest size whose float32 matmul took under :data:`HALF_PROBE_SECONDS` (NumPy multiplies
-  float16 without BLAS, some hundred times slower than float32; a GPU's tensor cores, many
-  times faster);
-- a matmul on the CPU gives ``cpu_flops`` (at n = 2048 at most);
-
-Sizes: n up to 2048 and copies up to 64 MiB on NumPy; on a GPU n = 512, 2048, 4096 and copies
-of 4-256 MiB, since kernels on smaller tensors measure their launch latency (an H100's
-``add`` read 303 GB/s at n = 2048 against its 3 TB/s HBM).
-- loads (host->GPU) and offloads (GPU->host) of several sizes, each direction alone, give the
-  bandwidth and latency by a least-squares line through ``seconds = latency + bytes / rate``;
-  both directions at once give the ``duplex`` factor; GPU->GPU transfers (two GPUs or more)
-  give ``gpu_gpu_bandwidth`` and its latency.
-
-The numpy backend's GPU is one core that runs the kernels launched on its streams one at a
-time, in launch order: its calibrated machine has ``engine="fifo"``.  A calibrated machine
-prices its kernels by its measured rates (``cost=roofline``), not by a preset's fitted model.
+Kernels by op and size, float16 and CPU matmuls, kernel latency, and loads, offloads and
+GPU->GPU copies (bandwidth, latency, duplex), each from a small MemGraph built here:
+docs/commands/calibrate.md says what it measures and how.
 """
 
 from __future__ import annotations
@@ -93,6 +65,34 @@ class KernelGraph:
     def add(self, id: str, kind: str, device: str, shape: tuple[int, ...], inputs=(),
             op: str | None = None, flops: float = 0.0, at: str | None = None,
             dtype: str = "float32") -> str:
+        """Add a vertex whose output has its own location on ``at``.
+
+        Parameters
+        ----------
+        id : str
+            The vertex's id.
+        kind : str
+            Its kind (``input``, ``compute``, ``load``, ...).
+        device : str
+            Where it runs.
+        shape : tuple of int
+            Its output's shape.
+        inputs : sequence of str, default ()
+            Its inputs' ids, in argument order; each is also an edge.
+        op : str, optional
+            A compute vertex's op.
+        flops : float, default 0.0
+            Its flops.
+        at : str, optional
+            The device whose memory holds its output (none if not given).
+        dtype : str, default "float32"
+            Its output's dtype.
+
+        Returns
+        -------
+        str
+            ``id``.
+        """
         nbytes = max(DTYPES[dtype] * math.prod(shape), 4)
         loc = None
         if at is not None:
@@ -107,6 +107,12 @@ class KernelGraph:
         return id
 
     def capacity(self) -> int:
+        """The bytes the most used device's locations take.
+
+        Returns
+        -------
+        int
+        """
         return max(self.top.values(), default=0)
 
 
@@ -127,8 +133,20 @@ class Template:
 
 
 def template(graph: TaskGraph, task) -> Template:
-    """Compute vertex ``task`` of ``graph`` as a :class:`Template` (a flat shape for a vertex
-    that records none)."""
+    """Compute vertex ``task`` of ``graph`` as a :class:`Template`.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    task : Task
+        One of its compute vertices.
+
+    Returns
+    -------
+    Template
+        With a flat shape for a tensor that records none.
+    """
     def shape(t) -> tuple[int, ...]:
         return tuple(t.shape) if t.shape else (max(t.bytes // DTYPES[t.dtype], 1),)
     return Template(task.op, shape(task), task.dtype,
@@ -136,8 +154,18 @@ def template(graph: TaskGraph, task) -> Template:
 
 
 def workload_ops(sources: Iterable[str] = OP_SOURCES) -> dict[str, list[Template]]:
-    """Op name -> its largest vertex (most bytes touched) in each workload of ``sources``
-    that emits it, largest first."""
+    """Each op's largest vertex (most bytes touched) in each workload that emits it.
+
+    Parameters
+    ----------
+    sources : iterable of str, default OP_SOURCES
+        The workload specs to build.
+
+    Returns
+    -------
+    dict of str to list of Template
+        By op name, largest first.
+    """
     found: dict[str, dict[str, Template]] = {}
     for spec in sources:
         graph = build_workload(spec)
@@ -208,8 +236,23 @@ def _chain(length: int) -> MemGraph:
 
 
 def matmuls(n: int, reps: int, dtype: str = "float32") -> MemGraph:
-    """``reps`` independent matmuls of n x n ``dtype`` tensors on gpu0 (with one stream and
-    ``fixed`` dispatch, one at a time)."""
+    """``reps`` independent matmuls of n x n tensors on gpu0.
+
+    Run with one stream and ``fixed`` dispatch, they run one at a time.
+
+    Parameters
+    ----------
+    n : int
+        The tensors' side.
+    reps : int
+        How many matmuls.
+    dtype : str, default "float32"
+        The tensors' dtype.
+
+    Returns
+    -------
+    MemGraph
+    """
     b = KernelGraph()
     x, y = (b.add(name, "input", "gpu0", (n, n), at="gpu0", dtype=dtype) for name in "xy")
     for r in range(reps):
@@ -264,6 +307,27 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
     copies measured run one at a time per direction, each on gpu0's link and bus; a bus
     slower than a link measured through it is raised to that link's rate (on an H100, 55 GB/s
     copies were capped by the 12 GB/s bus of the p100x4 preset they were calibrated from).
+
+    Parameters
+    ----------
+    base : Machine
+        The machine to start from: its unmeasured fields, and on numpy its link bandwidths.
+    backend : str, default "numpy"
+        The executor backend to measure.
+    quick : bool, default False
+        Measure fewer sizes and repeats.
+    progress : callable, optional
+        Called with a line as each measurement starts.
+
+    Returns
+    -------
+    Calibration
+        The calibrated machine and the table of what was measured.
+
+    Raises
+    ------
+    SpecError
+        If ``backend`` is not a backend.
     """
     say = progress or (lambda _: None)
     reps = 3 if quick else 5
@@ -351,8 +415,24 @@ def _largest(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def compute_bound(rows: pd.DataFrame, tiny: float, gpu_flops: float) -> bool:
-    """Whether an op's kernels (table rows at its workloads' shapes) are compute-bound: their
-    flops at ``gpu_flops`` take at least half their time beyond a tiny kernel's."""
+    """Whether an op's kernels are compute-bound.
+
+    They are where their flops at ``gpu_flops`` take at least half their time beyond a tiny
+    kernel's.
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        The op's measurements at its workloads' shapes (``flops`` and ``seconds`` columns).
+    tiny : float
+        A tiny kernel's seconds.
+    gpu_flops : float
+        The measured flop rate.
+
+    Returns
+    -------
+    bool
+    """
     return bool((rows["flops"] / gpu_flops).sum() >= 0.5 * (rows["seconds"] - tiny).sum())
 
 

@@ -52,42 +52,156 @@ class Backend(Protocol):
     stop: threading.Event       # set when the run stops; long jobs check it and raise Cancelled
 
     def arena(self, gpu: str, nbytes: int) -> Array:
-        """A GPU's arena: one 1-D byte array, allocated once."""
+        """A GPU's arena: one 1-D byte array, allocated once.
+
+        Parameters
+        ----------
+        gpu : str
+            The GPU (``gpu0``, ...).
+        nbytes : int
+            Its size in bytes.
+
+        Returns
+        -------
+        Array
+            On the GPU's device.
+        """
 
     def host_block(self, nbytes: int) -> np.ndarray:
-        """The host block (pinned where that matters): one 1-D byte array, allocated once."""
+        """The host block (pinned where that matters): one 1-D byte array, allocated once.
+
+        Parameters
+        ----------
+        nbytes : int
+            Its size in bytes.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
 
     def host_array(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-        """A host array an output is downloaded into (pinned where that matters)."""
+        """A host array an output is downloaded into (pinned where that matters).
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The output's shape.
+        dtype : str
+            The output's dtype.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
 
     def free_memory(self, gpu: str) -> int | None:
-        """Bytes that may still be allocated on ``gpu``; None where a GPU's memory is RAM."""
+        """Bytes that may still be allocated on ``gpu``.
+
+        Parameters
+        ----------
+        gpu : str
+            The GPU.
+
+        Returns
+        -------
+        int or None
+            None where a GPU's memory is RAM.
+        """
 
     def stream(self, resource: str, slot: int) -> Any:
-        """The stream slot ``slot`` of ``resource`` runs on (a compute stream, a link
-        direction's copy engine, the CPU)."""
+        """The stream slot ``slot`` of ``resource`` runs on.
+
+        Parameters
+        ----------
+        resource : str
+            A GPU, a link direction or the CPU.
+        slot : int
+            The slot's index.
+
+        Returns
+        -------
+        Any
+            A compute stream, a link direction's copy engine, the CPU.
+        """
 
     def fill(self, buffer: Array, byte: int) -> None:
-        """Set every byte of an arena or workspace, on its own device (before the run)."""
+        """Set every byte of an arena or workspace, on its own device (before the run).
+
+        Parameters
+        ----------
+        buffer : Array
+            The arena or workspace.
+        byte : int
+            The value of every byte.
+        """
 
     def upload(self, dst: Array, value: np.ndarray) -> None:
-        """Write a host array into a GPU tensor before the run (synchronous)."""
+        """Write a host array into a GPU tensor before the run (synchronous).
+
+        Parameters
+        ----------
+        dst : Array
+            The GPU tensor.
+        value : numpy.ndarray
+            Its value, of its shape and dtype.
+        """
 
     def download(self, stream: Any, src: Array, dst: np.ndarray) -> None:
-        """Copy a GPU tensor into a host array of its shape and dtype, on ``stream``, and wait
-        (called on the lane that wrote it, once its work is complete)."""
+        """Copy a GPU tensor into a host array of its shape and dtype, on ``stream``, and wait.
+
+        Parameters
+        ----------
+        stream : Any
+            The stream of the lane that wrote it, once its work is complete.
+        src : Array
+            The GPU tensor.
+        dst : numpy.ndarray
+            The host array (:meth:`host_array`).
+        """
 
     def begin(self) -> None:
         """Time zero of the run."""
 
     def timed(self, stream: Any, work: Callable[[], None]) -> tuple[float, float]:
-        """Run ``work`` on ``stream``; its start and end in seconds since :meth:`begin`."""
+        """Run ``work`` on ``stream`` and time it.
+
+        Parameters
+        ----------
+        stream : Any
+            The stream.
+        work : callable
+            The job, called with no arguments.
+
+        Returns
+        -------
+        tuple of float
+            Its start and end in seconds since :meth:`begin`.
+        """
 
     def untimed(self, stream: Any, work: Callable[[], None]) -> None:
-        """Run ``work`` on ``stream`` and wait for it, before :meth:`begin` (the warm-up)."""
+        """Run ``work`` on ``stream`` and wait for it, before :meth:`begin` (the warm-up).
+
+        Parameters
+        ----------
+        stream : Any
+            The stream.
+        work : callable
+            The job, called with no arguments.
+        """
 
     def copy(self, stream: Any, dst: Array, src: Array) -> None:
-        """Copy ``src`` into ``dst`` (same byte size) on ``stream``; called inside ``work``."""
+        """Copy ``src`` into ``dst`` (same byte size) on ``stream``; called inside ``work``.
+
+        Parameters
+        ----------
+        stream : Any
+            The stream.
+        dst : Array
+            The destination.
+        src : Array
+            The source.
+        """
 
     def close(self) -> None:
         """Release every buffer and stream."""
@@ -116,8 +230,22 @@ BACKENDS: Registry[BackendKind] = Registry("backend", listed="valid backends",
 
 def backend(name: str, *, doc: str,
             tolerance: tuple[float, float] = (1e-3, 1e-4)) -> Callable[[Factory], Factory]:
-    """Declare backend ``name``, described by ``doc``, whose outputs must match the reference
-    within ``(rtol, atol)`` ``tolerance``, with the decorated function as its factory."""
+    """Declare backend ``name`` with the decorated function as its factory.
+
+    Parameters
+    ----------
+    name : str
+        The backend's name.
+    doc : str
+        Its description, as ``offloadlab list backends`` shows it.
+    tolerance : tuple of float, default (1e-3, 1e-4)
+        ``(rtol, atol)``: how closely its outputs must match the reference.
+
+    Returns
+    -------
+    callable
+        The decorator, which registers the factory and returns it.
+    """
     def deco(make: Factory) -> Factory:
         BACKENDS[name] = BackendKind(doc, make, tolerance)
         return make
@@ -141,6 +269,13 @@ class WarmUp:
     failure: tuple[int, BaseException] | None = None
 
     def run(self, backend: Backend) -> None:
+        """Run every work untimed on ``backend``, stopping at the first that raises.
+
+        Parameters
+        ----------
+        backend : Backend
+            The backend the lane drives.
+        """
         try:
             for vertex, work in self.works:
                 try:
@@ -164,6 +299,13 @@ class Lane(threading.Thread):
         self.vertex: int | None = None     # the vertex running, for the watchdog
 
     def submit(self, job: Job | WarmUp) -> None:
+        """Queue a job (or a warm-up) for this lane.
+
+        Parameters
+        ----------
+        job : Job or WarmUp
+            What to run next.
+        """
         self.jobs.put(job)
 
     def close(self) -> None:

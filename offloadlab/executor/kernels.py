@@ -55,9 +55,20 @@ def initial_value(vertex: str, shape: tuple[int, ...], dtype: str) -> np.ndarray
 
 
 def check_runnable(vertices: Iterable[Any]) -> None:
-    """KernelError naming the first compute vertex (of a TaskGraph or MemGraph) whose op is
-    ``generic:...``: priced from its shapes alone, it has no kernel, so the executor refuses
-    the graph before it sets anything up."""
+    """Refuse a graph with a ``generic:...`` op before the executor sets anything up.
+
+    Priced from its shapes alone, such an op has no kernel.
+
+    Parameters
+    ----------
+    vertices : iterable
+        The vertices of a TaskGraph or MemGraph.
+
+    Raises
+    ------
+    KernelError
+        Naming the first compute vertex whose op is ``generic:...``.
+    """
     for v in vertices:
         if v.kind == "compute" and v.op is not None and op_name(v.op) == GENERIC:
             raise KernelError(f"vertex {v.id!r}: op {v.op!r} is priced from its shapes alone "

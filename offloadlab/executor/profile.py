@@ -53,7 +53,18 @@ class Profile:
 
 
 def signatures(graph: TaskGraph) -> dict[Signature, list[str]]:
-    """The compute vertices of ``graph`` by signature, in graph order."""
+    """The compute vertices of ``graph`` by signature, in graph order.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Returns
+    -------
+    dict of Signature to list of str
+        Each signature's vertex ids.
+    """
     found: dict[Signature, list[str]] = {}
     for task in graph:
         if task.kind == "compute" and task.op is not None:

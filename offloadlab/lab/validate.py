@@ -54,6 +54,13 @@ class NoiseProbe:
         return self.std / self.mean if self.mean > 0 else 0.0
 
     def row(self) -> dict:
+        """A JSON-ready summary of the probe.
+
+        Returns
+        -------
+        dict
+            Its kernel, repeats, mean, standard deviation and coefficient of variation.
+        """
         return {"kernel": self.kernel, "repeats": self.repeats, "mean": self.mean,
                 "std": self.std, "cv": self.cv}
 
@@ -64,8 +71,28 @@ class NoiseProbe:
 
 def noise_probe(machine: Machine, backend: str = "numpy", n: int = PROBE_SIZE,
                 repeats: int = PROBE_REPEATS) -> NoiseProbe:
-    """Time ``repeats`` (at least 2) n x n float32 matmuls on ``backend``'s gpu0, one at a
-    time."""
+    """Time ``repeats`` (at least 2) n x n float32 matmuls on ``backend``'s gpu0, one at a time.
+
+    Parameters
+    ----------
+    machine : Machine
+        The machine; the probe runs on a copy with one stream and unbounded GPU memory.
+    backend : str, default "numpy"
+        The executor backend to time.
+    n : int, default PROBE_SIZE
+        The matmul's side.
+    repeats : int, default PROBE_REPEATS
+        How many matmuls to time, at least 2.
+
+    Returns
+    -------
+    NoiseProbe
+
+    Raises
+    ------
+    ValueError
+        If ``n < 1`` or ``repeats < 2``.
+    """
     if repeats < 2 or n < 1:
         raise ValueError(f"a noise probe needs n >= 1 and repeats >= 2, got {n}, {repeats}")
     probe = replace(machine, gpus=max(machine.gpus, 1), gpu_memory=2**62, streams=1)
@@ -120,11 +147,23 @@ class Validation:
                 f"{100 * self.error:+.1f}%")
 
     def components(self) -> pd.DataFrame:
-        """The component table with the :attr:`labels` columns first."""
+        """The component table with the :attr:`labels` columns first.
+
+        Returns
+        -------
+        pandas.DataFrame
+        """
         return self.table.assign(**self.labels)[[*self.labels, *self.table.columns]]
 
     def row(self) -> dict:
-        """A JSON-ready summary of this planner's validation."""
+        """A JSON-ready summary of this planner's validation.
+
+        Returns
+        -------
+        dict
+            The labels, both makespans, the error and spread, the noise probe, whether it is
+            too noisy, whether the outputs were correct, and every component.
+        """
         span = self.table.set_index("component")
         return {**self.labels, "planner": self.planner,
                 "sim_makespan": float(span.at["makespan", "simulated"]),
@@ -138,7 +177,18 @@ class Validation:
 
 
 def components(trace: pd.DataFrame) -> dict[str, float]:
-    """Makespan, busy and idle seconds per resource, mean duration per vertex kind."""
+    """Makespan, busy and idle seconds per resource, mean duration per vertex kind.
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        A simulated or measured trace.
+
+    Returns
+    -------
+    dict of str to float
+        Seconds per component name (``makespan``, ``busy gpu0``, ``mean compute``, ...).
+    """
     span = float(trace["end"].max()) if len(trace) else 0.0
     out = {"makespan": span}
     for resource, busy in busy_time(trace).items():
@@ -151,7 +201,22 @@ def components(trace: pd.DataFrame) -> dict[str, float]:
 
 
 def compare_traces(planner: str, simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """The component table of one simulated and one measured trace."""
+    """The component table of one simulated and one measured trace.
+
+    Parameters
+    ----------
+    planner : str
+        The planner's spec, the table's first column.
+    simulated : pandas.DataFrame
+        The simulator's trace.
+    measured : pandas.DataFrame
+        The executor's trace.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A row per component of the measured trace, with the :data:`COLUMNS`.
+    """
     sim, real = components(simulated), components(measured)
     rows = [{"planner": planner, "component": name, "simulated": sim.get(name, 0.0),
              "measured": value, "error": (sim.get(name, 0.0) - value) / value if value else 0.0}
@@ -163,11 +228,40 @@ def validate_memgraph(mg: MemGraph, machine: Machine, graph: TaskGraph | None, p
                       runs: int = 3, backend: str = "numpy", policy: str = "dynamic",
                       rate_limit: bool = True, noise: NoiseProbe | None = None,
                       profiled: bool = False) -> Validation:
-    """Simulate ``mg`` on ``machine`` and execute it ``runs`` times after one unmeasured
-    run.  Vertex times are dropped first, so that the (calibrated) machine prices every
-    vertex, unless ``profiled`` (they were measured on this backend:
-    :func:`offloadlab.executor.profile.profile`).  ``noise`` is the machine's
-    :func:`noise_probe`, carried into the result."""
+    """Simulate ``mg`` on ``machine`` and execute it ``runs`` times after one unmeasured run.
+
+    Vertex times are dropped first, so that the (calibrated) machine prices every vertex,
+    unless ``profiled``.
+
+    Parameters
+    ----------
+    mg : MemGraph
+        The plan to simulate and run.
+    machine : Machine
+        The (calibrated) machine.
+    graph : TaskGraph or None
+        The computation ``mg`` was planned from, whose reference outputs the measured ones are
+        checked against; None skips the check.
+    planner : str
+        The planner's spec, a label.
+    runs : int, default 3
+        The measured runs; the one with the median makespan is compared.
+    backend : str, default "numpy"
+        The executor backend.
+    policy : str, default "dynamic"
+        The dispatch policy, in both the simulator and the executor.
+    rate_limit : bool, default True
+        Whether the executor paces transfers to the machine's bandwidths.
+    noise : NoiseProbe, optional
+        The machine's :func:`noise_probe`, carried into the result.
+    profiled : bool, default False
+        Keep the vertex times (they were measured on this backend:
+        :func:`offloadlab.executor.profile.profile`).
+
+    Returns
+    -------
+    Validation
+    """
     if not profiled:
         for v in mg:
             v.time = None
@@ -190,13 +284,51 @@ def validate(graph: TaskGraph, machine: Machine, planners: Sequence[str], runs: 
              progress: Callable[[str], None] | None = None,
              noise: NoiseProbe | None = None, workload: str | None = None,
              machine_text: str | None = None, profile: bool = False) -> list[Validation]:
-    """:func:`validate_memgraph` for each planner's MemGraph of ``graph`` (a graph the
-    executor cannot run is refused before planning), after a :func:`noise_probe` of the
-    backend (unless ``noise`` gives one already taken; ``progress(line)`` as each step
-    starts), each labelled with what it measured
-    (``workload`` and ``machine_text``: the specs as the caller gave them).  With
-    ``profile`` every distinct kernel of ``graph`` is first timed on the backend
-    (:func:`offloadlab.executor.profile.profile`) and the simulator uses those times."""
+    """:func:`validate_memgraph` for each planner's MemGraph of ``graph``.
+
+    A graph the executor cannot run is refused before planning; a :func:`noise_probe` of the
+    backend comes first.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The (calibrated) machine.
+    planners : sequence of str
+        The planner specs to validate.
+    runs : int, default 3
+        Measured runs per planner.
+    backend : str, default "numpy"
+        The executor backend.
+    policy : str, default "dynamic"
+        The dispatch policy.
+    rate_limit : bool, default True
+        Whether the executor paces transfers to the machine's bandwidths.
+    progress : callable, optional
+        Called with a line as each step starts.
+    noise : NoiseProbe, optional
+        A noise probe already taken; default: take one.
+    workload : str, optional
+        The workload's spec as the caller gave it, a label.
+    machine_text : str, optional
+        The machine's spec as the caller gave it, a label.
+    profile : bool, default False
+        First time every distinct kernel of ``graph`` on the backend
+        (:func:`offloadlab.executor.profile.profile`), and simulate with those times.
+
+    Returns
+    -------
+    list of Validation
+        One per planner, in order, each labelled with what it measured.
+
+    Raises
+    ------
+    KernelError
+        If a compute vertex of ``graph`` has no kernel.
+    PlanError
+        If a planner finds no plan.
+    """
     from .compare import provenance
     check_runnable(graph)
     if noise is None:

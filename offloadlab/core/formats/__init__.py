@@ -64,26 +64,76 @@ def to_json(graph: TaskGraph | MemGraph, path: str | Path) -> None: ...
 
 
 def to_json(graph: TaskGraph | MemGraph, path: str | Path | None = None) -> str | None:
-    """Node-link JSON text of a TaskGraph or a MemGraph, or, given ``path``, the same
-    written there (strict JSON: a NaN or an infinity is refused)."""
+    """Node-link JSON text of a TaskGraph or a MemGraph, or, given ``path``, the same written there.
+
+    Parameters
+    ----------
+    graph : TaskGraph or MemGraph
+        The graph.
+    path : str or Path, optional
+        The file to write.
+
+    Returns
+    -------
+    str or None
+        The text, or None where it was written to ``path``.
+
+    Raises
+    ------
+    GraphError
+        For a NaN or an infinity (strict JSON refuses them).
+    """
     what = "MemGraph" if isinstance(graph, MemGraph) else "TaskGraph"
     return nodelink.write(*_parts(graph), path, what)
 
 
 def to_dict(graph: TaskGraph | MemGraph) -> dict:
-    """Node-link data of a TaskGraph or a MemGraph as one dict (``networkx.node_link_data``'s
-    layout, with ``edges``)."""
+    """Node-link data of a TaskGraph or a MemGraph as one dict.
+
+    Parameters
+    ----------
+    graph : TaskGraph or MemGraph
+        The graph.
+
+    Returns
+    -------
+    dict
+        In ``networkx.node_link_data``'s layout, with ``edges``.
+    """
     return nodelink.as_dict(*_parts(graph))
 
 
 def to_networkx(graph: TaskGraph | MemGraph) -> Any:
-    """A networkx DiGraph with the vertex fields as node attributes and ``kind`` on edges."""
+    """A networkx DiGraph with the vertex fields as node attributes and ``kind`` on edges.
+
+    Parameters
+    ----------
+    graph : TaskGraph or MemGraph
+        The graph.
+
+    Returns
+    -------
+    networkx.DiGraph
+    """
     return nodelink.to_networkx(*_parts(graph))
 
 
 def write_memgraph(mg: MemGraph, path: str | Path) -> None:
-    """Write the file ``path``: one Parquet table if it ends in ``.parquet``
-    (:mod:`.parquet`, for large graphs), else node-link JSON."""
+    """Write ``mg`` to the file ``path``.
+
+    Parameters
+    ----------
+    mg : MemGraph
+        The graph.
+    path : str or Path
+        The file: one Parquet table if it ends in ``.parquet`` (:mod:`.parquet`, for large
+        graphs), else node-link JSON.
+
+    Raises
+    ------
+    GraphError
+        For a NaN or an infinity.
+    """
     if nodelink.parquet_name(path):
         from . import parquet  # pyarrow and NumPy only where Parquet is wanted
         parquet.write(mg, path)
@@ -92,8 +142,22 @@ def write_memgraph(mg: MemGraph, path: str | Path) -> None:
 
 
 def read_memgraph(path: str | Path) -> MemGraph:
-    """Read the MemGraph file ``path``: Parquet (by its suffix or its first bytes) or
-    node-link JSON."""
+    """Read the MemGraph file ``path``.
+
+    Parameters
+    ----------
+    path : str or Path
+        Parquet (by its suffix or its first bytes) or node-link JSON.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    GraphError
+        Naming the file, the vertex and the field of anything wrong in it.
+    """
     if nodelink.is_parquet(path):
         from . import parquet
         return parquet.read(path)

@@ -52,10 +52,26 @@ def _edge_records(mg: MemGraph, size: int = 8192) -> Iterator[list[Any]]:
 
 
 def memgraph_from_dict(data: Any, where: str = "MemGraph JSON") -> MemGraph:
-    """Read node-link data (:func:`~offloadlab.core.formats.to_dict`'s, or networkx's with
-    ``edges`` or ``links``), checking every field; a :class:`GraphError` names ``where`` (the
-    file), the vertex and the field.  The machine stored in ``graph`` is read by
-    :meth:`Machine.from_dict`."""
+    """Read node-link data, checking every field.
+
+    The machine stored in ``graph`` is read by :meth:`Machine.from_dict`.
+
+    Parameters
+    ----------
+    data : Any
+        :func:`~offloadlab.core.formats.to_dict`'s, or networkx's with ``edges`` or ``links``.
+    where : str, default "MemGraph JSON"
+        The file, for the errors.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    GraphError
+        Naming ``where``, the vertex and the field.
+    """
     with no_gc():
         return _from_dict(data, where)
 
@@ -86,8 +102,25 @@ def _from_dict(data: Any, where: str) -> MemGraph:
 
 
 def memgraph_from_json(text_or_path: str | Path) -> MemGraph:
-    """Read node-link JSON from a string or a file path: typed records first
-    (:mod:`.typed`), else checking every field (:func:`memgraph_from_dict`)."""
+    """Read node-link JSON from a string or a file path.
+
+    Typed records first (:mod:`.typed`), else checking every field
+    (:func:`memgraph_from_dict`).
+
+    Parameters
+    ----------
+    text_or_path : str or Path
+        The JSON text, or the file.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    GraphError
+        Naming the file, the vertex and the field.
+    """
     return typed.load(text_or_path, typed.MEMGRAPH, _from_records, memgraph_from_dict,
                       "MemGraph JSON")
 

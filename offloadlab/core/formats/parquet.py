@@ -1,34 +1,9 @@
 """A MemGraph as one Parquet table, one row per vertex (docs/design.md, Interchange): the
 columnar file for large graphs beside node-link JSON, which stays the default.
 
-Reading node-link JSON costs a parsed dict per node and per edge and a check of every field of
-each; here each field is a typed column, checked with NumPy in one pass, and a vertex's inputs
-and successors are row numbers.  Columns (``?``: may be null):
-
-===========  ===================  =====================================================
-``id``       string               the vertex id
-``kind``     string               ``input``, ``compute``, ``transfer``, ``offload``, ...
-``device``   string               ``gpu0``, ``cpu``, ``host``, ``gpu0->gpu1``
-``bytes``    int64                > 0
-``loc_device``, ``loc_offset``, ``loc_size``   string?, int64?, int64?   the location
-``task``     string?              the TaskGraph vertex it is
-``of``       string?              the tensor a move moves
-``op``       string?              a compute vertex's op
-``flops``    float64?             >= 0, finite (null: 0)
-``inputs``   list<int32>?         the rows it reads, in argument order
-``order``    int64?               its place in the planner's order (null: 0)
-``time``     float64?             profiled seconds, or null
-``shape``    list<int64>?         of the tensor it writes or moves
-``dtype``    string?              (null: float32)
-``succ``     list<int32>?         the rows of its successors, in edge order
-``succ_data``  list<bool>?        per successor: a data edge (else a memory edge)
-===========  ===================  =====================================================
-
-The ``graph`` attributes (planner, options, machine) are strict JSON under the schema's
-metadata key ``offloadlab.graph``.  Reading checks what the JSON reader checks, and more (types,
-nulls in lists, row numbers), with messages of the same form: the file, the vertex (or the
-column) and the field.  pandas reads the file as it is (``pd.read_parquet``).
-pyarrow, a dependency, is imported only here and only when a Parquet file is read or written.
+Each field is a typed column, checked with NumPy in one pass, with the JSON reader's messages;
+docs/formats.md (MemGraphs as Parquet tables) lists the columns.  pyarrow, a dependency, is
+imported only here and only when a Parquet file is read or written.
 """
 
 from __future__ import annotations
@@ -87,9 +62,25 @@ NAMES = ("kind", "device", "loc_device", "op", "dtype")
 
 
 def need_pyarrow(what: str, instead: str = "") -> Any:
-    """The ``pyarrow`` module (a dependency, imported only where Parquet is read or written),
-    or an OffloadlabError saying that ``what`` needs it and how to install it where it is
-    missing (``instead``: what else would do)."""
+    """The ``pyarrow`` module (a dependency, imported only where Parquet is read or written).
+
+    Parameters
+    ----------
+    what : str
+        What needs it, for the error (``"MemGraph Parquet files"``).
+    instead : str, default ""
+        What else would do, for the error.
+
+    Returns
+    -------
+    module
+        ``pyarrow``.
+
+    Raises
+    ------
+    OffloadlabError
+        Saying that ``what`` needs it and how to install it, where it is missing.
+    """
     try:     # through importlib, which honours a module blocked in sys.modules in both builds
         return importlib.import_module("pyarrow")
     except ImportError:
@@ -99,7 +90,23 @@ def need_pyarrow(what: str, instead: str = "") -> Any:
 
 # -- writing ----------------------------------------------------------------------------------
 def write(mg: MemGraph, path: str | Path) -> None:
-    """Write ``mg`` to ``path`` as one Parquet table (the columns of :data:`COLUMNS`)."""
+    """Write ``mg`` to ``path`` as one Parquet table (the columns of :data:`COLUMNS`).
+
+    Parameters
+    ----------
+    mg : MemGraph
+        The graph.
+    path : str or Path
+        The file to write.
+
+    Raises
+    ------
+    GraphError
+        If a graph attribute, a vertex's flops or time is not a finite number, or a vertex
+        names one that is not in ``mg``.
+    OffloadlabError
+        If pyarrow is missing.
+    """
     pa = need_pyarrow("MemGraph Parquet files", "write .json")
     import pyarrow.parquet as pq
 
@@ -188,8 +195,24 @@ def _table(mg: MemGraph, pa: Any) -> Any:
 
 # -- reading ----------------------------------------------------------------------------------
 def read(path: str | Path) -> MemGraph:
-    """Read the MemGraph Parquet file ``path``, every field checked: a :class:`GraphError`
-    names the file, the vertex and the field, as the JSON reader's do."""
+    """Read the MemGraph Parquet file ``path``, every field checked.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    GraphError
+        Naming the file, the vertex and the field, as the JSON reader's do.
+    OffloadlabError
+        If pyarrow is missing.
+    """
     pa = need_pyarrow("MemGraph Parquet files")
     import pyarrow.parquet as pq
 

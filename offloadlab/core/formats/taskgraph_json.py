@@ -24,10 +24,26 @@ def taskgraph_node_link(graph: TaskGraph) -> tuple[dict, Iterable[Task], Iterato
 
 
 def taskgraph_from_dict(data: Any, where: str = "TaskGraph JSON") -> TaskGraph:
-    """Read node-link data (:func:`~offloadlab.core.formats.to_dict`'s, or networkx's with
-    ``edges`` or ``links``), checking every field; a :class:`GraphError` names ``where`` (the
-    file), the vertex and the field.  A node without ``inputs`` reads its edges' sources in
-    edge order."""
+    """Read node-link data, checking every field.
+
+    A node without ``inputs`` reads its edges' sources in edge order.
+
+    Parameters
+    ----------
+    data : Any
+        :func:`~offloadlab.core.formats.to_dict`'s, or networkx's with ``edges`` or ``links``.
+    where : str, default "TaskGraph JSON"
+        The file, for the errors.
+
+    Returns
+    -------
+    TaskGraph
+
+    Raises
+    ------
+    GraphError
+        Naming ``where``, the vertex and the field.
+    """
     with no_gc():
         return _from_dict(data, where)
 
@@ -84,8 +100,25 @@ def _link(graph: TaskGraph, edge_inputs: dict[str, list[str]], where: str) -> No
 
 
 def taskgraph_from_json(text_or_path: str | Path) -> TaskGraph:
-    """Read node-link JSON from a string or a file path: typed records first
-    (:mod:`.typed`), else checking every field (:func:`taskgraph_from_dict`)."""
+    """Read node-link JSON from a string or a file path.
+
+    Typed records first (:mod:`.typed`), else checking every field
+    (:func:`taskgraph_from_dict`).
+
+    Parameters
+    ----------
+    text_or_path : str or Path
+        The JSON text, or the file.
+
+    Returns
+    -------
+    TaskGraph
+
+    Raises
+    ------
+    GraphError
+        Naming the file, the vertex and the field.
+    """
     return typed.load(text_or_path, typed.TASKGRAPH, _from_records, taskgraph_from_dict,
                       "TaskGraph JSON")
 

@@ -1,26 +1,10 @@
-"""The ops a compute vertex may name and the dtypes a tensor may have.  The cost model prices a
-vertex by its ``flops`` and the bytes it touches (:func:`touched_bytes`); the executor runs
-each op's kernel; builders price a vertex with :func:`op_flops` from its shapes.
+"""The ops a compute vertex may name (``NAME`` or ``NAME:key=value,...``), their flops and the
+bytes they touch, and the dtypes a tensor may have (the cost model's per-vertex price).
 
-Each op is declared once, with its kernel, by :func:`~.base.op` in the module of its family
-(:mod:`.elementwise`, :mod:`.linear`, :mod:`.norm`, :mod:`.attention`; docs/extending.md, An
-op and its kernel).  This package imports every module in it (found by :mod:`pkgutil`), and
-none of them imports NumPy, so that the planners, readers and simulator know every op without
-it.  A kernel is ``fn(xp, out, args, scratch)``: ``xp`` is ``numpy`` or ``cupy``, ``out`` the
-vertex's planned location viewed with its shape and dtype, ``args`` its inputs in argument
-order, and ``scratch`` a 1-D byte workspace of the stream it runs on (at least as long as the
-op's ``scratch(out, args)``).  Kernels write ``out`` in place (``out=``) and allocate nothing
-on the device.
-
-An op is named ``NAME`` or, for the ops that take integer parameters, ``NAME:key=value,...``
-(the toolkit's spec syntax): ``rotary:offset=4096`` rotates rows at positions 4096 onwards,
-``causal_softmax:q0=4096,k0=0`` masks a query block starting at row 4096 against a key block
-starting at key 0.  :func:`op_call` writes such a name and :func:`parse_op` reads it.
-
-One op has no kernel: ``generic:<source op>`` (``generic:aten.cumsum.default``), which
-``offloadlab import-torch --generic`` writes for an op the toolkit does not know, priced from
-its shapes alone (:data:`GENERIC`).  Planners and the simulator take it; the executor refuses
-a graph that holds one.
+Each op is declared once, with its kernel, by :func:`~.base.op` in the module of its family;
+this package imports every one of them, none of which imports NumPy.  docs/extending.md (An op
+and its kernel) explains the kernels; docs/workloads.md the op names, docs/cost-model.md the
+``generic`` op.
 """
 
 from __future__ import annotations
@@ -55,9 +39,26 @@ __all__ = ["DTYPES", "FLOAT_DTYPES", "GENERIC", "KERNELS", "OPS", "UPDATE_OPS", 
 
 @lru_cache(maxsize=4096)
 def parse_op(op: str) -> tuple[str, tuple[tuple[str, int], ...]]:
-    """``"rotary:offset=8"`` -> ``("rotary", (("offset", 8),))``, every declared parameter
-    present (defaults filled in); ``"generic:aten.cumsum.default"`` -> ``("generic", ())``;
-    :class:`OpError` for an unknown op, a bad parameter or a missing label."""
+    """An op name's name and parameters: ``"rotary:offset=8"`` -> ``("rotary", (("offset", 8),))``.
+
+    Every declared parameter is present (defaults filled in);
+    ``"generic:aten.cumsum.default"`` -> ``("generic", ())``.
+
+    Parameters
+    ----------
+    op : str
+        The op, ``NAME`` or ``NAME:key=value,...``.
+
+    Returns
+    -------
+    tuple
+        The name and a tuple of ``(key, value)`` pairs in declaration order.
+
+    Raises
+    ------
+    OpError
+        For an unknown op, a bad parameter or a missing label.
+    """
     name, colon, rest = op.partition(":")
     spec = OPS.get(name)
     if spec is None:
@@ -85,7 +86,18 @@ def parse_op(op: str) -> tuple[str, tuple[tuple[str, int], ...]]:
 
 
 def op_problem(op: object) -> str | None:
-    """What is wrong with ``op`` as a compute vertex's op, or None."""
+    """What is wrong with ``op`` as a compute vertex's op, or None.
+
+    Parameters
+    ----------
+    op : object
+        The vertex's op, as read.
+
+    Returns
+    -------
+    str or None
+        The problem in a sentence, or None if ``op`` is a known op with good parameters.
+    """
     if type(op) is not str:
         return str(OPS.unknown(op))
     if op in OPS:
@@ -98,7 +110,24 @@ def op_problem(op: object) -> str | None:
 
 
 def op_call(name: str, **params: int) -> str:
-    """The op name ``NAME:key=value,...`` (parameters equal to their default left out)."""
+    """The op name ``NAME:key=value,...`` (parameters equal to their default left out).
+
+    Parameters
+    ----------
+    name : str
+        A known op's name.
+    **params : int
+        Its integer parameters.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    OpError
+        If ``name`` is unknown or does not take a parameter given.
+    """
     spec = OPS[name]
     defaults = dict(spec.params)
     unknown = set(params) - set(defaults)
@@ -109,14 +138,44 @@ def op_call(name: str, **params: int) -> str:
 
 
 def op_name(op: str) -> str:
-    """The op's name without its parameters."""
+    """The op's name without its parameters.
+
+    Parameters
+    ----------
+    op : str
+        The op, ``NAME`` or ``NAME:key=value,...``.
+
+    Returns
+    -------
+    str
+    """
     return op.partition(":")[0]
 
 
 def op_flops(op: str, out: Shape, ins: Sequence[Shape]) -> float:
-    """The flops of ``op`` writing a tensor of shape ``out`` from inputs of shapes ``ins``
-    (the conventions are in the family modules: ``2 m n k`` for a matmul, a few per element
-    for the rest)."""
+    """The flops of ``op`` writing a tensor of shape ``out`` from inputs of shapes ``ins``.
+
+    The conventions are in the family modules: ``2 m n k`` for a matmul, a few per element
+    for the rest.
+
+    Parameters
+    ----------
+    op : str
+        The op.
+    out : Shape
+        The output's shape.
+    ins : sequence of Shape
+        The inputs' shapes, in argument order.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    OpError
+        If ``op`` is unknown or has no flop count from shapes.
+    """
     spec = OPS[op_name(op)]
     if spec.flops is None:
         raise OpError(f"op {op!r} has no flop count from shapes; give the vertex its flops")
@@ -124,8 +183,24 @@ def op_flops(op: str, out: Shape, ins: Sequence[Shape]) -> float:
 
 
 def touched_bytes(op: str | None, out: int, ins: Sequence[int]) -> int:
-    """Bytes a kernel reads and writes: its output and its inputs, except that a gather
-    (``embedding``) reads only as many bytes of its table (the last input) as it writes."""
+    """Bytes a kernel reads and writes: its output and its inputs.
+
+    A gather (``embedding``) reads only as many bytes of its table (the last input) as it
+    writes.
+
+    Parameters
+    ----------
+    op : str or None
+        The op; None or an unknown op counts every input.
+    out : int
+        The output's bytes.
+    ins : sequence of int
+        The inputs' bytes.
+
+    Returns
+    -------
+    int
+    """
     spec = None if op is None else OPS.get(op_name(op))
     if spec is not None and spec.gather:
         return out + sum(ins[:-1]) + min(out, ins[-1] if ins else 0)

@@ -98,9 +98,31 @@ KERNELS: Registry[Kernel] = Registry("kernel", error=KernelError, listed="known 
 def op(name: str, doc: str, *, params: tuple[tuple[str, int], ...] = (),
        flops: FlopsFn | None = None, gather: bool = False, folds: bool = False,
        scratch: ScratchFn | None = None) -> Callable[[F], F]:
-    """Declare op ``name`` (its :class:`Op` fields) with the decorated function as its kernel,
-    which needs ``scratch(out, args)`` bytes of workspace (none if not given); an op's integer
-    parameters are bound to the kernel as keyword arguments."""
+    """Declare op ``name`` (its :class:`Op` fields) with the decorated function as its kernel.
+
+    Parameters
+    ----------
+    name : str
+        The op's name.
+    doc : str
+        Its description, as ``offloadlab list ops`` shows it.
+    params : tuple of (str, int) pairs, default ()
+        The integer parameters its name may carry, with their defaults; bound to the kernel as
+        keyword arguments.
+    flops : callable, optional
+        Its flops from the output's and the inputs' shapes.
+    gather : bool, default False
+        It reads only part of its last input.
+    folds : bool, default False
+        Its kernel folds or tiles inputs of any length onto its output.
+    scratch : callable, optional
+        ``scratch(out, args)``, the workspace bytes the kernel needs (none if not given).
+
+    Returns
+    -------
+    callable
+        The decorator, which registers the op and its kernel and returns the function.
+    """
     def deco(fn: F) -> F:
         OPS[name] = Op(doc, params, flops, gather, folds=folds)
         KERNELS[name] = Kernel(fn) if scratch is None else Kernel(fn, scratch)
