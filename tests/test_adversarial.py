@@ -141,6 +141,9 @@ OPTIONS = [
     ["simulate", "{d}/mg.json", "--seed", "x"],
     ["simulate", "{d}/mg.json", "--noise", "-1"],
     ["simulate", "{d}/mg.json", "--noise", "nan"],
+    ["simulate", "{d}/mg.json", "--noise", "inf"],
+    ["simulate", "{d}/mg.json", "--noise", "1e308"],
+    ["simulate", "{d}/mg.json", "--noise", "10.5"],
     ["simulate", "{d}/mg.json", "--streams", "0"],
     ["simulate", "{d}/mg.json", "--streams", "-1"],
     ["simulate", "{d}/mg.json", "--streams", "x"],
@@ -162,6 +165,7 @@ OPTIONS = [
     ["ablate", "determinism", "--workload", SMALL, "--machine", MACHINE, "--seeds", "0"],
     ["ablate", "determinism", "--workload", SMALL, "--machine", MACHINE, "--noise", "a,b"],
     ["ablate", "determinism", "--workload", SMALL, "--machine", MACHINE, "--noise", "-1"],
+    ["ablate", "determinism", "--workload", SMALL, "--machine", MACHINE, "--noise", "0,1e308"],
     ["ablate", "parts", "--workload", SMALL, "--machine", MACHINE, "--plot", "p.png"],
     ["compare", "--workload", SMALL, "--machine", MACHINE, "--out", "t.txt"],
     ["compare", "--workload", SMALL, "--machine", MACHINE, "--plot", "p.csv"],
@@ -399,6 +403,12 @@ RUNAWAYS = {
         "reproduce", "beaumont-table1", "--only", "gpt2-1000000000x16", "--json"],
     "reproduce --only 7b-100000000": lambda d: ["reproduce", "turnip-prefill", "--only",
                                                 "7b-100000000", "--json"],
+    "ablate --seeds 1e9": lambda d: ["ablate", "determinism", "--workload", SMALL, "--machine",
+                                     MACHINE, "--seeds", "1000000000"],
+    "reproduce --seeds 1e9": lambda d: ["reproduce", "turnip-determinism", "--seeds",
+                                        "1000000000"],
+    "estimate --points 1e9": lambda d: ["estimate", "--workload", SMALL, "--machine", MACHINE,
+                                        "--points", "1000000000"],
     "simulate /dev/zero": lambda d: ["simulate", "/dev/zero"],
     "simulate /dev/urandom": lambda d: ["simulate", "/dev/urandom"],
     "run /dev/zero": lambda d: ["run", "/dev/zero"],
@@ -487,6 +497,48 @@ def test_the_runaways_peak_memory(runaways, record_property):
     print(f"largest peak RSS of {len(peaks)} runaway cases: {worst}, "
           f"{peaks[worst] / 2**20:.0f} MiB")
     assert peaks[worst] < PEAK
+
+
+
+# -- a full disk (subprocesses with a file-size limit) ----------------------------------------
+def _full_disk(argv: list[str], cwd: Path, **popen) -> subprocess.CompletedProcess:
+    """``python -m offloadlab ARGV`` whose files cannot grow past 1 KiB (RLIMIT_FSIZE): a
+    write fails as on a full disk, with an error naming no file."""
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "offloadlab", "-q", *argv], cwd=cwd, env=env,
+                          stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
+                                                                (1024, 1024)), **popen)
+
+
+@pytest.mark.parametrize("argv,out", [
+    (["plan", "--workload", "matmul-chain:layers=4", "--machine", MACHINE, "--out"], "mg.json"),
+    (["compare", "--workload", SMALL, "--machine", MACHINE, "--out"], "t.parquet"),
+    (["compare", "--workload", SMALL, "--machine", MACHINE, "--plot"], "p.png"),
+    (["simulate", "{d}/mg.json", "--chrome"], "c.json"),
+    (["demo", "--layers", "2", "--out"], "demo/gantt.png")])
+def test_a_full_disk_names_the_output(inputs, argv, out):
+    """One line naming the file that could not be written; nothing left."""
+    before = {p.name for p in inputs.iterdir()}
+    argv = [a.replace("{d}", str(inputs)) for a in argv] + [out.partition("/")[0]]
+    done = _full_disk(argv, inputs, stdout=subprocess.DEVNULL)
+    check_refusal(done.returncode, done.stderr, inputs, before)
+    assert done.stderr.startswith(f"offloadlab: error: {out}: ") and "File too large" in \
+        done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_stdout_on_a_full_disk_is_named(tmp_path, unbuffered):
+    """``compare --json > FILE`` on a full disk: its output, more than stdout's buffer, fails
+    while the command prints it; the line says it was stdout."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": unbuffered}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "offloadlab", "compare", "--workload", SMALL,
+                               "--machine", MACHINE, "--json"], cwd=tmp_path, env=env,
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    check_refusal(done.returncode, done.stderr, tmp_path, set())
+    assert done.stderr == "offloadlab: error: stdout: No space left on device\n"
 
 
 # -- the estimates are upper bounds -------------------------------------------------------

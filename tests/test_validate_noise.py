@@ -60,6 +60,32 @@ def test_validate_memgraph_warms_up_with_one_unmeasured_run(monkeypatch):
     assert calls == ["warm-up", 0, 1] and len(r.makespans) == 2
 
 
+
+def test_validate_memgraph_holds_one_runs_outputs_at_a_time(monkeypatch):
+    """Each run's outputs are checked as it ends and dropped: ``--runs N`` does not hold N
+    runs' outputs (a runaway with a large N)."""
+    import gc
+    import weakref
+    refs: list[weakref.ref] = []
+    alive: list[int] = []
+    execute = validation.execute
+
+    def tracked(*args, **kwargs):
+        result = execute(*args, **kwargs)
+        refs.extend(weakref.ref(a) for a in result.outputs.values())
+        gc.collect()                    # an executor's run leaves reference cycles
+        alive.append(sum(r() is not None for r in refs))
+        return result
+    monkeypatch.setattr(validation, "execute", tracked)
+    graph = build_workload(WORKLOAD)
+    machine = machine_from_spec(MACHINE)
+    r = validation.validate_memgraph(plan(graph, machine, "levelwise"), machine, graph,
+                                     "levelwise", runs=6, rate_limit=False)
+    per_run = len(refs) // 7
+    assert per_run > 0 and r.correct and len(r.makespans) == 6
+    assert max(alive) <= 2 * per_run, alive
+
+
 def test_validate_reports_the_noise_probe_in_json_and_table(capsys):
     code, out, err = run(capsys, "validate", "--workload", WORKLOAD, "--machine", MACHINE,
                          "--runs", "2", "--json", "--planner", "levelwise")

@@ -50,6 +50,14 @@ def check_fixed(fixed: str) -> None:
         raise SpecError(f"unknown fixed order {fixed!r}; valid: {', '.join(FIXED)}")
 
 
+def check_seeds(seeds: int) -> None:
+    """Refuse, in one line, a number of seeds whose bootstrap would not fit in the RAM
+    available: :func:`mean_ci` draws :data:`RESAMPLES` x ``seeds`` values (an int64 index and
+    a float64 value each)."""
+    from ..core.budget import check_ram
+    check_ram(f"{seeds} seeds ({RESAMPLES} bootstrap resamples each)", 16 * RESAMPLES * seeds)
+
+
 def planned(memgraph: MemGraph) -> MemGraph:
     """``memgraph`` with each GPU's kernels chained in planner order (TURNIP's fixed order).
 
@@ -260,6 +268,7 @@ def ablate_determinism(graph: TaskGraph, machine: Machine, planners: Iterable[st
     from ..simulator import makespan
 
     check_fixed(fixed)
+    check_seeds(seeds)
     say = progress or (lambda line: None)
     if measured:
         from ..executor import check_runnable, execute

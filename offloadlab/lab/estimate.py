@@ -130,6 +130,7 @@ def estimate(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None 
     import pandas as pd
 
     from ..core.bound import problem_bound
+    from ..core.budget import check_ram
     from ..core.errors import SpecError
     from ..planner import PLANNERS
     from ..planner.buildmemgraph import min_capacity
@@ -140,6 +141,8 @@ def estimate(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None 
         check_spec(spec)
     if points < 2:
         raise SpecError(f"points must be at least 2, got {points}")
+    # the memories' float and integer arrays (geomspace, astype, unique's sorted copy)
+    check_ram(f"{points} points", 32 * points)
     low = max(min_capacity(graph) - 1, 0)
     roomy = max(sum(t.bytes for t in graph), low + 1)
     say = progress or (lambda line: None)

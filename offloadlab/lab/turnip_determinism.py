@@ -138,8 +138,9 @@ def run(points: Mapping[str, Sequence[Point]] | None = None, noises: Iterable[fl
     from tqdm import tqdm
 
     from .. import __version__
-    from .ablate import check_fixed, mean_ci
+    from .ablate import check_fixed, check_seeds, mean_ci
     check_fixed(fixed)
+    check_seeds(seeds)
     levels = list(dict.fromkeys(noises))
     todo = [(e, p) for e, ps in (POINTS if points is None else points).items() for p in ps]
     rows: list[dict] = []

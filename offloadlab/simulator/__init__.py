@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.dispatch import POLICIES, PolicyError, check_policy
+from ..core.errors import SpecError
 from ..core.host import host_overflow
 from ..core.machine import Machine
 from ..core.memgraph import MemGraph
@@ -26,7 +27,7 @@ from ..core.util import no_gc
 from .model import DeadlockError, Model
 
 __all__ = ["simulate", "makespan", "makespan_and_host_peak", "SimResult", "POLICIES",
-           "DeadlockError", "PolicyError"]
+           "DeadlockError", "PolicyError", "MAX_NOISE", "NoiseError", "check_noise"]
 
 
 @dataclass
@@ -107,8 +108,7 @@ def simulate(memgraph: MemGraph, machine: Machine, policy: str = "dynamic", nois
     3.6667
     """
     check_policy(policy)
-    if noise < 0:
-        raise ValueError(f"noise must be >= 0, got {noise}")
+    check_noise(noise)
     streams = machine.streams if streams is None else streams
     if streams < 1:
         raise ValueError(f"streams must be >= 1, got {streams}")
@@ -206,10 +206,24 @@ def makespan_and_host_peak(memgraph: MemGraph, machine: Machine, policy: str = "
     return model.makespan, run_host_peak(since, until, size)
 
 
+
+MAX_NOISE = 10.0
+"""The largest duration noise: a log-normal sigma; beyond it the factors (e^(sigma z -
+sigma^2/2)) leave the floating-point range and no timeline is left."""
+
+
+class NoiseError(SpecError, ValueError):
+    """A duration noise outside 0 to :data:`MAX_NOISE` (or not a number)."""
+
+
+def check_noise(noise: float) -> None:
+    """:class:`NoiseError` unless 0 <= ``noise`` <= :data:`MAX_NOISE`."""
+    if not 0 <= noise <= MAX_NOISE:
+        raise NoiseError(f"noise must be between 0 and {MAX_NOISE:g}, got {noise}")
+
 def _run(memgraph: MemGraph, machine: Machine, policy: str, noise: float, seed: int) -> Model:
     check_policy(policy)
-    if noise < 0:
-        raise ValueError(f"noise must be >= 0, got {noise}")
+    check_noise(noise)
     with no_gc():
         model = Model(memgraph, machine, policy, noise, seed, machine.streams)
         model.run()

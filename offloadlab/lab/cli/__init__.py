@@ -21,7 +21,9 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import NoReturn
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn, TextIO
 
 from ...core.errors import OffloadlabError
 from .common import Outputs
@@ -56,7 +58,39 @@ def run() -> NoReturn:
     Its output is written all the same, or the status says it was not (:func:`_end`)."""
     global _left
     _left = []
+    if sys.stdout is not None:
+        sys.stdout = _NamedStdout(sys.stdout)  # type: ignore[assignment]
     _end(main())
+
+
+class _NamedStdout:
+    """``sys.stdout`` whose write errors name it (``stdout: No space left on device``): a
+    failed write names no file, and stdout may be a file on a full disk (``> FILE``)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        with _naming_stdout():
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        with _naming_stdout():
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _naming_stdout() -> Iterator[None]:
+    """An OSError naming no file, raised again naming stdout."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno is None or exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, "stdout") from None
 
 
 def _end(code: int) -> NoReturn:

@@ -88,7 +88,8 @@ class Outputs:
         try:
             yield tmp
         except OSError as exc:
-            if exc.filename in (name, tmp):
+            # a failed write (a full disk) names no file: it is this one's
+            if exc.filename in (None, name, tmp):
                 raise _user_path_error(exc, path) from None
             raise
 
