@@ -681,3 +681,12 @@ def test_sigterm_stops_a_sweep_and_its_workers(tmp_path, delay):
     time.sleep(1)
     assert _alive(workers) == []
     assert {p.name for p in tmp_path.iterdir()} <= {"s.sqlite"}
+
+
+def test_compare_names_each_failed_planner_once(capsys, tmp_path):
+    """A deployed scheme's error already starts with its name: not said twice."""
+    err = run_in_process(capsys, tmp_path, ["compare", "--workload", SMALL, "--machine",
+                                            "disco-example:gpu_memory=1MB", "--planner",
+                                            "accelerate-offload", "--planner", "levelwise"])
+    assert "accelerate-offload: accelerate-offload:" not in err
+    assert "every planner failed: accelerate-offload: " in err and "; levelwise: " in err

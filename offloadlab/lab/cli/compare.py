@@ -31,6 +31,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     failed = table["error"].notna()
     if failed.all():
         raise PlanError("every planner failed: " + "; ".join(
+            row["error"] if row["error"].startswith(f"{row['planner']}: ") else
             f"{row['planner']}: {row['error']}" for _, row in table.iterrows()))
     written = write_table_and_plot(args, table, "compare_plot",
                                     f"{graph.name} on {args.machine} ({args.policy} dispatch)")
