@@ -136,9 +136,9 @@ def sections(rows: list[dict], factors: tuple[float, ...]) -> tuple[dict[str, Se
     return parts, notes
 
 
-def page_sections(text: str) -> dict[str, Section]:
-    """The problems' parts of a block that :func:`markdown` wrote, in its order."""
-    lines = text.splitlines()
+def page_sections(page: str) -> dict[str, Section]:
+    """The problems' parts of a page's block that :func:`markdown` wrote, in its order."""
+    lines = page.partition(BEGIN)[2].partition(END)[0].splitlines()
     summary = lines.index(SUMMARY[0]) if SUMMARY[0] in lines else len(lines)
     starts = [k for k in range(summary) if lines[k].startswith("**")] + [summary]
     parts: dict[str, Section] = {}
@@ -177,9 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(note, file=sys.stderr)
     if args.docs:
         if args.only:       # the other problems' parts stay as the page has them
-            page = Path(args.docs).read_text()
-            block = page.partition(BEGIN)[2].partition(END)[0]
-            parts = page_sections(block) | parts
+            parts = page_sections(Path(args.docs).read_text()) | parts
         if not replace_docs_block(Path(args.docs), BEGIN, END, markdown(parts)):
             return 2
     return 0
