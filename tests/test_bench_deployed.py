@@ -43,8 +43,9 @@ def test_one_problem_replaces_its_part_and_a_new_one_follows_the_others():
                      "mlp 4x flexgen: flexgen: out of memory",
                      "llama-lora-train 7B 1.5x flexgen: flexgen plans LLaMA inference",
                      "llama-lora-train 7B 4x flexgen: flexgen: out of memory"]
-    before = page_sections(PAGE)
-    merged = before | parts
+    before = {label: part for label, part in page_sections(PAGE).items()
+              if label != "llama-lora-train 7B"}
+    merged = page_sections(f"{BEGIN}\n{markdown(before)}\n{END}") | parts
     assert list(merged) == list(before) + ["llama-lora-train 7B"]
     text = markdown(merged)
     for label, (table, summary) in before.items():
