@@ -4,6 +4,8 @@
     PYTHONPATH=. python bench/bench_deployed.py                          # the tables (markdown)
     PYTHONPATH=. python bench/bench_deployed.py --docs docs/results/deployed.md
     PYTHONPATH=. python bench/bench_deployed.py --only mlp --factors 2
+    PYTHONPATH=. python bench/bench_deployed.py --only "llama-lora-train 7B" \\
+        --docs docs/results/deployed.md          # that problem's part of the page only
 
 Each problem is a TaskGraph and a machine: ``gpt2-train`` on a V100, ``llama-lora-train``
 (7B) on ``a100x8``'s GPUs, ``llama-prefill`` (13B) on ``a100x8``'s GPUs, and three models
@@ -17,7 +19,9 @@ schemes (those that do not apply to the problem refuse it in one line) and the p
 bound.  A cell is the simulated makespan in seconds, ``-`` where the planner does not apply
 to the problem (:data:`NOT_APPLICABLE`), ``OOM`` where it refused otherwise: for want of GPU
 memory (each refusal's line goes to stderr); the summary gives BuildMemGraph's makespan over
-each deployed scheme's (below 1: BuildMemGraph is faster) and over the bound.
+each deployed scheme's (below 1: BuildMemGraph is faster) and over the bound.  With
+``--only`` and ``--docs`` the page keeps the other problems' tables and summary rows as they
+are, and the problems run replace theirs (or follow them).
 """
 
 from __future__ import annotations
@@ -44,13 +48,6 @@ PROBLEMS: dict[str, tuple[str, str]] = {
 }
 """label -> (workload spec, or ``torch:NAME`` for a model of export.py traced for training;
 machine spec)."""
-NOT_RUN: dict[str, dict[str, str]] = {
-    "llama-lora-train 7B": {
-        "gemini": "its plan did not finish in 37 minutes at 1.5x on a loaded 2-core machine "
-                  "(profiled for 150 s, 95 s of it go to choosing eviction victims, each a "
-                  "pass over every chunk)"},
-}
-"""label -> the planners left out of that problem, and why (the table says so)."""
 FACTORS = (1.5, 4.0, 16.0)
 BEGIN, END = "<!-- bench_deployed: begin -->", "<!-- bench_deployed: end -->"
 
@@ -78,8 +75,8 @@ def one(label: str, factor: float) -> list[dict]:
     memory = int(min_capacity(graph) * factor)
     machine = machine_from_spec(f"{machine_text},gpu_memory={memory}" if ":" in machine_text
                                 else f"{machine_text}:gpu_memory={memory}")
-    planners = [p for p in sorted(PLANNERS) if p not in NOT_RUN.get(label, {})]
-    table = compare_planners(graph, machine, planners, milp_time_limit=10.0, workload=workload)
+    table = compare_planners(graph, machine, sorted(PLANNERS), milp_time_limit=10.0,
+                             workload=workload)
     return [dict(row, label=label, factor=factor, memory=memory)
             for row in table.to_dict("records")]
 
@@ -95,16 +92,26 @@ def cell(row: dict) -> str:
     return "-" if NOT_APPLICABLE.search(str(row["error"])) else "OOM"
 
 
-def tables(rows: list[dict], factors: tuple[float, ...]) -> tuple[str, list[str]]:
-    """The markdown: one table per problem (planners x memories), then the summary."""
-    out, notes, summary = [], [], []
+Section = tuple[list[str], list[str]]
+"""A problem's part of the page: its table's lines and its rows of the summary."""
+SUMMARY = ["BuildMemGraph's makespan over each deployed scheme's that plans the problem (below "
+           "1: BuildMemGraph is faster) and over the lower bound:", "",
+           "| problem | memory | over the deployed schemes | over the bound |",
+           "| --- | --- | --- | ---: |"]
+
+
+def sections(rows: list[dict], factors: tuple[float, ...]) -> tuple[dict[str, Section],
+                                                                     list[str]]:
+    """Each problem's table (planners x memories) and summary rows, and the refusals."""
+    parts: dict[str, Section] = {}
+    notes: list[str] = []
     for label in dict.fromkeys(r["label"] for r in rows):
         mine = [r for r in rows if r["label"] == label]
         memories = {r["factor"]: r["memory"] for r in mine}
-        out += [f"**{label}** (`{PROBLEMS[label][0]}` on `{PROBLEMS[label][1]}`)", "",
-                "| planner | " + " | ".join(f"{f:g}x: {memories[f] / 2**20:,.0f} MiB"
-                                              for f in factors) + " |",
-                "| --- |" + " ---: |" * len(factors)]
+        out = [f"**{label}** (`{PROBLEMS[label][0]}` on `{PROBLEMS[label][1]}`)", "",
+               "| planner | " + " | ".join(f"{f:g}x: {memories[f] / 2**20:,.0f} MiB"
+                                             for f in factors) + " |",
+               "| --- |" + " ---: |" * len(factors)]
         by = {(r["planner"], r["factor"]): r for r in mine}
         for planner in dict.fromkeys(r["planner"] for r in mine):
             out.append(f"| {planner} | " + " | ".join(cell(by[planner, f]) for f in factors)
@@ -113,8 +120,7 @@ def tables(rows: list[dict], factors: tuple[float, ...]) -> tuple[str, list[str]
                       if by[planner, f]["outcome"] != "ok"]
         bound = {f: by["buildmemgraph", f]["problem_bound"] for f in factors}
         out += ["| lower bound | " + " | ".join(f"{bound[f]:.4g}" for f in factors) + " |", ""]
-        out += [f"Not run here: `{p}`: {why}." for p, why in NOT_RUN.get(label, {}).items()]
-        out += [""] if label in NOT_RUN else []
+        summary = []
         for f in factors:
             ours = by["buildmemgraph", f]
             if ours["outcome"] != "ok":
@@ -126,11 +132,27 @@ def tables(rows: list[dict], factors: tuple[float, ...]) -> tuple[str, list[str]
             gains = ", ".join(ratios) or "none plans it"
             gains += f" (OOM: {', '.join(short)})" if short else ""
             summary.append(f"| {label} | {f:g}x | {gains} | {ours['makespan'] / bound[f]:.2f} |")
-    out += ["BuildMemGraph's makespan over each deployed scheme's that plans the problem (below "
-            "1: BuildMemGraph is faster) and over the lower bound:", "",
-            "| problem | memory | over the deployed schemes | over the bound |",
-            "| --- | --- | --- | ---: |", *summary]
-    return "\n".join(out), notes
+        parts[label] = out, summary
+    return parts, notes
+
+
+def page_sections(page: str) -> dict[str, Section]:
+    """The problems' parts of a page's block that :func:`markdown` wrote, in its order."""
+    lines = page.partition(BEGIN)[2].partition(END)[0].splitlines()
+    summary = lines.index(SUMMARY[0]) if SUMMARY[0] in lines else len(lines)
+    starts = [k for k in range(summary) if lines[k].startswith("**")] + [summary]
+    parts: dict[str, Section] = {}
+    for start, end in zip(starts, starts[1:]):
+        label = lines[start][2:].split("**")[0]
+        parts[label] = lines[start:end], [line for line in lines[summary:]
+                                          if line.startswith(f"| {label} |")]
+    return parts
+
+
+def markdown(parts: dict[str, Section]) -> str:
+    """The tables, one per problem, then the summary."""
+    out = [line for table, _ in parts.values() for line in table]
+    return "\n".join(out + SUMMARY + [row for _, rows in parts.values() for row in rows])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,12 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     points = [(label, f) for label in args.only or PROBLEMS for f in factors]
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = [row for part in pool.map(one, *zip(*points)) for row in part]
-    text, notes = tables(rows, factors)
-    print(text)
+    parts, notes = sections(rows, factors)
+    print(markdown(parts))
     for note in notes:
         print(note, file=sys.stderr)
-    if args.docs and not replace_docs_block(Path(args.docs), BEGIN, END, text):
-        return 2
+    if args.docs:
+        if args.only:       # the other problems' parts stay as the page has them
+            parts = page_sections(Path(args.docs).read_text()) | parts
+        if not replace_docs_block(Path(args.docs), BEGIN, END, markdown(parts)):
+            return 2
     return 0
 
 

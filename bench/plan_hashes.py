@@ -26,6 +26,11 @@ bench_deployed.py's problems at its memories and at 64x BuildMemGraph's least, w
 ZeRO-Offload, FSDP and Accelerate plan the LoRA 7B step to its end (the SHA-1 of the
 node-link JSON, or the planner's error in full; about 15 minutes; the traced models need
 torch).
+``--gemini`` fingerprints ``gemini`` instead (docs/gemini.md): the training workloads of
+``tests/test_gemini.py`` and this grid's, on ``p100x4`` at 1.0x, 1.1x, 1.5x, 4x and 10x,
+with a chunk size of a few parameters (the test's), and with ``eviction=lru``,
+``max_prefetch=2``, the chunk size searched with gradient chunks, and the default warm-up
+share (its warm-up evicts) in turn.
 Run it outside the repository so that the install, not the source tree, is measured.
 """
 
@@ -71,6 +76,23 @@ DEPLOYED = ("torch-compile-offload",
             "fsdp-cpu-offload", "fsdp-cpu-offload:min_num_params=1000000,limit_all_gathers=false",
             "accelerate-offload", "flexgen", "flexgen:w_gpu_percent=50,cache_gpu_percent=100,"
             "act_gpu_percent=100", "buildmemgraph")
+GEMINI = (
+    ("model:name=mlp,mode=train,gpus=1", "gemini:chunk_size=2MiB"),
+    ("model:name=gpt2,mode=train,gpus=2", "gemini:chunk_size=4MiB"),
+    ("model:name=bert,mode=train,gpus=1", "gemini:chunk_size=4MiB"),
+    ("model:name=resnet18,mode=train,gpus=2", "gemini:chunk_size=4MiB"),
+    ("model:name=llama,mode=train,gpus=3", "gemini:chunk_size=4MiB"),
+    ("training-chain:w=400KB;300KB;400KB;500KB,a=100KB;60KB;100KB;80KB,uF=0.1;0.1;0.1;0.1,"
+     "uB=0.2;0.2;0.2;0.2", "gemini:chunk_size=1"),
+    ("gpt2-train:depth=3,batch=1,seq=8,weight_bytes=300000,iterations=2", "gemini:chunk_size=1"),
+    ("bert-train:depth=3,batch=1,seq=8,weight_bytes=300000,iterations=2", "gemini:chunk_size=1"),
+    ("llama-lora-train:model=tiny,seq=64,batch=2,gpus=1,block=32", "gemini:chunk_size=4KiB"),
+    ("gpt2-train:depth=6,iterations=2", "gemini:chunk_size=1MiB"),
+)
+GEMINI_FACTORS = (1.0, 1.1, 1.5, 4.0, 10.0)
+GEMINI_OPTIONS = (",warmup_share=1", ",warmup_share=1,eviction=lru",
+                  ",warmup_share=1,max_prefetch=2",
+                  ",warmup_share=1,search_range=4MiB,grad_chunks=true", "")
 PLANNERS = ("buildmemgraph", "buildmemgraph:victim=cost", "buildmemgraph:victim=lru",
             "buildmemgraph:ahead=false", "buildmemgraph:reserve=0",
             "buildmemgraph:order=levels", "buildmemgraph:order=topological",
@@ -122,7 +144,7 @@ def deployed() -> None:
         for factor, planner in itertools.product(DEPLOYED_FACTORS, DEPLOYED):
             spec = f"{machine}{',' if ':' in machine else ':'}gpu_memory={int(least * factor)}"
             try:
-                text = plan(graph, machine_from_spec(spec), planner).to_json()
+                text = formats.to_json(plan(graph, machine_from_spec(spec), planner))
                 out = hashlib.sha1(text.encode()).hexdigest()[:12]
             except PlanError as exc:
                 out = f"PlanError {exc}"
@@ -138,9 +160,17 @@ def main() -> None:
                         help="fingerprint TURNIP's LoRA points instead (minutes each)")
     parser.add_argument("--deployed", action="store_true",
                         help="fingerprint the deployed schemes on bench_deployed's problems")
+    parser.add_argument("--gemini", action="store_true", help="fingerprint gemini instead")
     args = parser.parse_args()
     if args.deployed:
         deployed()
+        return
+    if args.gemini:
+        for workload, spec in GEMINI:
+            graph = build_workload(workload)
+            for factor, options in itertools.product(GEMINI_FACTORS, GEMINI_OPTIONS):
+                print(workload, factor, spec + options,
+                      fingerprint(graph, "p100x4", factor, spec + options), flush=True)
         return
     if args.lora:
         for workload in LORA:

@@ -33,31 +33,100 @@ def pack(copies: list[Copy]) -> dict[str, int]:
         # lifetimes counted in this GPU's events, so that a GPU's layout does not depend on
         # what the others do
         rank = {e: k for k, e in enumerate(sorted({e for c in mine for e in (c.born, c.freed)}))}
-        layouts = [_first_fit(mine, lambda c: (-c.size, c.born)),
-                   _first_fit(mine, lambda c: (-c.size * (rank[c.freed] - rank[c.born]),
-                                               c.born))]
+        layouts = [_first_fit(mine, rank, lambda c: (-c.size, c.born)),
+                   _first_fit(mine, rank, lambda c: (-c.size * (rank[c.freed] - rank[c.born]),
+                                                     c.born))]
         offsets, need[dev] = min(layouts, key=lambda layout: layout[1])
         for c, offset in zip(mine, offsets):
             c.offset = offset
     return need
 
 
-def _first_fit(copies: list[Copy], key: Callable[[Copy], tuple[int, int]]
-               ) -> tuple[list[int], int]:
+def _first_fit(copies: list[Copy], rank: dict[int, int],
+               key: Callable[[Copy], tuple[int, int]]) -> tuple[list[int], int]:
     """Each copy's offset when they are placed in the order of ``key``, each at the lowest
-    offset that no copy living at the same time holds; and the bytes they take."""
+    offset that no copy living at the same time holds; and the bytes they take.  ``rank``
+    numbers the copies' events in order; the copies living at the same time as one are found
+    by :class:`_Lives`, not by a pass over all."""
     offsets = [0] * len(copies)
-    placed: list[tuple[int, int, int, int]] = []     # (born, freed, offset, end)
+    lives = _Lives(len(rank))
+    top = 0
     for k in sorted(range(len(copies)), key=lambda k: key(copies[k])):
         c = copies[k]
+        born, freed = rank[c.born], rank[c.freed]
         offset = 0
-        for start, end in sorted((o, e) for b, f, o, e in placed if b < c.freed and c.born < f):
+        # by start alone: of ranges starting at the same offset, the first fits iff any does
+        for start, end in sorted(lives.meeting(born, freed), key=_start):
             if start - offset >= c.size:
                 break
-            offset = max(offset, end)
+            if end > offset:
+                offset = end
         offsets[k] = offset
-        placed.append((c.born, c.freed, offset, offset + c.size))
-    return offsets, max(end for *_, end in placed)
+        lives.add(born, freed, (offset, offset + c.size))
+        top = max(top, offset + c.size)
+    return offsets, top
+
+
+def _start(block: tuple[int, int]) -> int:
+    return block[0]
+
+
+Lists = list[list[tuple[int, int]] | None]
+
+
+class _Lives:
+    """Ranges of memory, each held over an interval ``[born, freed)`` of times ``0 .. n-1``,
+    found by the intervals they meet: two segment trees over the times, one listing each range
+    at the nodes that its interval covers (those held at a time are on the path from its leaf
+    up), one at every node above its birth (those born in an interval are at the nodes that
+    cover it)."""
+
+    def __init__(self, n: int):
+        self.leaves = 1 << max(n - 1, 1).bit_length()
+        self.held: Lists = [None] * (2 * self.leaves)
+        self.born: Lists = [None] * (2 * self.leaves)
+
+    def add(self, born: int, freed: int, block: tuple[int, int]) -> None:
+        node = born + self.leaves
+        while node:
+            _put(self.born, node, block)
+            node >>= 1
+        lo, hi = born + self.leaves, freed + self.leaves
+        while lo < hi:
+            if lo & 1:
+                _put(self.held, lo, block)
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                _put(self.held, hi, block)
+            lo, hi = lo >> 1, hi >> 1
+
+    def meeting(self, born: int, freed: int) -> list[tuple[int, int]]:
+        """The ranges whose interval meets ``[born, freed)``: those held at ``born`` and those
+        born after it and before ``freed``, each once."""
+        out: list[tuple[int, int]] = []
+        node = born + self.leaves
+        while node:
+            out += self.held[node] or ()
+            node >>= 1
+        lo, hi = born + 1 + self.leaves, freed + self.leaves
+        while lo < hi:
+            if lo & 1:
+                out += self.born[lo] or ()
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                out += self.born[hi] or ()
+            lo, hi = lo >> 1, hi >> 1
+        return out
+
+
+def _put(lists: Lists, node: int, block: tuple[int, int]) -> None:
+    held = lists[node]
+    if held is None:
+        lists[node] = [block]
+    else:
+        held.append(block)
 
 
 def locate(manager: Manager, capacity: int) -> None:

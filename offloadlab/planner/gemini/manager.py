@@ -55,6 +55,7 @@ from ...core.taskgraph import TaskGraph
 from ..allocator import PINNED, GpuMemory
 from ..registry import Hooks
 from .chunks import NEVER, Chunk, Program, Slot, next_read, next_use
+from .held import Held, Key
 from .options import GeminiOptions
 
 
@@ -138,6 +139,7 @@ class Manager:
         self.kept = set(graph.outputs())
         self.last_op: dict[str, str] = {}       # device -> its operator run last
         self.last_use = [-1] * len(prog.chunks)     # chunk -> the operator that used it last
+        self.held = Held(prog.chunks, self._order)  # HOLD candidates, in order of eviction
         self.on_gpu: dict[str, list[Chunk]] = {dev: [] for dev in gpus}
         for chunk in prog.chunks:
             self.on_gpu[chunk.device].append(chunk)
@@ -195,6 +197,7 @@ class Manager:
                 self.peaks[i, dev] = self.used[dev] - self.model[dev]
         for chunk in self.prog.compute[i]:
             self.last_use[chunk.index] = i
+            self.held.rekey(chunk)
         for slot in self.prog.reads[i]:
             self.resident[slot].readers.append(t)
             if self.prog.readers[slot][-1] == i and slot[0] not in self.kept:
@@ -356,17 +359,17 @@ class Manager:
     def _victim(self, i: int, dev: str) -> Chunk | None:
         """The HOLD chunk of ``dev`` to move to host RAM, or None: in the warm-up the first
         registered (nothing is known of their uses yet); then ``opt``, the one needed latest,
-        or ``lru``, the least recently used."""
-        compute = self.prog.compute[i]
-        held = [c for c in self.prog.chunks if c.device == dev and c not in compute
-                and any(s in self.resident for s in c.slots)]
-        if not held:
-            return None
+        or ``lru``, the least recently used (ties: the first registered)."""
+        return self.held.first(dev, self.prog.compute[i])
+
+    def _order(self, chunk: Chunk) -> Key:
+        """The chunk's rank among :meth:`_victim`'s candidates, least evicted first: up to its
+        next use, ``opt``'s next use is the one after the operator that used it last."""
         if self.warmup:
-            return held[0]
+            return (chunk.index,)
         if self.options.eviction == "lru":
-            return min(held, key=lambda c: self.last_use[c.index])
-        return max(held, key=lambda c: (next_use(c, i), c.index))
+            return (self.last_use[chunk.index], chunk.index)
+        return (-next_use(chunk, self.last_use[chunk.index]), -chunk.index)
 
     def _evict(self, chunk: Chunk, moves: list[str]) -> int:
         """Move a chunk's tensors to host RAM, offloading those host RAM lacks; its bytes."""
@@ -409,8 +412,10 @@ class Manager:
         self.events.append(copy)
         self.resident[slot] = copy
         self.used[slot[1]] += copy.size
-        if slot in self.prog.chunk_of:
+        chunk = self.prog.chunk_of.get(slot)
+        if chunk is not None:
             self.model[slot[1]] += copy.size
+            self.held.arrive(chunk)
         if self.memory is not None:
             covered = self.memory[slot[1]].place(offset, size, copy)
             self.mg.add_edges([g for segment in covered for g in segment.guard], writer,
@@ -453,8 +458,10 @@ class Manager:
                                          (copy.writer,), copy.freed)
         self.events.append(copy)
         self.used[slot[1]] -= copy.size
-        if slot in self.prog.chunk_of:
+        chunk = self.prog.chunk_of.get(slot)
+        if chunk is not None:
             self.model[slot[1]] -= copy.size
+            self.held.leave(chunk)
 
     def _live(self, slot: Slot) -> bool:
         """Whether a chunk's slot holds a tensor now: written (or in host RAM), not yet dead."""
