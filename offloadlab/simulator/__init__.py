@@ -217,9 +217,21 @@ class NoiseError(SpecError, ValueError):
 
 
 def check_noise(noise: float) -> None:
-    """:class:`NoiseError` unless 0 <= ``noise`` <= :data:`MAX_NOISE`."""
+    """Refuse a duration noise outside 0 to :data:`MAX_NOISE`.
+
+    Parameters
+    ----------
+    noise : float
+        The log-normal sigma of the duration noise.
+
+    Raises
+    ------
+    NoiseError
+        ``noise`` is below 0, above :data:`MAX_NOISE` or not a number.
+    """
     if not 0 <= noise <= MAX_NOISE:
         raise NoiseError(f"noise must be between 0 and {MAX_NOISE:g}, got {noise}")
+
 
 def _run(memgraph: MemGraph, machine: Machine, policy: str, noise: float, seed: int) -> Model:
     check_policy(policy)
