@@ -51,9 +51,21 @@ def check_fixed(fixed: str) -> None:
 
 
 def check_seeds(seeds: int) -> None:
-    """Refuse, in one line, a number of seeds whose bootstrap would not fit in the RAM
-    available: :func:`mean_ci` draws :data:`RESAMPLES` x ``seeds`` values (an int64 index and
-    a float64 value each)."""
+    """Refuse, in one line, a number of seeds whose bootstrap would not fit in the RAM available.
+
+    :func:`mean_ci` draws :data:`RESAMPLES` x ``seeds`` values (an int64 index and a float64
+    value each).
+
+    Parameters
+    ----------
+    seeds : int
+        The number of seeds.
+
+    Raises
+    ------
+    SpecError
+        Naming the seeds, the bytes they need and the RAM available.
+    """
     from ..core.budget import check_ram
     check_ram(f"{seeds} seeds ({RESAMPLES} bootstrap resamples each)", 16 * RESAMPLES * seeds)
 

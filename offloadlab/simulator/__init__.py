@@ -217,7 +217,18 @@ class NoiseError(SpecError, ValueError):
 
 
 def check_noise(noise: float) -> None:
-    """:class:`NoiseError` unless 0 <= ``noise`` <= :data:`MAX_NOISE`."""
+    """:class:`NoiseError` unless 0 <= ``noise`` <= :data:`MAX_NOISE`.
+
+    Parameters
+    ----------
+    noise : float
+        The duration noise.
+
+    Raises
+    ------
+    NoiseError
+        Naming the noise and the range.
+    """
     if not 0 <= noise <= MAX_NOISE:
         raise NoiseError(f"noise must be between 0 and {MAX_NOISE:g}, got {noise}")
 
