@@ -65,6 +65,18 @@ class FsdpOptions(Options):
 
 
 def applies(graph: TaskGraph) -> None:
+    """Refuse a graph with no optimizer update on a GPU: FSDP's offload plans training steps.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     if not step_of(graph).updates:
         raise PlanError(f"{NAME} plans training steps: TaskGraph {graph.name!r} has no "
                         f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
@@ -75,9 +87,25 @@ Window = tuple[int, str, int, bool]
 
 
 def units(graph: TaskGraph, step: Step, min_num_params: int) -> tuple[dict[str, int], int]:
-    """Each parameter's unit, parameters in the order of their first reader, a unit closed at
-    ``min_num_params`` elements; and the root's number, the unit left unclosed (-1 if
-    none)."""
+    """Each parameter's unit, and the root's number.
+
+    Parameters in the order of their first reader, a unit closed at ``min_num_params``
+    elements; the root is the unit left unclosed.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+    step : Step
+        Its anatomy.
+    min_num_params : int
+        The elements that close a unit.
+
+    Returns
+    -------
+    tuple of dict of str to int, and int
+        Each parameter's unit; the root's number (-1 if none).
+    """
     unit: dict[str, int] = {}
     count, elements = 0, 0
     for t in graph:
@@ -99,10 +127,30 @@ Slots = dict[tuple[int, str, int], set[Slot]]
 def unit_windows(loop: Schedule, step: Step, unit: dict[str, int], root: int,
                  grad_of: dict[str, str | None]
                  ) -> tuple[Slots, dict[int, list[Window]], dict[int, list[Window]]]:
-    """Each unit's windows in ``loop``'s order: the parameter slots of each (unit, GPU,
-    iteration), and the windows that start (the unit's pre-forward or pre-backward unshard)
-    and end (its reshard) at each position.  The root's forward window starts with its
-    iteration and does not end (the root is kept for the backward)."""
+    """Each unit's windows in ``loop``'s order.
+
+    The root's forward window starts with its iteration and does not end (the root is kept
+    for the backward).
+
+    Parameters
+    ----------
+    loop : Schedule
+        The training loop's order.
+    step : Step
+        The graph's anatomy.
+    unit : dict of str to int
+        Each parameter's unit (:func:`units`).
+    root : int
+        The root's unit (-1 if none).
+    grad_of : dict of str to str or None
+        Each gradient's parameter.
+
+    Returns
+    -------
+    tuple
+        The parameter slots of each (unit, GPU, iteration), and the windows that start (the
+        unit's pre-forward or pre-backward unshard) and end (its reshard) at each position.
+    """
     placed, schedule = loop.placed, loop.order
     windows: dict[Window, list[int]] = {}           # a window's positions
     slots: Slots = {}
@@ -139,7 +187,28 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
     """PyTorch FSDP offloading its parameters (CPUOffload's offload_params): each unit's
     parameters copied from host RAM for its forward and again for its backward and dropped
     after each, gradients copied to host RAM after each unit's backward, the optimizer step on
-    the CPU."""
+    the CPU.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step: an optimizer update on a GPU.
+    machine : Machine
+        The machine it runs on.
+    options : FsdpOptions
+        The units' size (``min_num_params``) and ``limit_all_gathers``.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    PlanError
+        Where the scheme runs out of memory on a GPU, naming the GPU, the vertex and the bytes.
+    """
     step = step_of(graph)
     loop = cpu_step(graph, step)
     placed, schedule = loop.placed, loop.order

@@ -67,6 +67,18 @@ class ZeroOffloadOptions(Options):
 
 
 def applies(graph: TaskGraph) -> None:
+    """Refuse a graph with no optimizer update on a GPU: ZeRO-Offload plans training steps.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     if not step_of(graph).updates:
         raise PlanError(f"{NAME} plans training steps: TaskGraph {graph.name!r} has no "
                         f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
@@ -78,7 +90,28 @@ def zero_offload(graph: TaskGraph, machine: Machine, options: ZeroOffloadOptions
     """DeepSpeed ZeRO-Offload (stage 2, offload_optimizer to the CPU): weights resident on the
     GPU, gradients copied to host RAM by buckets during the backward, the optimizer step on
     the CPU after the backward, the updated weights copied back; dpu: the one-step delayed
-    parameter update's overlap."""
+    parameter update's overlap.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step: an optimizer update on a GPU.
+    machine : Machine
+        The machine it runs on.
+    options : ZeroOffloadOptions
+        The gradient bucket, its overlap, and ``dpu``.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    PlanError
+        Where the scheme runs out of memory on a GPU, naming the GPU, the vertex and the bytes.
+    """
     step = step_of(graph)
     loop = cpu_step(graph, step)
     placed, schedule = loop.placed, loop.order

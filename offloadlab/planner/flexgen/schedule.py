@@ -56,13 +56,28 @@ class Policy:
     overlap: bool = True
 
     def options(self) -> dict[str, object]:
-        """The policy as the planner's options (what ``flexgen:...`` takes to plan it)."""
+        """The policy as the planner's options (what ``flexgen:...`` takes to plan it).
+
+        Returns
+        -------
+        dict of str to object
+        """
         return {"w_gpu_percent": self.w_gpu_percent,
                 "cache_gpu_percent": self.cache_gpu_percent,
                 "act_gpu_percent": self.act_gpu_percent, "overlap": self.overlap}
 
     def flexgen(self, batches: int) -> dict[str, object]:
-        """The policy in all of FlexGen's ``Policy`` fields that it sets."""
+        """The policy in all of FlexGen's ``Policy`` fields that it sets.
+
+        Parameters
+        ----------
+        batches : int
+            FlexGen's ``num_gpu_batches``.
+
+        Returns
+        -------
+        dict of str to object
+        """
         return {**self.options(), "w_cpu_percent": 100 - self.w_gpu_percent,
                 "cache_cpu_percent": 100 - self.cache_gpu_percent,
                 "act_cpu_percent": 100 - self.act_gpu_percent,
@@ -97,8 +112,23 @@ class Plan:
 
 
 def gpu_weights(graph: TaskGraph, st: Structure, w_gpu_percent: float) -> set[str]:
-    """The weights whose home is the GPU (``init_weight_list``: by the middle of each one's
-    bytes in its layer's list)."""
+    """The weights whose home is the GPU.
+
+    FlexGen's ``init_weight_list``: by the middle of each one's bytes in its layer's list.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The LLaMA TaskGraph.
+    st : Structure
+        Its FlexGen layers.
+    w_gpu_percent : float
+        The policy's percent of each layer's weights on the GPU.
+
+    Returns
+    -------
+    set of str
+    """
     cpu = 100 - w_gpu_percent
     home: set[str] = set()
     for layer in st.weights:
@@ -113,13 +143,44 @@ def gpu_weights(graph: TaskGraph, st: Structure, w_gpu_percent: float) -> set[st
 
 
 def cache_on_gpu(heads: int, cache_gpu_percent: float, gpu_batch_size: int = 1) -> bool:
-    """Whether a GPU batch's (one sequence's) cache is on the GPU: FlexGen's mixed device
-    rounds the GPU's share down to whole sequences."""
+    """Whether a GPU batch's (one sequence's) cache is on the GPU.
+
+    FlexGen's mixed device rounds the GPU's share down to whole sequences.
+
+    Parameters
+    ----------
+    heads : int
+        The attention heads.
+    cache_gpu_percent : float
+        The policy's percent of the KV cache on the GPU.
+    gpu_batch_size : int
+        The sequences in a GPU batch.
+
+    Returns
+    -------
+    bool
+    """
     return int(gpu_batch_size * heads * cache_gpu_percent / 100) // heads >= 1
 
 
 def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[Op]:
-    """The ops of FlexGen's block schedule under ``policy``, in the order it issues them."""
+    """The ops of FlexGen's block schedule under ``policy``, in the order it issues them.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The LLaMA TaskGraph.
+    st : Structure
+        Its FlexGen layers and steps.
+    policy : Policy
+        The policy.
+    gpu : str
+        The GPU.
+
+    Returns
+    -------
+    list of Op
+    """
     issued = _Issued(graph, st, gpu, policy.overlap)
     issued.weights(gpu_weights(graph, st, policy.w_gpu_percent))
     for u in st.tokens:
@@ -235,9 +296,27 @@ class _Issued:
 
 
 def lay_out(graph: TaskGraph, ops: list[Op], gpu: str, capacity: int) -> Plan:
-    """The MemGraph of ``ops`` on a GPU of ``capacity`` bytes: copies that stay to the end at
-    the bottom, the others where the allocator finds room; the steps' chains and barriers.
-    Without room (``Plan.mg`` None) the plan still counts the peak."""
+    """The MemGraph of ``ops`` on a GPU of ``capacity`` bytes.
+
+    Copies that stay to the end at the bottom, the others where the allocator finds room;
+    the steps' chains and barriers.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The LLaMA TaskGraph.
+    ops : list of Op
+        The schedule (:func:`schedule`).
+    gpu : str
+        The GPU.
+    capacity : int
+        Its bytes.
+
+    Returns
+    -------
+    Plan
+        Without room ``Plan.mg`` is None; the plan still counts the peak.
+    """
     plan = Plan()
     uses: dict[str, int] = {}            # copy -> its uses still to come
     readers: dict[str, list[str]] = {}
