@@ -1,34 +1,9 @@
 """PyTorch FSDP with ``CPUOffload(offload_params=True)``, registered as ``fsdp-cpu-offload``.
 
-Sources: pytorch/pytorch, ``torch/distributed/fsdp/_runtime_utils.py``
-@3ade90a6aaa939cd6238e314c321b9f920db1471 (``_unshard``, ``_pre_forward_unshard``,
-``_post_forward_reshard``, ``_offload_grad``), ``torch/distributed/fsdp/_flat_param.py``
-@fe03cf693c7c774a88c01cd0bc52f80402b8437f (``FlatParamHandle.pre_unshard``: the H2D copy of
-an offloaded flat parameter) and ``torch/distributed/fsdp/wrap.py``
-@ea3e3dd29c4ce4ba37cce7ff1ed32fa27c6fd323 (``size_based_auto_wrap_policy``,
-``min_num_params`` 1e8).
-
-What FSDP does: each FSDP unit (a wrapped module) keeps its parameters as one flat parameter
-in pinned host RAM.  Its pre-forward unshards it: a non-blocking copy to the GPU on the
-pre-unshard stream, which the compute stream waits for; its post-forward frees it again, except
-the root's, kept for the backward; its pre-backward unshards it again; its post-backward frees
-it and copies the unit's gradient to host RAM on the post-backward stream.  With
-``limit_all_gathers`` an unshard first waits for the free two frees back (at most two units
-in flight).  ``optimizer.step()`` then runs on the CPU, where the parameters are.
-
-Model (:class:`~.emit.Emitter`): units are the parameters (host-resident inputs but the
-batch, with the versions optimizer updates write) packed in the order the program first reads
-them, a unit closed once it holds ``min_num_params`` elements (``size_based_auto_wrap_policy``
-wraps a module once its not yet wrapped parameters reach that many); the rest is the root, loaded
-before the first vertex and kept to the end of the backward.  Per iteration and pass, a unit's
-window runs from the first vertex reading one of its parameters (or writing one of their
-gradients, in the backward) to the last: before it, each of the unit's parameters is loaded
-(after the free the queue names), after it they are dropped and, in the backward, the
-gradients offloaded.  The updates (``adam_update``/``sgd_update``) run on the CPU after the
-backward and every gradient copy, in the order the forward first reads their weights; the next
-iteration's loads and vertices wait for the last of them.  Units follow the TaskGraph's
-tensors, not the modules of the original program (which the TaskGraph does not record); the
-model covers one rank (no all-gather or reduce-scatter: the shard is the whole unit).
+Sources: pytorch/pytorch, ``torch/distributed/fsdp/_runtime_utils.py``,
+``_flat_param.py`` and ``wrap.py`` (``size_based_auto_wrap_policy``).  What FSDP does, and how
+its units and their windows are modelled on the :class:`~.emit.Emitter`: docs/deployed.md,
+fsdp-cpu-offload.
 """
 
 from __future__ import annotations

@@ -1,37 +1,9 @@
 """FlexGen's block schedule for a policy, laid out as a MemGraph (``flexgen/flex_opt.py``,
 ``OptLM.generation_loop_overlap_multi_batch``, ``..._single_batch`` and ``..._normal``).
 
-Homes (``init_weight_list``, ``init_cache_one_gpu_batch``, ``act_home``): within each layer,
-the weights are listed in the order the layer first reads them and each goes to the GPU if the
-middle of its bytes lies past ``w_cpu_percent`` of the layer's bytes, else stays on the host;
-the KV cache of a GPU batch keeps its first ``int(gbs * heads * cache_gpu_percent / 100) //
-heads`` sequences on the GPU (a GPU batch holds one sequence here: all of it at 100%, none
-below); hidden states live on the GPU (``act_gpu_percent`` 100) or the host (0).
-
-The start-up step loads the weights whose home is the GPU (FlexGen places them when it builds
-the model) and the prologue's loads; they stay to the end, as do the GPU's share of the cache
-(FlexGen allocates it before generating) and the graph's outputs, all at the bottom of the
-memory.  Then each step ``(j, k)`` (layer ``j`` on GPU batch ``k``) issues, with ``overlap``
-(the zig-zag block schedule):
-
-* ``load_weight(j + 1)`` at the layer's first step: the next layer's host weights, into
-  memory freed once their layer's last GPU batch has run (two layers' weights in flight);
-* ``load_hidden``/``load_cache`` for the next step: hidden states and cache held on the host
-  that it reads (a chunked prefill reads earlier row blocks' keys and values), and the
-  prompts' token ids for layer 0;
-* ``store_hidden``/``store_cache`` for the previous step: what it wrote that lives on the host
-  is offloaded and its GPU copy freed;
-* ``compute_layer(j, k)``, its kernels one after the other (one stream);
-
-and ends with ``sync()``: every step's first copy or kernel on each resource waits for the
-previous step's last ones (a barrier of memory edges, linear in size).  With one GPU batch the
-hidden state is stored in its own step and loaded in its reader's.  Without ``overlap``
-(``generation_loop_normal``) a step loads the weights of its own layer and what it reads, then
-computes, then stores what it wrote, all one after the other.
-
-Every other GPU copy is freed after its last use; memory comes from the offset allocator of
-BuildMemGraph (:class:`~offloadlab.planner.allocator.GpuMemory`), whose guards become memory
-edges.
+The homes (``init_weight_list``, ``init_cache_one_gpu_batch``, ``act_home``), the start-up
+step, the zig-zag block schedule and its layout: docs/deployed.md, FlexGen, "What FlexGen
+does, as modelled".
 """
 
 from __future__ import annotations
