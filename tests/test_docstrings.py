@@ -43,16 +43,7 @@ def test_entry_point_examples_run_and_print_what_they_say(function):
 API_PAGES = REPO / "docs" / "api"
 API_MODULES = sorted({name for page in API_PAGES.glob("*.md")
                       for name in re.findall(r"^::: (\S+)", page.read_text("utf-8"), re.M)})
-# To be done after the concurrent changes to these modules land (issue 44, item 6).
-NOT_YET = {"offloadlab.ilp.flexgen"}
-NOT_YET_PACKAGES = ("offloadlab.planner.gemini", "offloadlab.planner.flexgen",
-                    "offloadlab.planner.deployed")
 NO_RESULT = {"None", "NoReturn", "Never"}
-
-
-def _not_yet(module: str) -> bool:
-    return module in NOT_YET or module.startswith(tuple(p + "." for p in NOT_YET_PACKAGES)) \
-        or module in NOT_YET_PACKAGES
 
 
 @pytest.fixture(scope="module")
@@ -99,10 +90,8 @@ def _docstring_gaps(function) -> list[str]:
 
 @pytest.mark.parametrize("name", API_MODULES)
 def test_api_reference_functions_document_parameters_and_returns(package, name):
-    if _not_yet(name):
-        pytest.skip("docstrings to be done after the concurrent changes to it land")
     gaps = [f"{function.path} ({function.relative_filepath}:{function.lineno}): {gap}"
             for function in _rendered_functions(package[name.removeprefix("offloadlab.")])
-            if not _not_yet(function.module.path) for gap in _docstring_gaps(function)]
+            for gap in _docstring_gaps(function)]
     if gaps:
         pytest.fail("\n".join(gaps), pytrace=False)

@@ -1,33 +1,8 @@
 """FlexGen's cost model and its policy search by linear programming (Sheng et al., "FlexGen:
 High-Throughput Generative Inference of Large Language Models with a Single GPU", ICML 2023,
 Sec. 4.3; the code's ``experimental/cost_model.py``, ``solve_lp``, in
-FMInference/FlexGen@19753bc).
-
-The block's prefill runs FlexGen's layers (input embedding, decoder layers, output embedding)
-one after the other; while layer ``j`` computes, the next layer's weights held on the host
-come in and the KV cache and hidden states held on the host go out.  FlexGen's per-layer time
-is then ``T_j = max(ctog_j, gtoc_j, comp_j)`` (its ``Tpre`` without the disk terms):
-
-* ``ctog_j = ((1 - wg) W_{j+1} + (1 - hg) Hin_j + (1 - cg) Cread_j) / h2d``: the host part of
-  the next layer's weights, the hidden states read back, the cache read back (a chunked
-  prefill reads earlier row blocks' keys and values);
-* ``gtoc_j = ((1 - cg) C_j + (1 - hg) H_j) / d2h``: the KV cache and the hidden states stored;
-* ``comp_j``: the layer's kernels.
-
-The objective is ``(1 - wg) W_0 / h2d + sum_j T_j`` (FlexGen's ``T = Tpre * l``, layer by
-layer; the weights FlexGen keeps on the GPU are placed at start-up, which its model does not
-time).  A generation of ``gen_len`` tokens repeats the layers once per token (FlexGen's
-``T = Tpre * l + Tgen * (n - 1) * l``), each decode step's layer with its own constants: the
-next layer's weights, the cache the step reads back (the prompt's and the tokens' so far: it
-grows each step, where FlexGen's ``Tgen`` takes the cache at mid-generation) and writes, its
-kernels.  The GPU's peak (``gpu_home_p + gpu_w_p``) must fit the memory: ``wg sum W + cg sum C +
-hg max H`` at home, ``(1 - wg) max(W_j + W_{j+1})`` for two layers' weights in flight,
-``(1 - hg)`` one GPU batch's hidden state, and the largest step's workspace.
-
-The weights count once in the peak, whatever ``gen_len``.  ``wg``, ``cg`` and ``hg`` are
-fractions (``w_gpu_percent / 100``, ...); FlexGen has no disk
-here, so the rest of each is on the host.  Fixing some of them is FlexGen's ``--percent``
-mode (equality constraints), the others are the LP's.
+FMInference/FlexGen@19753bc).  The per-layer time ``T_j = max(ctog_j, gtoc_j, comp_j)``, the
+objective and the GPU's peak: docs/deployed.md, FlexGen, "The LP".
 """
 
 from __future__ import annotations
@@ -57,8 +32,20 @@ class CostModel:
     gen_len: int = 1                # the tokens: the layers are the model's, once per token
 
     def parts(self, wg: Any, cg: Any, hg: Any) -> tuple[Any, list[tuple[Any, Any, float]]]:
-        """The prologue's seconds and each layer's ``(ctog, gtoc, comp)``, for fractions that
-        are numbers or PuLP expressions alike."""
+        """The prologue's seconds and each layer's ``(ctog, gtoc, comp)``.
+
+        Parameters
+        ----------
+        wg, cg, hg : float or PuLP expression
+            The GPU's fractions of the weights, the KV cache and the hidden states: numbers
+            or PuLP expressions alike.
+
+        Returns
+        -------
+        tuple
+            The prologue's seconds (the first layer's host weights and the token ids), and a
+            list of each layer's ``(ctog, gtoc, comp)`` seconds.
+        """
         W, n = self.weights, len(self.weights)
         layers = []
         for j in range(n):
@@ -70,18 +57,52 @@ class CostModel:
         return ((1 - wg) * W[0] + self.tokens) * (1 / self.h2d), layers
 
     def seconds(self, wg: float, cg: float, hg: float) -> float:
-        """The block's time under the policy (the LP's objective at these fractions)."""
+        """The block's time under the policy (the LP's objective at these fractions).
+
+        Parameters
+        ----------
+        wg, cg, hg : float
+            The GPU's fractions of the weights, the KV cache and the hidden states.
+
+        Returns
+        -------
+        float
+            Seconds.
+        """
         prologue, layers = self.parts(wg, cg, hg)
         return float(prologue + sum(max(parts) for parts in layers))
 
     def moved(self, wg: float, cg: float, hg: float) -> float:
-        """Seconds of host<->GPU copies under the policy, overlapped or not (the tie-break
-        between policies of equal time: fewer bytes moved)."""
+        """Seconds of host<->GPU copies under the policy, overlapped or not.
+
+        The tie-break between policies of equal time: fewer bytes moved.
+
+        Parameters
+        ----------
+        wg, cg, hg : float
+            The GPU's fractions of the weights, the KV cache and the hidden states.
+
+        Returns
+        -------
+        float
+            Seconds.
+        """
         prologue, layers = self.parts(wg, cg, hg)
         return float(prologue + sum(ctog + gtoc for ctog, gtoc, _ in layers))
 
     def peak(self, wg: Any, cg: Any, hg: Any) -> Any:
-        """The GPU's peak bytes under the policy (FlexGen's ``gpu_home_p + gpu_w_p``)."""
+        """The GPU's peak bytes under the policy (FlexGen's ``gpu_home_p + gpu_w_p``).
+
+        Parameters
+        ----------
+        wg, cg, hg : float or PuLP expression
+            The GPU's fractions of the weights, the KV cache and the hidden states.
+
+        Returns
+        -------
+        float or PuLP expression
+            Bytes, of the same kind as the fractions.
+        """
         W = self.weights
         pair = max([a + b for a, b in zip(W, W[1:])] or [W[0]])
         model = sum(W[:len(W) // self.gen_len])     # each weight once
@@ -100,10 +121,25 @@ class Solution:
 
 
 def solve(model: CostModel, memory: float, fixed: dict[str, float]) -> Solution | None:
-    """FlexGen's LP: the fractions ``wg``, ``cg``, ``hg`` (those in ``fixed`` held at their
-    value) minimising the block's time with the peak within ``memory`` bytes; None if no
-    fractions fit.  Solved with PuLP's bundled CBC (imported here: planning needs it only
-    when FlexGen searches)."""
+    """FlexGen's LP: the fractions minimising the block's time with the peak within memory.
+
+    Solved with PuLP's bundled CBC (imported here: planning needs it only when FlexGen
+    searches).
+
+    Parameters
+    ----------
+    model : CostModel
+        The block's cost model.
+    memory : float
+        The GPU's bytes the peak must fit in.
+    fixed : dict of str to float
+        Fractions (``wg``, ``cg``, ``hg``) held at their value.
+
+    Returns
+    -------
+    Solution or None
+        The fractions ``wg``, ``cg``, ``hg`` and their seconds; None if no fractions fit.
+    """
     import pulp
 
     from .milp import run_cbc
@@ -132,8 +168,24 @@ def solve(model: CostModel, memory: float, fixed: dict[str, float]) -> Solution 
 
 def best(model: CostModel, memory: float, choices: Sequence[dict[str, float]]
          ) -> Solution | None:
-    """The fastest of the LP's solutions under each of ``choices`` (fixed fractions), by the
-    cost model, of equal ones (to a part in 10^9) the one moving least; None if none fits."""
+    """The fastest of the LP's solutions under each of ``choices``, by the cost model.
+
+    Of equal ones (to a part in 10^9), the one moving least.
+
+    Parameters
+    ----------
+    model : CostModel
+        The block's cost model.
+    memory : float
+        The GPU's bytes the peak must fit in.
+    choices : sequence of dict of str to float
+        The fixed fractions to solve the LP under, one solve each.
+
+    Returns
+    -------
+    Solution or None
+        None if none fits.
+    """
     found = [s for fixed in choices if (s := solve(model, memory, fixed)) is not None]
     if not found:
         return None

@@ -51,7 +51,7 @@ def check_fixed(fixed: str) -> None:
 
 
 def check_seeds(seeds: int) -> None:
-    """Refuse a number of seeds whose bootstrap would not fit in the RAM available.
+    """Refuse, in one line, a number of seeds whose bootstrap would not fit in the RAM available.
 
     :func:`mean_ci` draws :data:`RESAMPLES` x ``seeds`` values (an int64 index and a float64
     value each).
@@ -59,12 +59,12 @@ def check_seeds(seeds: int) -> None:
     Parameters
     ----------
     seeds : int
-        Noise seeds per cell.
+        The number of seeds.
 
     Raises
     ------
     SpecError
-        The bootstrap's arrays would not fit, naming the count and the estimate.
+        Naming the seeds, the bytes they need and the RAM available.
     """
     from ..core.budget import check_ram
     check_ram(f"{seeds} seeds ({RESAMPLES} bootstrap resamples each)", 16 * RESAMPLES * seeds)

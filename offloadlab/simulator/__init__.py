@@ -217,17 +217,17 @@ class NoiseError(SpecError, ValueError):
 
 
 def check_noise(noise: float) -> None:
-    """Refuse a duration noise outside 0 to :data:`MAX_NOISE`.
+    """:class:`NoiseError` unless 0 <= ``noise`` <= :data:`MAX_NOISE`.
 
     Parameters
     ----------
     noise : float
-        The log-normal sigma of the duration noise.
+        The duration noise.
 
     Raises
     ------
     NoiseError
-        ``noise`` is below 0, above :data:`MAX_NOISE` or not a number.
+        Naming the noise and the range.
     """
     if not 0 <= noise <= MAX_NOISE:
         raise NoiseError(f"noise must be between 0 and {MAX_NOISE:g}, got {noise}")

@@ -35,6 +35,18 @@ NAME = "accelerate-offload"
 
 
 def applies(graph: TaskGraph) -> None:
+    """Refuse a graph with no host-resident input a GPU reads, or an operator on the CPU.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     if not any(graph[u].kind == "input" and graph[u].device == HOST
                for t in graph if t.kind != "input" and t.read_device != HOST for u in t.inputs):
         raise PlanError(f"{NAME} moves weights from host RAM: TaskGraph {graph.name!r} has no "
@@ -50,7 +62,28 @@ def accelerate_offload(graph: TaskGraph, machine: Machine, options: Options,
                        hooks: Hooks) -> MemGraph:
     """Hugging Face Accelerate's cpu_offload (an offloading AlignDevicesHook on every module):
     each module's weights are copied to its GPU just before its forward, with no prefetch, and
-    dropped after it (kept for the backward where autograd saved them)."""
+    dropped after it (kept for the backward where autograd saved them).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A computation whose GPUs read host-resident weights, no operator on the CPU.
+    machine : Machine
+        The machine it runs on.
+    options : Options
+        None: the scheme has no options.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    PlanError
+        Where the scheme runs out of memory on a GPU, naming the GPU, the vertex and the bytes.
+    """
     schedule = [t for t in serial_order(graph, "given") if graph[t].kind != "input"]
     em = Emitter(NAME, graph, machine, schedule)
     drops = _recomputed(graph, em)

@@ -96,8 +96,29 @@ class Emitter:
 
     # -- the scheme's moves -------------------------------------------------------------------
     def load(self, t: str, gpu: str, after: Iterable[str] = ()) -> str:
-        """Copy ``t`` from host RAM to ``gpu`` once ``after`` have run: a ``load`` of a host
-        input or CPU result, a ``reload`` of an offloaded tensor."""
+        """Copy ``t`` from host RAM to ``gpu`` once ``after`` have run.
+
+        A ``load`` of a host input or CPU result, a ``reload`` of an offloaded tensor.
+
+        Parameters
+        ----------
+        t : str
+            The tensor.
+        gpu : str
+            Where to.
+        after : iterable of str
+            The vertices the copy waits for.
+
+        Returns
+        -------
+        str
+            The copy's vertex.
+
+        Raises
+        ------
+        PlanError
+            Where host RAM holds no copy of ``t`` (an internal error).
+        """
         source = self.host.get(t)
         if source is None:
             raise PlanError(f"{self.name}: internal: {t!r} is loaded with no copy in host RAM")
@@ -110,7 +131,22 @@ class Emitter:
         return move
 
     def offload(self, t: str, gpu: str, after: Iterable[str] = ()) -> str:
-        """Copy ``t`` from ``gpu`` to host RAM once ``after`` have run."""
+        """Copy ``t`` from ``gpu`` to host RAM once ``after`` have run.
+
+        Parameters
+        ----------
+        t : str
+            The tensor.
+        gpu : str
+            Where from.
+        after : iterable of str
+            The vertices the copy waits for.
+
+        Returns
+        -------
+        str
+            The copy's vertex.
+        """
         copy = self.resident[t, gpu]
         move = self._add(MemVertex(f"offload:{t}@{gpu}#{next(self.moves)}", "offload", gpu,
                                    copy.size, of=t, inputs=(copy.writer,)))
@@ -121,7 +157,13 @@ class Emitter:
         return move
 
     def free(self, slot: Slot) -> None:
-        """Drop a GPU copy: its bytes may be overwritten once its readers have run."""
+        """Drop a GPU copy: its bytes may be overwritten once its readers have run.
+
+        Parameters
+        ----------
+        slot : Slot
+            The tensor and its GPU.
+        """
         copy = self.resident.pop(slot)
         self.held.discard(slot)
         self.used[slot[1]] -= copy.size
@@ -130,13 +172,39 @@ class Emitter:
                                          tuple(copy.readers) or (copy.writer,), len(self.mg))
 
     def wait(self, device: str, vertices: Iterable[str]) -> None:
-        """Make the next compute vertex on ``device`` wait for ``vertices``."""
+        """Make the next compute vertex on ``device`` wait for ``vertices``.
+
+        Parameters
+        ----------
+        device : str
+            The device.
+        vertices : iterable of str
+            The vertices to wait for.
+        """
         self.waits.setdefault(device, []).extend(vertices)
 
     # -- the schedule ---------------------------------------------------------------------------
     def run(self, t: str) -> str:
-        """Emit TaskGraph vertex ``t``: its inputs on its device (host tensors loaded on demand,
-        after the device's previous vertex), after that vertex, its output placed."""
+        """Emit TaskGraph vertex ``t``, its output placed.
+
+        Its inputs on its device (host tensors loaded on demand, after the device's previous
+        vertex), after that vertex.
+
+        Parameters
+        ----------
+        t : str
+            The vertex.
+
+        Returns
+        -------
+        str
+            ``t``.
+
+        Raises
+        ------
+        PlanError
+            Where an input is neither on its device nor in host RAM (an internal error).
+        """
         task = self.g[t]
         self.now, self.at = t, self.position[t]
         read = task.read_device
@@ -178,9 +246,16 @@ class Emitter:
         return t
 
     def release(self, i: int) -> None:
-        """After the vertex at position ``i``: free the copies it read or wrote that no later
-        vertex reads on their GPU (not the graph's outputs, those the scheme holds, nor those
-        a CPU vertex reads before host RAM has them)."""
+        """After the vertex at position ``i``: free the copies no later vertex reads.
+
+        The copies it read or wrote that no later vertex reads on their GPU (not the graph's
+        outputs, those the scheme holds, nor those a CPU vertex reads before host RAM has them).
+
+        Parameters
+        ----------
+        i : int
+            The vertex's position in the schedule.
+        """
         task = self.g[self.schedule[i]]
         slots = [(u, task.read_device) for u in task.inputs] + [(task.id, task.out_device)]
         for slot in dict.fromkeys(slots):
@@ -190,13 +265,37 @@ class Emitter:
                 self.free(slot)
 
     def next_reader(self, slot: Slot, i: int) -> int | None:
-        """The first position after ``i`` that reads ``slot``, or None."""
+        """The first position after ``i`` that reads ``slot``.
+
+        Parameters
+        ----------
+        slot : Slot
+            The tensor and its GPU.
+        i : int
+            A position in the schedule.
+
+        Returns
+        -------
+        int or None
+            None if no later vertex reads it.
+        """
         positions = self.readers.get(slot, [])
         k = bisect.bisect_right(positions, i)
         return positions[k] if k < len(positions) else None
 
     def finish(self) -> MemGraph:
-        """The MemGraph, or a PlanError if the scheme ran out of memory on a GPU."""
+        """The MemGraph, or a PlanError if the scheme ran out of memory on a GPU.
+
+        Returns
+        -------
+        MemGraph
+
+        Raises
+        ------
+        PlanError
+            Naming the GPU, the vertex and the bytes: more than the GPU holds, or a free block
+            its fragmented memory lacks.
+        """
         if self.short is not None:
             gpu, t, size = self.short
             peak = self.peak[gpu]

@@ -1,34 +1,9 @@
 """PyTorch FSDP with ``CPUOffload(offload_params=True)``, registered as ``fsdp-cpu-offload``.
 
-Sources: pytorch/pytorch, ``torch/distributed/fsdp/_runtime_utils.py``
-@3ade90a6aaa939cd6238e314c321b9f920db1471 (``_unshard``, ``_pre_forward_unshard``,
-``_post_forward_reshard``, ``_offload_grad``), ``torch/distributed/fsdp/_flat_param.py``
-@fe03cf693c7c774a88c01cd0bc52f80402b8437f (``FlatParamHandle.pre_unshard``: the H2D copy of
-an offloaded flat parameter) and ``torch/distributed/fsdp/wrap.py``
-@ea3e3dd29c4ce4ba37cce7ff1ed32fa27c6fd323 (``size_based_auto_wrap_policy``,
-``min_num_params`` 1e8).
-
-What FSDP does: each FSDP unit (a wrapped module) keeps its parameters as one flat parameter
-in pinned host RAM.  Its pre-forward unshards it: a non-blocking copy to the GPU on the
-pre-unshard stream, which the compute stream waits for; its post-forward frees it again, except
-the root's, kept for the backward; its pre-backward unshards it again; its post-backward frees
-it and copies the unit's gradient to host RAM on the post-backward stream.  With
-``limit_all_gathers`` an unshard first waits for the free two frees back (at most two units
-in flight).  ``optimizer.step()`` then runs on the CPU, where the parameters are.
-
-Model (:class:`~.emit.Emitter`): units are the parameters (host-resident inputs but the
-batch, with the versions optimizer updates write) packed in the order the program first reads
-them, a unit closed once it holds ``min_num_params`` elements (``size_based_auto_wrap_policy``
-wraps a module once its not yet wrapped parameters reach that many); the rest is the root, loaded
-before the first vertex and kept to the end of the backward.  Per iteration and pass, a unit's
-window runs from the first vertex reading one of its parameters (or writing one of their
-gradients, in the backward) to the last: before it, each of the unit's parameters is loaded
-(after the free the queue names), after it they are dropped and, in the backward, the
-gradients offloaded.  The updates (``adam_update``/``sgd_update``) run on the CPU after the
-backward and every gradient copy, in the order the forward first reads their weights; the next
-iteration's loads and vertices wait for the last of them.  Units follow the TaskGraph's
-tensors, not the modules of the original program (which the TaskGraph does not record); the
-model covers one rank (no all-gather or reduce-scatter: the shard is the whole unit).
+Sources: pytorch/pytorch, ``torch/distributed/fsdp/_runtime_utils.py``,
+``_flat_param.py`` and ``wrap.py`` (``size_based_auto_wrap_policy``).  What FSDP does, and how
+its units and their windows are modelled on the :class:`~.emit.Emitter`: docs/deployed.md,
+fsdp-cpu-offload.
 """
 
 from __future__ import annotations
@@ -65,6 +40,18 @@ class FsdpOptions(Options):
 
 
 def applies(graph: TaskGraph) -> None:
+    """Refuse a graph with no optimizer update on a GPU: FSDP's offload plans training steps.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     if not step_of(graph).updates:
         raise PlanError(f"{NAME} plans training steps: TaskGraph {graph.name!r} has no "
                         f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
@@ -75,9 +62,25 @@ Window = tuple[int, str, int, bool]
 
 
 def units(graph: TaskGraph, step: Step, min_num_params: int) -> tuple[dict[str, int], int]:
-    """Each parameter's unit, parameters in the order of their first reader, a unit closed at
-    ``min_num_params`` elements; and the root's number, the unit left unclosed (-1 if
-    none)."""
+    """Each parameter's unit, and the root's number.
+
+    Parameters in the order of their first reader, a unit closed at ``min_num_params``
+    elements; the root is the unit left unclosed.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+    step : Step
+        Its anatomy.
+    min_num_params : int
+        The elements that close a unit.
+
+    Returns
+    -------
+    tuple of dict of str to int, and int
+        Each parameter's unit; the root's number (-1 if none).
+    """
     unit: dict[str, int] = {}
     count, elements = 0, 0
     for t in graph:
@@ -99,10 +102,30 @@ Slots = dict[tuple[int, str, int], set[Slot]]
 def unit_windows(loop: Schedule, step: Step, unit: dict[str, int], root: int,
                  grad_of: dict[str, str | None]
                  ) -> tuple[Slots, dict[int, list[Window]], dict[int, list[Window]]]:
-    """Each unit's windows in ``loop``'s order: the parameter slots of each (unit, GPU,
-    iteration), and the windows that start (the unit's pre-forward or pre-backward unshard)
-    and end (its reshard) at each position.  The root's forward window starts with its
-    iteration and does not end (the root is kept for the backward)."""
+    """Each unit's windows in ``loop``'s order.
+
+    The root's forward window starts with its iteration and does not end (the root is kept
+    for the backward).
+
+    Parameters
+    ----------
+    loop : Schedule
+        The training loop's order.
+    step : Step
+        The graph's anatomy.
+    unit : dict of str to int
+        Each parameter's unit (:func:`units`).
+    root : int
+        The root's unit (-1 if none).
+    grad_of : dict of str to str or None
+        Each gradient's parameter.
+
+    Returns
+    -------
+    tuple
+        The parameter slots of each (unit, GPU, iteration), and the windows that start (the
+        unit's pre-forward or pre-backward unshard) and end (its reshard) at each position.
+    """
     placed, schedule = loop.placed, loop.order
     windows: dict[Window, list[int]] = {}           # a window's positions
     slots: Slots = {}
@@ -139,7 +162,28 @@ def fsdp_cpu_offload(graph: TaskGraph, machine: Machine, options: FsdpOptions,
     """PyTorch FSDP offloading its parameters (CPUOffload's offload_params): each unit's
     parameters copied from host RAM for its forward and again for its backward and dropped
     after each, gradients copied to host RAM after each unit's backward, the optimizer step on
-    the CPU."""
+    the CPU.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step: an optimizer update on a GPU.
+    machine : Machine
+        The machine it runs on.
+    options : FsdpOptions
+        The units' size (``min_num_params``) and ``limit_all_gathers``.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    PlanError
+        Where the scheme runs out of memory on a GPU, naming the GPU, the vertex and the bytes.
+    """
     step = step_of(graph)
     loop = cpu_step(graph, step)
     placed, schedule = loop.placed, loop.order

@@ -30,10 +30,21 @@ class Step:
 
 
 def step_of(graph: TaskGraph) -> Step:
-    """The :class:`Step` of ``graph``: the forward pass and the weights are
-    :mod:`offloadlab.core.anatomy`'s (every compute vertex is forward in a graph that does not
-    say; an input of unknown category counts as a weight, only the batch is known not to be
-    one)."""
+    """The :class:`Step` of ``graph``.
+
+    The forward pass and the weights are :mod:`offloadlab.core.anatomy`'s (every compute
+    vertex is forward in a graph that does not say; an input of unknown category counts as a
+    weight, only the batch is known not to be one).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Returns
+    -------
+    Step
+    """
     try:
         ahead = set(anatomy.forward(graph))
         backward = frozenset(t.id for t in graph if t.kind == "compute" and t.id not in ahead)
@@ -63,10 +74,23 @@ class Schedule:
 
 
 def cpu_step(graph: TaskGraph, step: Step) -> Schedule:
-    """``graph`` with its optimizer updates (``step.updates``) on the CPU, run as an eager
-    training loop runs them: each in the ``optimizer.step()`` after its iteration's backward,
-    which comes before the first vertex reading an updated weight (or at the end), the updates
-    in the order the forward first reads their weights (the optimizer's parameter order)."""
+    """``graph`` with its optimizer updates on the CPU, run as an eager training loop runs them.
+
+    Each update in the ``optimizer.step()`` after its iteration's backward, which comes before
+    the first vertex reading an updated weight (or at the end), the updates in the order the
+    forward first reads their weights (the optimizer's parameter order).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+    step : Step
+        Its anatomy: ``step.updates`` move to the CPU.
+
+    Returns
+    -------
+    Schedule
+    """
     moved = set(step.updates)
     placed = TaskGraph(name=graph.name, meta=dict(graph.meta))
     first: dict[str, int] = {}                       # tensor -> its first reader's position

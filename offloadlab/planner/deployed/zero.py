@@ -1,36 +1,8 @@
 """DeepSpeed ZeRO-Offload (ZeRO stage 2 with ``offload_optimizer``), registered as
-``zero-offload``.
-
-Sources: deepspeedai/DeepSpeed@edaa7221267243c7be7fb49c5d5f5c4fb97b4641,
-``deepspeed/runtime/zero/stage_1_and_2.py`` (``DeepSpeedZeroOptimizer``:
-``reduce_independent_p_g_buckets_and_remove_grads``, ``reduce_ipg_grads``,
-``async_inplace_copy_grad_to_fp32_buffer_from_gpu``, ``step``) and
-``deepspeed/runtime/zero/config.py`` (``reduce_bucket_size`` 5e8, ``overlap_comm`` false at
-stage 2); Ren et al., "ZeRO-Offload: Democratizing Billion-Scale Model Training", USENIX ATC
-2021, Sec. 4 (the offload schedule, the one-step delayed parameter update).
-
-What DeepSpeed does: the fp16 parameters live on the GPU; the fp32 master parameters, their
-gradients and Adam's state live in pinned host RAM.  During the backward, each gradient joins
-a bucket of ``reduce_bucket_size`` elements; when the next one would overflow it, the bucket
-is reduced and copied to the host's fp32 gradient buffer (on a side stream with
-``overlap_comm``, else on the compute stream, which then waits), the rest at the end of the
-backward.  ``step()`` then runs DeepSpeedCPUAdam over the parameters in their order on the
-CPU and copies each updated partition back to the fp16 parameters on the GPU (``non_blocking``
-on the compute stream, so the next forward waits for it).
-
-Model (:class:`~.emit.Emitter`): every host-resident tensor a GPU reads (the weights, and the
-batch) is loaded at the start of the plan and stays; each optimizer update
-(``adam_update``/``sgd_update``) runs on the CPU, reading the host copy of its weight and its
-gradient, offloaded by the bucket rule above; an iteration's updates wait for its whole
-backward and every gradient copy, run one after the other in the order the forward first
-reads their weights, and each new weight is loaded back to its GPU, which waits for all of them
-before the next iteration's first vertex.  The TaskGraph has one copy of each weight: the GPU
-copy and the host's master copy are that tensor's bytes (fp16 and fp32 in DeepSpeed), and the
-toolkit's updates keep no optimizer state.  ``dpu`` (the paper's one-step delayed parameter
-update) lets the next iteration start without waiting for the CPU step: each of its vertices
-waits only for the updated weights it reads.  The real DPU also lets the forward read the
-weights of the step before (stale by one step), which would compute other values than the
-TaskGraph; that is not modelled, so the plan's step is never shorter than DPU's.
+``zero-offload`` (deepspeedai/DeepSpeed@edaa7221267243c7be7fb49c5d5f5c4fb97b4641,
+``deepspeed/runtime/zero/stage_1_and_2.py``; Ren et al., "ZeRO-Offload: Democratizing
+Billion-Scale Model Training", USENIX ATC 2021, Sec. 4).  What DeepSpeed does, how it is
+modelled on the :class:`~.emit.Emitter`, ``dpu``: docs/deployed.md, zero-offload.
 """
 
 from __future__ import annotations
@@ -67,6 +39,18 @@ class ZeroOffloadOptions(Options):
 
 
 def applies(graph: TaskGraph) -> None:
+    """Refuse a graph with no optimizer update on a GPU: ZeRO-Offload plans training steps.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     if not step_of(graph).updates:
         raise PlanError(f"{NAME} plans training steps: TaskGraph {graph.name!r} has no "
                         f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
@@ -78,7 +62,28 @@ def zero_offload(graph: TaskGraph, machine: Machine, options: ZeroOffloadOptions
     """DeepSpeed ZeRO-Offload (stage 2, offload_optimizer to the CPU): weights resident on the
     GPU, gradients copied to host RAM by buckets during the backward, the optimizer step on
     the CPU after the backward, the updated weights copied back; dpu: the one-step delayed
-    parameter update's overlap."""
+    parameter update's overlap.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step: an optimizer update on a GPU.
+    machine : Machine
+        The machine it runs on.
+    options : ZeroOffloadOptions
+        The gradient bucket, its overlap, and ``dpu``.
+    hooks : Hooks
+        Progress and, for planners that search, the evaluator.
+
+    Returns
+    -------
+    MemGraph
+
+    Raises
+    ------
+    PlanError
+        Where the scheme runs out of memory on a GPU, naming the GPU, the vertex and the bytes.
+    """
     step = step_of(graph)
     loop = cpu_step(graph, step)
     placed, schedule = loop.placed, loop.order

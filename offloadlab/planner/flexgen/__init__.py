@@ -3,17 +3,8 @@
 ICML 2023; FMInference/FlexGen@19753bc: ``flexgen/flex_opt.py`` for the policy and
 the block schedule, ``experimental/cost_model.py`` for the cost model and the LP).
 
-A policy holds ``w_gpu_percent`` of each layer's weights, ``cache_gpu_percent`` of the KV
-cache and ``act_gpu_percent`` of the hidden states on the GPU, the rest in host RAM, and runs
-the block in the zig-zag order with the next layer's weights loading during the current
-layer (:mod:`.schedule`).  Options not given are found by FlexGen's policy search, an LP over
-its cost model (:mod:`offloadlab.ilp.flexgen`), solved for each placement of the cache and
-hidden states that FlexGen's runtime can realise here (all or nothing: a GPU batch is one
-sequence, and activations have one home); if the plan laid out does not fit the GPU, the LP
-is solved again within less memory, by what the layout lacked (FlexGen relaxes its memory
-model by hand, ``alpha_g``); where the LP finds no policy within its memory model, the one
-holding least on the GPU is tried.  The MemGraph records the policy in its options, and in
-all of FlexGen's ``Policy`` fields as ``graph["policy"]``.
+The policy, the zig-zag block schedule (:mod:`.schedule`), the policy search by the LP
+(:mod:`offloadlab.ilp.flexgen`) and what the MemGraph records: docs/deployed.md, FlexGen.
 """
 
 from __future__ import annotations
@@ -58,14 +49,34 @@ class FlexGenOptions(Options):
                             f"hidden states in one place), got {self.act_gpu_percent!r}")
 
     def fixed(self) -> dict[str, float]:
-        """The fractions given, by the LP's names."""
+        """The fractions given, by the LP's names.
+
+        Returns
+        -------
+        dict of str to float
+            ``wg``, ``cg``, ``hg`` for the percents given (not -1), as fractions.
+        """
         given = {"wg": self.w_gpu_percent, "cg": self.cache_gpu_percent,
                  "hg": self.act_gpu_percent}
         return {k: v / 100 for k, v in given.items() if v != SEARCH}
 
 
 def cost_model(graph: TaskGraph, machine: Machine, st: Structure) -> CostModel:
-    """FlexGen's cost model with its constants measured on ``graph`` and ``machine``."""
+    """FlexGen's cost model with its constants measured on ``graph`` and ``machine``.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A ``llama-prefill`` or ``llama-generate`` TaskGraph.
+    machine : Machine
+        The machine whose kernels' times and host link rates are measured.
+    st : Structure
+        The graph's FlexGen layers, steps and roles.
+
+    Returns
+    -------
+    CostModel
+    """
     n = st.layers
     weights, cache, reads, hidden, hidden_in = ([0] * n for _ in range(5))
     compute = [0.0] * n
@@ -108,8 +119,21 @@ def cost_model(graph: TaskGraph, machine: Machine, st: Structure) -> CostModel:
 
 
 def corners(options: FlexGenOptions) -> list[dict[str, float]]:
-    """The LP's choices: the given fractions, and each placement of the cache and the hidden
-    states the runtime realises (all on the GPU or none) where not given."""
+    """The LP's choices: the given fractions, and each placement the runtime realises.
+
+    Each placement of the cache and the hidden states (all on the GPU or none) where not
+    given.
+
+    Parameters
+    ----------
+    options : FlexGenOptions
+        The percents given.
+
+    Returns
+    -------
+    list of dict of str to float
+        The fixed fractions of each LP to solve.
+    """
     fixed = options.fixed()
     choices = [fixed]
     for name in ("cg", "hg"):
@@ -157,7 +181,30 @@ def flexgen(graph: TaskGraph, machine: Machine, options: FlexGenOptions,
     """FlexGen (Sheng et al. 2023): the policy's shares of weights, KV cache and hidden states
     on the GPU, the rest in host RAM, run in the zig-zag block schedule that loads the next
     layer's weights while the current one computes; shares not given are chosen by FlexGen's
-    LP over its cost model (PuLP)."""
+    LP over its cost model (PuLP).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A one-GPU ``llama-prefill`` or ``llama-generate`` TaskGraph.
+    machine : Machine
+        The machine it runs on.
+    options : FlexGenOptions
+        The policy's percents given (-1: the LP chooses), and ``overlap``.
+    hooks : Hooks
+        Unused: FlexGen's schedule is fixed by its policy.
+
+    Returns
+    -------
+    MemGraph
+        The plan, its policy in ``graph["options"]`` and ``graph["policy"]``.
+
+    Raises
+    ------
+    PlanError
+        When the policy given, or the one holding least on the GPU, does not fit, naming the
+        bytes it needs, where, and the shortfall.
+    """
     st = structure(graph)
     fixed = options.fixed()
     if len(fixed) == 3:

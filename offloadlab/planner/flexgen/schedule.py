@@ -1,37 +1,9 @@
 """FlexGen's block schedule for a policy, laid out as a MemGraph (``flexgen/flex_opt.py``,
 ``OptLM.generation_loop_overlap_multi_batch``, ``..._single_batch`` and ``..._normal``).
 
-Homes (``init_weight_list``, ``init_cache_one_gpu_batch``, ``act_home``): within each layer,
-the weights are listed in the order the layer first reads them and each goes to the GPU if the
-middle of its bytes lies past ``w_cpu_percent`` of the layer's bytes, else stays on the host;
-the KV cache of a GPU batch keeps its first ``int(gbs * heads * cache_gpu_percent / 100) //
-heads`` sequences on the GPU (a GPU batch holds one sequence here: all of it at 100%, none
-below); hidden states live on the GPU (``act_gpu_percent`` 100) or the host (0).
-
-The start-up step loads the weights whose home is the GPU (FlexGen places them when it builds
-the model) and the prologue's loads; they stay to the end, as do the GPU's share of the cache
-(FlexGen allocates it before generating) and the graph's outputs, all at the bottom of the
-memory.  Then each step ``(j, k)`` (layer ``j`` on GPU batch ``k``) issues, with ``overlap``
-(the zig-zag block schedule):
-
-* ``load_weight(j + 1)`` at the layer's first step: the next layer's host weights, into
-  memory freed once their layer's last GPU batch has run (two layers' weights in flight);
-* ``load_hidden``/``load_cache`` for the next step: hidden states and cache held on the host
-  that it reads (a chunked prefill reads earlier row blocks' keys and values), and the
-  prompts' token ids for layer 0;
-* ``store_hidden``/``store_cache`` for the previous step: what it wrote that lives on the host
-  is offloaded and its GPU copy freed;
-* ``compute_layer(j, k)``, its kernels one after the other (one stream);
-
-and ends with ``sync()``: every step's first copy or kernel on each resource waits for the
-previous step's last ones (a barrier of memory edges, linear in size).  With one GPU batch the
-hidden state is stored in its own step and loaded in its reader's.  Without ``overlap``
-(``generation_loop_normal``) a step loads the weights of its own layer and what it reads, then
-computes, then stores what it wrote, all one after the other.
-
-Every other GPU copy is freed after its last use; memory comes from the offset allocator of
-BuildMemGraph (:class:`~offloadlab.planner.allocator.GpuMemory`), whose guards become memory
-edges.
+The homes (``init_weight_list``, ``init_cache_one_gpu_batch``, ``act_home``), the start-up
+step, the zig-zag block schedule and its layout: docs/deployed.md, FlexGen, "What FlexGen
+does, as modelled".
 """
 
 from __future__ import annotations
@@ -56,13 +28,28 @@ class Policy:
     overlap: bool = True
 
     def options(self) -> dict[str, object]:
-        """The policy as the planner's options (what ``flexgen:...`` takes to plan it)."""
+        """The policy as the planner's options (what ``flexgen:...`` takes to plan it).
+
+        Returns
+        -------
+        dict of str to object
+        """
         return {"w_gpu_percent": self.w_gpu_percent,
                 "cache_gpu_percent": self.cache_gpu_percent,
                 "act_gpu_percent": self.act_gpu_percent, "overlap": self.overlap}
 
     def flexgen(self, batches: int) -> dict[str, object]:
-        """The policy in all of FlexGen's ``Policy`` fields that it sets."""
+        """The policy in all of FlexGen's ``Policy`` fields that it sets.
+
+        Parameters
+        ----------
+        batches : int
+            FlexGen's ``num_gpu_batches``.
+
+        Returns
+        -------
+        dict of str to object
+        """
         return {**self.options(), "w_cpu_percent": 100 - self.w_gpu_percent,
                 "cache_cpu_percent": 100 - self.cache_gpu_percent,
                 "act_cpu_percent": 100 - self.act_gpu_percent,
@@ -97,8 +84,23 @@ class Plan:
 
 
 def gpu_weights(graph: TaskGraph, st: Structure, w_gpu_percent: float) -> set[str]:
-    """The weights whose home is the GPU (``init_weight_list``: by the middle of each one's
-    bytes in its layer's list)."""
+    """The weights whose home is the GPU.
+
+    FlexGen's ``init_weight_list``: by the middle of each one's bytes in its layer's list.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The LLaMA TaskGraph.
+    st : Structure
+        Its FlexGen layers.
+    w_gpu_percent : float
+        The policy's percent of each layer's weights on the GPU.
+
+    Returns
+    -------
+    set of str
+    """
     cpu = 100 - w_gpu_percent
     home: set[str] = set()
     for layer in st.weights:
@@ -113,13 +115,44 @@ def gpu_weights(graph: TaskGraph, st: Structure, w_gpu_percent: float) -> set[st
 
 
 def cache_on_gpu(heads: int, cache_gpu_percent: float, gpu_batch_size: int = 1) -> bool:
-    """Whether a GPU batch's (one sequence's) cache is on the GPU: FlexGen's mixed device
-    rounds the GPU's share down to whole sequences."""
+    """Whether a GPU batch's (one sequence's) cache is on the GPU.
+
+    FlexGen's mixed device rounds the GPU's share down to whole sequences.
+
+    Parameters
+    ----------
+    heads : int
+        The attention heads.
+    cache_gpu_percent : float
+        The policy's percent of the KV cache on the GPU.
+    gpu_batch_size : int
+        The sequences in a GPU batch.
+
+    Returns
+    -------
+    bool
+    """
     return int(gpu_batch_size * heads * cache_gpu_percent / 100) // heads >= 1
 
 
 def schedule(graph: TaskGraph, st: Structure, policy: Policy, gpu: str) -> list[Op]:
-    """The ops of FlexGen's block schedule under ``policy``, in the order it issues them."""
+    """The ops of FlexGen's block schedule under ``policy``, in the order it issues them.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The LLaMA TaskGraph.
+    st : Structure
+        Its FlexGen layers and steps.
+    policy : Policy
+        The policy.
+    gpu : str
+        The GPU.
+
+    Returns
+    -------
+    list of Op
+    """
     issued = _Issued(graph, st, gpu, policy.overlap)
     issued.weights(gpu_weights(graph, st, policy.w_gpu_percent))
     for u in st.tokens:
@@ -235,9 +268,27 @@ class _Issued:
 
 
 def lay_out(graph: TaskGraph, ops: list[Op], gpu: str, capacity: int) -> Plan:
-    """The MemGraph of ``ops`` on a GPU of ``capacity`` bytes: copies that stay to the end at
-    the bottom, the others where the allocator finds room; the steps' chains and barriers.
-    Without room (``Plan.mg`` None) the plan still counts the peak."""
+    """The MemGraph of ``ops`` on a GPU of ``capacity`` bytes.
+
+    Copies that stay to the end at the bottom, the others where the allocator finds room;
+    the steps' chains and barriers.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The LLaMA TaskGraph.
+    ops : list of Op
+        The schedule (:func:`schedule`).
+    gpu : str
+        The GPU.
+    capacity : int
+        Its bytes.
+
+    Returns
+    -------
+    Plan
+        Without room ``Plan.mg`` is None; the plan still counts the peak.
+    """
     plan = Plan()
     uses: dict[str, int] = {}            # copy -> its uses still to come
     readers: dict[str, list[str]] = {}

@@ -61,6 +61,17 @@ class Structure:
     width: int = 0                               # FlexGen's layers, L + 2
 
     def layer_steps(self, layer: int) -> list[int]:
+        """The steps of a layer, in order.
+
+        Parameters
+        ----------
+        layer : int
+            The layer, unrolled over the tokens.
+
+        Returns
+        -------
+        list of int
+        """
         return [s for s, (j, _) in enumerate(self.steps) if j == layer]
 
     @property
@@ -69,11 +80,32 @@ class Structure:
         return self.layers // self.width
 
     def token(self, step: int) -> int:
-        """The token (0: the prefill) step ``step`` computes."""
+        """The token (0: the prefill) step ``step`` computes.
+
+        Parameters
+        ----------
+        step : int
+            The step.
+
+        Returns
+        -------
+        int
+        """
         return self.steps[step][0] // self.width
 
     def where(self, step: int) -> str:
-        """Step ``step`` in FlexGen's terms, for messages."""
+        """Step ``step`` in FlexGen's terms, for messages.
+
+        Parameters
+        ----------
+        step : int
+            The step.
+
+        Returns
+        -------
+        str
+            Its layer and GPU batch (and token, on a generation).
+        """
         j, k = self.steps[step]
         if self.gen_len == 1:
             return f"at layer {j}, GPU batch {k}"
@@ -81,8 +113,18 @@ class Structure:
 
 
 def applies(graph: TaskGraph) -> None:
-    """Raise PlanError unless ``graph`` is a one-GPU LLaMA prefill or generation
-    (``llama-prefill``, ``llama-generate``)."""
+    """Raise PlanError unless ``graph`` is a one-GPU LLaMA prefill or generation.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation: ``llama-prefill`` or ``llama-generate``, one GPU, no update.
+
+    Raises
+    ------
+    PlanError
+        Saying why.
+    """
     if not graph.name.startswith(WORKLOADS) or not {"layers", "heads"} <= set(graph.meta):
         raise PlanError(f"flexgen plans LLaMA inference (llama-prefill, llama-generate): "
                         f"TaskGraph {graph.name!r} is not one")
@@ -112,7 +154,22 @@ def _layer(t: Task, decoders: int) -> int:
 
 
 def structure(graph: TaskGraph) -> Structure:
-    """FlexGen's view of ``graph`` (a LLaMA prefill or generation; :func:`applies`)."""
+    """FlexGen's view of ``graph``.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A LLaMA prefill or generation (:func:`applies`).
+
+    Returns
+    -------
+    Structure
+
+    Raises
+    ------
+    PlanError
+        Naming a vertex in none of the model's layers or in no GPU batch.
+    """
     decoders = int(graph.meta["layers"])
     step: dict[str, Step] = {}
     for t in graph:
@@ -172,6 +229,20 @@ def structure(graph: TaskGraph) -> Structure:
 
 
 def seconds(graph: TaskGraph, machine: Machine, t: Task) -> float:
-    """A kernel's seconds alone on the GPU, by the machine's cost model."""
+    """A kernel's seconds alone on the GPU, by the machine's cost model.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The graph holding its inputs.
+    machine : Machine
+        The machine.
+    t : Task
+        The kernel.
+
+    Returns
+    -------
+    float
+    """
     touched = touched_bytes(t.op, t.bytes, [graph[u].bytes for u in t.inputs])
     return machine.duration(t.kind, t.device, t.bytes, t.flops, touched, t.time, t.op, t.dtype)

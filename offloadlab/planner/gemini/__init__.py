@@ -1,34 +1,10 @@
 """Colossal-AI Gemini's heterogeneous memory manager, registered as ``gemini``.
 
 The source is the page "Meet Gemini: The Heterogeneous Memory Manager of Colossal-AI"
-(``shared/papers/colossalai-gemini-memory-manager.txt``); sections are the page's.
-
-*Model and non-model data* ("Concepts"): Gemini's model data are the parameters, their
-gradients and optimizer states.  Here a parameter is a host-resident input with what the
-optimizer updates make of it: each update (``adam_update``/``sgd_update``) joins its output,
-the new version, to the version it reads (its first input) and to its other inputs, the
-gradients.  Every host-resident input is model data, also one no update reads (a traced step's
-batch and targets, which the toolkit keeps in host RAM beside the weights); the toolkit's
-updates keep no optimizer state (fresh moments).  Everything else is non-model data
-(activations, temporaries, tensors living on a GPU before the run such as a training chain's
-batches) and stays on its GPU from its writer to its last reader (to the end for the graph's
-outputs), unless an operator cannot run even with every HOLD chunk in host RAM: then non-model
-tensors it does not use go there too, the one read again latest first (Belady's rule), and
-come back before their next reader.  Gemini itself has no such fallback (it runs out of
-memory); the toolkit's other planners move activations, and this lets ``gemini`` plan where
-they do, at the cost of the moves.
-
-*Scope*: training steps, TaskGraphs with an optimizer update on a GPU (``training-chain``,
-``gpt2-train``, ``bert-train``, the traced ``model:...,mode=train``, ``import-torch --train``):
-Gemini's warm-up and later iterations are training iterations, and its model data what
-training updates.  Without an update every host tensor is a read-only weight paged in on
-demand, which ``levelwise`` and ``buildmemgraph`` cover.  A TaskGraph with an operator on the
-CPU is refused: Gemini runs every operator on its GPU.
-
-
-The package's modules: :mod:`.chunks` (the chunks), :mod:`.search` (the chunk size search),
-:mod:`.manager` (the manager's iteration: states, warm-up, placement, prefetch, and the layout
-as it places), :mod:`.layout` (the offline layout), :mod:`.options`.
+(``shared/papers/colossalai-gemini-memory-manager.txt``); model and non-model data, the scope
+and the departures from it: docs/gemini.md.  The package's modules: :mod:`.chunks` (the
+chunks), :mod:`.search` (the chunk size search), :mod:`.manager` (the manager's iteration),
+:mod:`.layout` (the offline layout), :mod:`.options`.
 """
 
 from __future__ import annotations
@@ -109,7 +85,31 @@ def within_budgets(graph: TaskGraph, machine: Machine, options: GeminiOptions, p
 @register("gemini", GeminiOptions, applies=applies)
 def gemini(graph: TaskGraph, machine: Machine, options: GeminiOptions, hooks: Hooks) -> MemGraph:
     """Colossal-AI Gemini: chunks of model data paged in on demand in program order, room made
-    for each operator's warm-up-sampled non-model peak by evicting the chunk needed latest."""
+    for each operator's warm-up-sampled non-model peak by evicting the chunk needed latest.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step: an optimizer update on a GPU, no operator on the CPU.
+    machine : Machine
+        The machine it runs on.
+    options : GeminiOptions
+        The chunk size and its search, the warm-up's share, eviction and prefetch.
+    hooks : Hooks
+        Its ``progress`` follows the planned passes.
+
+    Returns
+    -------
+    MemGraph
+        The plan; ``graph["chunks"]``, ``graph["spills"]``, ``graph["prefetched"]``,
+        ``graph["layout"]`` and, when searched, ``graph["chunk_size"]`` describe it.
+
+    Raises
+    ------
+    PlanError
+        Naming the operator that does not fit with any chunk size, or that cannot run even
+        with every HOLD chunk and every non-model tensor it does not use in host RAM.
+    """
     traced = trace(graph)
     chunk_size = options.chunk_size
     if options.search_range:

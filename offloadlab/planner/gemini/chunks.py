@@ -54,9 +54,21 @@ class Program:
 
 
 def parameters(graph: TaskGraph) -> dict[str, str]:
-    """The model tensors, each mapped to its parameter (one of its tensors, the same for all):
-    host-resident inputs, and the tensors that optimizer updates read and write, grouped
-    with the version each update reads; tensors living on a GPU before the run excluded."""
+    """The model tensors, each mapped to its parameter.
+
+    Host-resident inputs, and the tensors that optimizer updates read and write, grouped with
+    the version each update reads; tensors living on a GPU before the run excluded.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    dict of str to str
+        Each model tensor's parameter: one of its tensors, the same for all.
+    """
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -88,13 +100,34 @@ class Trace:
     grads: set[str]                                # the gradients the updates read
 
     def sizes(self, graph: TaskGraph) -> list[tuple[str, int]]:
-        """Each parameter's GPU and size (its largest tensor), in order of first touch."""
+        """Each parameter's GPU and size (its largest tensor), in order of first touch.
+
+        Parameters
+        ----------
+        graph : TaskGraph
+            The traced TaskGraph.
+
+        Returns
+        -------
+        list of tuple of str and int
+            ``(GPU, bytes)`` per parameter.
+        """
         return [(dev, max(graph[t].bytes for t, _ in slots))
                 for (_, dev), slots in self.members.items()]
 
 
 def trace(graph: TaskGraph) -> Trace:
-    """The program's operators and model data, in the TaskGraph's order."""
+    """The program's operators and model data, in the TaskGraph's order.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+
+    Returns
+    -------
+    Trace
+    """
     ops = [t for t in serial_order(graph, "given") if graph[t].kind != "input"]
     param = parameters(graph)
     reads: list[list[Slot]] = []
@@ -118,9 +151,23 @@ def trace(graph: TaskGraph) -> Trace:
 
 
 def chunk_numbers(sizes: list[tuple[str, int]], chunk_size: int) -> list[int]:
-    """The chunk of each parameter (its GPU and size, in order of first touch), numbered in
-    the order chunks open: a parameter joins its GPU's open chunk if the chunk's parameters
-    stay within ``chunk_size`` bytes, else opens the next (Colossal-AI's ChunkManager)."""
+    """The chunk of each parameter, numbered in the order chunks open.
+
+    A parameter joins its GPU's open chunk if the chunk's parameters stay within
+    ``chunk_size`` bytes, else opens the next (Colossal-AI's ChunkManager).
+
+    Parameters
+    ----------
+    sizes : list of tuple of str and int
+        Each parameter's GPU and size, in order of first touch.
+    chunk_size : int
+        The chunks' bytes of parameters.
+
+    Returns
+    -------
+    list of int
+        Each parameter's chunk number.
+    """
     numbers: list[int] = []
     filling: dict[str, tuple[int, int]] = {}      # GPU -> its open chunk and its bytes
     opened = 0
@@ -135,10 +182,26 @@ def chunk_numbers(sizes: list[tuple[str, int]], chunk_size: int) -> list[int]:
 
 def grouped(graph: TaskGraph, tr: Trace, chunk_size: int, grad_chunks: bool
             ) -> list[tuple[str, list[Slot]]]:
-    """Each chunk's GPU and slots, in the order chunks open: the parameters' (with their
-    gradients), or with ``grad_chunks`` the parameters' without their gradients and then, in
-    the same order, for each chunk with gradients a chunk of them (Colossal-AI's grad chunk,
-    which mirrors its parameter chunk)."""
+    """Each chunk's GPU and slots, in the order chunks open.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The traced TaskGraph.
+    tr : Trace
+        Its trace.
+    chunk_size : int
+        The chunks' bytes of parameters.
+    grad_chunks : bool
+        False: the parameters' slots with their gradients.  True: the parameters' without
+        their gradients and then, in the same order, for each chunk with gradients a chunk of
+        them (Colossal-AI's grad chunk, which mirrors its parameter chunk).
+
+    Returns
+    -------
+    list of tuple of str and list of Slot
+        ``(GPU, slots)`` per chunk.
+    """
     groups: list[tuple[str, list[Slot]]] = []
     twins: dict[int, list[Slot]] = {}
     for ((_, dev), slots), n in zip(tr.members.items(),
@@ -155,7 +218,23 @@ def grouped(graph: TaskGraph, tr: Trace, chunk_size: int, grad_chunks: bool
 
 def program(graph: TaskGraph, chunk_size: int, traced: Trace | None = None,
             grad_chunks: bool = False) -> Program:
-    """Pack each GPU's parameters into chunks in the order the program first touches them."""
+    """Pack each GPU's parameters into chunks in the order the program first touches them.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+    chunk_size : int
+        The chunks' bytes of parameters.
+    traced : Trace or None
+        The graph's trace, if already made.
+    grad_chunks : bool
+        Gradients in chunks of their own (see :func:`grouped`).
+
+    Returns
+    -------
+    Program
+    """
     tr = traced or trace(graph)
     chunks = [Chunk(n, dev, slots)
               for n, (dev, slots) in enumerate(grouped(graph, tr, chunk_size, grad_chunks))]
@@ -169,12 +248,38 @@ def program(graph: TaskGraph, chunk_size: int, traced: Trace | None = None,
 
 
 def next_use(chunk: Chunk, i: int) -> int:
-    """The first operator after ``i`` that the chunk is COMPUTE for."""
+    """The first operator after ``i`` that the chunk is COMPUTE for.
+
+    Parameters
+    ----------
+    chunk : Chunk
+        The chunk.
+    i : int
+        An operator's index in the program.
+
+    Returns
+    -------
+    int
+        The operator's index; NEVER if none.
+    """
     return next_read(chunk.uses, i)
 
 
 def next_read(uses: list[int], i: int) -> int:
-    """The first of ``uses`` (operators, ascending) after ``i``; NEVER if none."""
+    """The first of ``uses`` after ``i``.
+
+    Parameters
+    ----------
+    uses : list of int
+        Operators' indices, ascending.
+    i : int
+        An operator's index.
+
+    Returns
+    -------
+    int
+        The operator's index; NEVER if none.
+    """
     k = bisect.bisect_right(uses, i)
     return uses[k] if k < len(uses) else NEVER
 

@@ -31,17 +31,35 @@ class Held:
                        (self.keys[k], self.stamp[k], k))
 
     def arrive(self, chunk: Chunk) -> None:
-        """One of the chunk's tensors is placed on its GPU."""
+        """One of the chunk's tensors is placed on its GPU.
+
+        Parameters
+        ----------
+        chunk : Chunk
+            The chunk.
+        """
         self.tensors[chunk.index] += 1
         if self.tensors[chunk.index] == 1:
             self._push(chunk)
 
     def leave(self, chunk: Chunk) -> None:
-        """One of the chunk's tensors leaves its GPU."""
+        """One of the chunk's tensors leaves its GPU.
+
+        Parameters
+        ----------
+        chunk : Chunk
+            The chunk.
+        """
         self.tensors[chunk.index] -= 1
 
     def rekey(self, chunk: Chunk) -> None:
-        """The chunk's key may have changed."""
+        """The chunk's key may have changed.
+
+        Parameters
+        ----------
+        chunk : Chunk
+            The chunk.
+        """
         key = self.key(chunk)
         if key != self.keys[chunk.index]:
             self.keys[chunk.index] = key
@@ -49,8 +67,20 @@ class Held:
                 self._push(chunk)
 
     def first(self, device: str, skip: list[Chunk]) -> Chunk | None:
-        """The chunk of ``device`` with the least key among those with a tensor on it, but
-        those in ``skip``; None if there is none."""
+        """The chunk of ``device`` with the least key among those with a tensor on it.
+
+        Parameters
+        ----------
+        device : str
+            The GPU.
+        skip : list of Chunk
+            Chunks not to choose.
+
+        Returns
+        -------
+        Chunk or None
+            None if there is none.
+        """
         heap = self.heaps.get(device, [])
         aside = []
         found = None

@@ -22,9 +22,21 @@ from .manager import Copy, Manager
 
 
 def pack(copies: list[Copy]) -> dict[str, int]:
-    """Lay out the copies offline, knowing their lifetimes, and return the bytes each GPU then
-    needs: on each GPU the better of two first-fit layouts, largest copies first (greedy by
-    size) and largest size times lifetime first."""
+    """Lay out the copies offline, knowing their lifetimes, and return the bytes each GPU needs.
+
+    On each GPU the better of two first-fit layouts, largest copies first (greedy by size)
+    and largest size times lifetime first.
+
+    Parameters
+    ----------
+    copies : list of Copy
+        The copies a pass placed; each gets its ``offset``.
+
+    Returns
+    -------
+    dict of str to int
+        Each GPU's bytes.
+    """
     need: dict[str, int] = {}
     by_gpu: dict[str, list[Copy]] = {}
     for c in copies:
@@ -130,8 +142,18 @@ def _put(lists: Lists, node: int, block: tuple[int, int]) -> None:
 
 
 def locate(manager: Manager, capacity: int) -> None:
-    """Give each copy's writer its location, replaying the placements and frees on each GPU's
-    allocator: a writer waits for the readers of whatever it overwrites (memory edges)."""
+    """Give each copy's writer its location, replaying the placements and frees.
+
+    On each GPU's allocator: a writer waits for the readers of whatever it overwrites (memory
+    edges).
+
+    Parameters
+    ----------
+    manager : Manager
+        The planned pass, its copies laid out by :func:`pack`.
+    capacity : int
+        The GPU's bytes.
+    """
     mg = manager.mg
     memory = {dev: GpuMemory(dev, capacity) for dev in manager.used}
     for k, copy in enumerate(manager.events):

@@ -1,44 +1,8 @@
 """Gemini's manager: one iteration over the program, in bytes.
 
-*States* ("StatefulTensorMgr"): before an operator runs, the chunks whose tensors it reads or
-writes are COMPUTE and brought to its GPU on demand; the others are HOLD, on the GPU or in host
-RAM; a chunk with no live tensor is FREE.  Operators run in the TaskGraph's order (the program
-order), each GPU's one after the other, and the chunk movements made for an operator run after
-the GPU's previous operator and before it (memory edges): no reordering, and every on-demand
-load is waited for.
-
-*Prefetch* (Colossal-AI's GeminiDDP ``max_prefetch``, its ``AutoPlacementPolicy``'s
-``get_prefetch_chunks``): with ``max_prefetch`` > 0, once an operator's COMPUTE chunks are in,
-the chunks of its GPU that the next operators need and that are in host RAM are loaded ahead,
-in order of next use, while fewer than ``max_prefetch`` chunks loaded ahead are still unused
-and the next one fits in the memory the warm-up's statistics leave to model data until its
-use; the first that does not fit ends the prefetch (Colossal-AI stops there too, and checks
-only the current period: here the non-model peaks up to the use count, so that a prefetch
-never forces an eviction).  A prefetch waits for the GPU's previous operator, like the
-operator's own loads, but the operator does not wait for it: it overlaps the operators before
-its use, which waits for it through its data edge.  The warm-up does not prefetch (Colossal-AI
-needs the warm-up's order of chunks for it).  Prefetch is best effort: where the plan with it
-does not fit (its layout), the plan loads on demand (``graph["prefetched"]`` says which).
-
-*Warm-up* ("Design Details", "MemStatsCollector", "Tensor Eviction Strategy"): a first pass
-runs the same manager with model data capped at ``warmup_share`` of GPU memory (the page's
-30%; Colossal-AI's ``AutoPlacementPolicy`` leaves it 20%), evicting HOLD chunks in the order
-they were registered (nothing is known of their next uses yet), and samples for each operator
-and GPU the memory in use while it runs less the model data: the non-model peak of its period.
-Where an operator's own chunks exceed the cap, the cap rises to them for that operator
-(Gemini's warm-up fails there, "Adjust layout failed"), and where they do not fit beside the
-non-model data at all the warm-up samples the operator all the same: the non-model data, and
-so the statistics, do not depend on where the model data are, and the planned iteration
-decides what fits.  The plan is the non-warm-up iteration, placed by those statistics (Colossal-AI's
-auto placement): before each operator, HOLD chunks are moved to host RAM until the operator's
-non-model peak and its COMPUTE chunks fit (the page's S2), choosing by ``eviction``: ``opt``,
-the page's OPT policy, moves the chunk needed latest (first those never needed again), ``lru``
-the least recently used; so the non-model peak of each step decides how many chunks stay on
-the GPU.  An evicted tensor is offloaded unless host RAM holds it already (a weight as loaded,
-or a version offloaded before: tensors are never written twice).  If an operator cannot run
-even with every HOLD chunk and every non-model tensor it does not use in host RAM, planning
-fails naming it.
-
+The chunk states ("StatefulTensorMgr"), prefetch (GeminiDDP's ``max_prefetch``), the warm-up
+("Design Details", "MemStatsCollector", "Tensor Eviction Strategy") and the planned iteration
+placed by its statistics (the page's S2): docs/gemini.md.
 """
 
 from __future__ import annotations
@@ -97,6 +61,18 @@ class Victims:
     i: int
 
     def badness(self, owner: Copy) -> int:
+        """How bad evicting ``owner`` is; PINNED if operator ``i`` uses it.
+
+        Parameters
+        ----------
+        owner : Copy
+            A copy in the way.
+
+        Returns
+        -------
+        int
+            Its badness, from the allocator's LEAST up.
+        """
         m, i = self.manager, self.i
         chunk = m.prog.chunk_of.get(owner.slot)
         if chunk is not None:
@@ -110,6 +86,18 @@ class Victims:
         return BIG - min(next_read(m.prog.readers.get(owner.slot, []), i), BIG // 2)
 
     def moved(self, owner: Copy) -> int:
+        """The bytes evicting ``owner`` moves: none where host RAM holds it already.
+
+        Parameters
+        ----------
+        owner : Copy
+            A copy in the way.
+
+        Returns
+        -------
+        int
+            Bytes.
+        """
         return 0 if owner.slot[0] in self.manager.host_copy else owner.size
 
 
@@ -154,6 +142,24 @@ class Manager:
         self.moving: list[str] = []     # its moves so far (evictions to lay a copy out join)
 
     def run(self, hooks: Hooks | None = None) -> MemGraph:
+        """Run the iteration: the inputs placed, then every operator in program order.
+
+        Parameters
+        ----------
+        hooks : Hooks or None
+            Its ``progress`` is called every 4096 operators.
+
+        Returns
+        -------
+        MemGraph
+            The iteration's MemGraph (also :attr:`mg`).
+
+        Raises
+        ------
+        PlanError
+            Naming an operator that cannot run even with every HOLD chunk and every
+            non-model tensor it does not use in host RAM.
+        """
         for task in self.g:
             if task.kind == "input":
                 vertex = MemVertex(task.id, "input", task.device, task.bytes, task=task.id)
@@ -168,7 +174,19 @@ class Manager:
         return self.mg
 
     def step(self, i: int) -> None:
-        """Operator ``i``: make room, bring its COMPUTE chunks in, run it, free what died."""
+        """Operator ``i``: make room, bring its COMPUTE chunks in, run it, free what died.
+
+        Parameters
+        ----------
+        i : int
+            The operator's index in the program.
+
+        Raises
+        ------
+        PlanError
+            Naming the operator where it cannot run even with every HOLD chunk and every
+            non-model tensor it does not use in host RAM.
+        """
         t = self.prog.ops[i]
         task = self.g[t]
         devices = list(dict.fromkeys((task.read_device, task.out_device)))

@@ -30,8 +30,21 @@ from .chunks import NEVER, Trace, chunk_numbers, grouped
 
 
 def waste(sizes: list[tuple[str, int]], chunk_size: int) -> int:
-    """The bytes of chunks that no parameter fills: each chunk is a buffer of ``chunk_size``
-    bytes, or of its one parameter's where that is larger (Colossal-AI's unused bytes)."""
+    """The bytes of chunks that no parameter fills (Colossal-AI's unused bytes).
+
+    Parameters
+    ----------
+    sizes : list of tuple of str and int
+        Each parameter's GPU and size, in order of first touch.
+    chunk_size : int
+        The chunk size: each chunk is a buffer of ``chunk_size`` bytes, or of its one
+        parameter's where that is larger.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
     held: dict[int, int] = {}
     for (_, size), n in zip(sizes, chunk_numbers(sizes, chunk_size)):
         held[n] = held.get(n, 0) + size
@@ -49,6 +62,17 @@ class Misfit:
     chunks: int
 
     def message(self, capacity: int) -> str:
+        """The refusal naming the operator, its non-model bytes and its parameters' bytes.
+
+        Parameters
+        ----------
+        capacity : int
+            The GPU's bytes.
+
+        Returns
+        -------
+        str
+        """
         return (f"operator {self.op!r} needs {self.nonmodel} bytes of non-model data and "
                 f"{self.chunks} bytes of its parameters' tensors on {self.device}: more than "
                 f"its {capacity} bytes with any chunk size (one parameter per chunk)")
@@ -79,8 +103,20 @@ class Fit:
             self.own.append(own)
 
     def misfit(self, capacity: int, chunk_size: int) -> Misfit | None:
-        """The first operator that does not fit ``capacity`` with chunks of ``chunk_size``,
-        or None."""
+        """The first operator that does not fit ``capacity`` with chunks of ``chunk_size``.
+
+        Parameters
+        ----------
+        capacity : int
+            The GPU's bytes.
+        chunk_size : int
+            The chunks' bytes of parameters.
+
+        Returns
+        -------
+        Misfit or None
+            None if every operator fits.
+        """
         tr, graph = self.tr, self.graph
         slots = [members for _, members in grouped(graph, tr, chunk_size, self.grad_chunks)]
         chunk_of = {s: n for n, members in enumerate(slots) for s in members}
@@ -101,11 +137,40 @@ class Fit:
 
 def search(graph: TaskGraph, tr: Trace, capacity: int, least: int, span: int,
            interval: int, grad_chunks: bool) -> int:
-    """The chunk size leaving fewest bytes of chunks unused (ties: the smallest) among
-    ``start``, ``start + interval``, ... up to ``start + span`` with which every operator
-    fits ``capacity``, ``start`` being ``least`` or the largest parameter (but outliers),
-    rounded up to ``interval``; where none fits, the range starting at half of ``start``,
-    and so on down to 1.  A PlanError names the operator that fits with no chunk size."""
+    """The chunk size leaving fewest bytes of chunks unused (ties: the smallest).
+
+    Among ``start``, ``start + interval``, ... up to ``start + span`` with which every
+    operator fits ``capacity``, ``start`` being ``least`` or the largest parameter (but
+    outliers), rounded up to ``interval``; where none fits, the range starting at half of
+    ``start``, and so on down to 1.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A training step.
+    tr : Trace
+        Its trace.
+    capacity : int
+        The GPU's bytes.
+    least : int
+        The smallest chunk size to start from (Colossal-AI's ``min_chunk_size_m``).
+    span : int
+        The range's bytes (``search_range``).
+    interval : int
+        The step between candidates (``search_interval``).
+    grad_chunks : bool
+        Gradients in chunks of their own.
+
+    Returns
+    -------
+    int
+        The chunk size.
+
+    Raises
+    ------
+    PlanError
+        Naming the operator that fits with no chunk size.
+    """
     fit = Fit(graph, tr, grad_chunks)
     sizes = [size for _, size in fit.sizes]
     if not sizes:
