@@ -116,3 +116,13 @@ def test_validate_profile_labels_its_rows(capsys):
     assert code == 0, err
     rows = json.loads(out)
     assert rows and all(r["profiled"] is True and r["correct"] for r in rows)
+
+
+def test_each_run_of_a_kernel_reads_inputs_of_its_own():
+    """Inputs shared by the runs would stay in the CPU's caches, which a plan's seldom do."""
+    from offloadlab.executor.profile import _graph
+    [sig] = signatures(_matmuls(16))
+    mg, which = _graph([sig], 3)
+    kernels = [v for v in mg if v.kind == "compute"]
+    assert len(kernels) == 3 and len(which) == 3
+    assert len({u for v in kernels for u in v.inputs}) == 6

@@ -6,8 +6,11 @@ kernel of another shape may run at another rate (on one core, a 512 x 2048 by 20
 matmul ran 8% slower per flop than a 2048 x 2048 one, and the random DAG's ``mix`` kernels 1.2
 times the time their calibrated rates gave).  Here each *signature*, a compute vertex's op
 (with its parameters), device (a GPU or the CPU), output shape and dtype and its inputs'
-shapes and dtypes, is run ``repeats`` times one at a time on gpu0 (or the CPU), on inputs
-of its own, and the median seconds become the ``time`` of every vertex of that signature: a
+shapes and dtypes, is run ``repeats`` times one at a time on gpu0 (or the CPU), each run on
+inputs of its own (as in a plan, where a kernel's inputs were written a while before; inputs
+shared by the runs stay in the CPU's caches: the training chain's kernels took 1.3-1.6 times
+such runs' time inside a plan, 1.0-1.2 times runs on inputs of their own), and the median
+seconds become the ``time`` of every vertex of that signature: a
 profiled time overrides the cost model (:meth:`~offloadlab.core.machine.Machine.duration`),
 as vidur's per-operator profiles and TURNIP's profiled kernels do.  The signatures are run in
 batches of at most ``memory`` bytes of arena each.
@@ -75,8 +78,8 @@ def signatures(graph: TaskGraph) -> dict[Signature, list[str]]:
 
 def _footprint(sig: Signature, repeats: int) -> int:
     t = sig.template
-    out = max(DTYPES[t.dtype] * math.prod(t.shape), 4)
-    return repeats * out + sum(max(DTYPES[d] * math.prod(s), 4) for s, d in t.inputs)
+    return repeats * sum(max(DTYPES[d] * math.prod(s), 4) for s, d in ((t.shape, t.dtype),
+                                                                        *t.inputs))
 
 
 def _batches(sigs: list[Signature], repeats: int, memory: int) -> list[list[Signature]]:
@@ -94,17 +97,17 @@ def _batches(sigs: list[Signature], repeats: int, memory: int) -> list[list[Sign
 
 
 def _graph(batch: list[Signature], repeats: int) -> tuple[MemGraph, dict[str, int]]:
-    """``repeats`` kernels of each signature of ``batch`` on inputs of its own (on gpu0, or
-    the CPU); returns the graph and each kernel's index in ``batch``."""
+    """``repeats`` kernels of each signature of ``batch``, each on inputs of its own (on gpu0,
+    or the CPU); returns the graph and each kernel's index in ``batch``."""
     b = KernelGraph()
     which: dict[str, int] = {}
     for k, sig in enumerate(batch):
         t = sig.template
         device, at = ("cpu", None) if sig.device == "cpu" else ("gpu0", "gpu0")
         home = "host" if device == "cpu" else "gpu0"
-        args = tuple(b.add(f"s{k}.in{i}", "input", home, s, at=at, dtype=d)
-                     for i, (s, d) in enumerate(t.inputs))
         for r in range(repeats):
+            args = tuple(b.add(f"s{k}#{r}.in{i}", "input", home, s, at=at, dtype=d)
+                         for i, (s, d) in enumerate(t.inputs))
             which[b.add(f"s{k}#{r}", "compute", device, t.shape, args, t.op, t.flops, at=at,
                         dtype=t.dtype)] = k
     return b.mg, which
