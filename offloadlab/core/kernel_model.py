@@ -4,16 +4,10 @@ A GPU kernel of op class ``c`` that does ``f`` flops and touches ``b`` bytes tak
 
     t = (latency_c**p_c + (f / (e_c F))**p_c + (b / (beta_c B))**p_c) ** (1 / p_c)
 
-with ``F`` the GPU's peak flop rate for the dtype it writes and ``B`` its memory bandwidth (the
-Machine's own figures), ``e_c`` and ``beta_c`` the fractions of them its kernels achieve, and
-``p_c`` how sharply the three limits blend: ``p = 1`` is their sum (a fixed latency plus the
-two times), ``p`` -> infinity their maximum (the roofline's ``max``, with the latency as a
-floor).  With both fractions at most 1 and ``p >= 1`` a kernel is never faster than the
-roofline's rates allow, and its time grows with its flops and its bytes.
-
-The parameters were fitted by least squares on relative error (``bench/fit_kernels.py``) to
-microsoft/vidur's per-operator measurements of LLaMA layers in float16 on an A100 and an H100;
-a class maps the toolkit's ops onto the vidur operators measured (:data:`OP_CLASSES`).
+with ``F`` and ``B`` the GPU's peak flop rate and memory bandwidth.  The parameters were fitted
+(``bench/fit_kernels.py``) to microsoft/vidur's per-operator measurements of LLaMA layers on an
+A100 and an H100 (:data:`OP_CLASSES` maps the toolkit's ops onto them).  What each parameter
+means and the fit's error: docs/cost-model.md.
 """
 
 from __future__ import annotations

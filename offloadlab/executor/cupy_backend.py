@@ -1,26 +1,10 @@
 """The ``cupy`` backend: the executor on NVIDIA GPUs (TURNIP Sec. 5; docs/gpu.md).
 
-Each GPU gets one arena, a single ``cudaMalloc`` made before the run whose tensors are
-``cupy.ndarray`` views at their planned offsets; the host gets one pinned (page-locked,
-portable) block, whose tensors are NumPy views.  Every stream slot is a non-blocking CUDA
-stream: a GPU's compute slots, each link direction's copy engine (``h2d:gpuN``, ``d2h:gpuN``),
-and each GPU pair's peer copies (``gpuI->gpuJ``, on the source GPU, with peer access enabled
-where the hardware allows it).  Copies are ``cudaMemcpyAsync`` between pinned host memory and
-the arenas, or between arenas (unified addressing infers the direction).  A job is bracketed by
-two blocking-sync CUDA events on its stream and its lane sleeps in ``cudaEventSynchronize``
-until the second has happened (no core spins), so a vertex holds its stream until its work is
-done, as in TURNIP.  Its times are float64 seconds: each slot measures from an anchor event of
-its own (at first the GPU's origin, recorded by :meth:`CupyBackend.begin`; then, once a second
-has passed, the end of its latest job), so that CUDA's float32 milliseconds never span more than
-about a second.  The ``cpu`` lane runs NumPy and is timed with ``time.perf_counter``, aligned
-with the GPUs' clocks at :meth:`CupyBackend.begin`.
-
-Nothing is allocated on a GPU once the clock starts: CuPy's CUB and cuTENSOR accelerators are
-switched off (a CUB reduction allocates its result and workspace before copying into ``out=``),
-kernels work in their lane's scratch, and :meth:`begin` installs an allocator that raises, so an
-allocation fails its vertex, naming it.  Before the clock, every lane runs each kernel it may
-run once (:attr:`warm_up`): CuPy compiles a kernel on first use, and each thread makes its own
-cuBLAS handle and workspace.
+One arena per GPU (a single ``cudaMalloc`` made before the run, tensors at their planned
+offsets) and one pinned host block; every stream slot is a non-blocking CUDA stream whose lane
+sleeps on blocking-sync events until its job is done, as in TURNIP.  Nothing is allocated on a
+GPU once the clock starts, and every lane runs each of its kernels once before it
+(:attr:`warm_up`).  Streams, timing and allocation rules: docs/gpu.md.
 
 CuPy is imported when a backend is made: ``import offloadlab.executor.cupy_backend`` needs no GPU.
 """

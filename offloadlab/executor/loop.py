@@ -1,29 +1,11 @@
 """The central event loop of the executor (TURNIP Sec. 5, docs/design.md Execution semantics).
 
-A vertex is launched when (a) every MemGraph predecessor has completed and (b) its resources
-are free: a slot (stream) of its engine (a GPU's compute engine, a link direction's copy engine,
-the CPU) and, for host copies on a machine with host buses, the GPU's bus (one shared by all
-GPUs, or the PCIe switch's of its group), taken after the engine as the simulator takes it.
-Each resource dispatches from the ready queues of :mod:`offloadlab.core.dispatch`, the same
-policies the simulator uses.  A launched vertex's job runs on the lane (thread) of its slot;
-completions come back through one queue, and the loop frees resources, wakes successors, and
-launches what became ready, until every vertex is done.
-
-There is one loop and one completion queue, but no thread of its own: the loop takes a *turn*
-(drain the queue, then one dispatch pass) on whichever thread holds its lock, and a lane that
-reports a completion takes the turn if the lock is free, or leaves its completion to the
-thread that holds it (which looks at the queue again after letting go: nothing is left
-behind).  A job the turn launches on the reporting lane itself is that lane's next job, with no
-thread hand-off (free slots are a stack, so the slot just freed is taken first); a vertex whose
-lane differs from its predecessor's costs one wake-up, not two (lane to loop, loop to lane).
-Decisions are those a loop thread would make: one turn at a time, in completion order.  The
-caller's thread only waits, runs the watchdog and reports progress.
-
-Memory never moves: GPU tensors live at their planned offsets in each GPU's arena; host
-tensors live in one host block whose allocator gives an offload its bytes when it starts and
-takes them back when its last reader (a reload) completes.  With ``poison`` every GPU
-location is filled with ``0xFF`` bytes (NaN for floats) just before a vertex writes it, and host
-ranges when they are freed, so a race shows up as a wrong answer.
+A vertex is launched when every MemGraph predecessor has completed and its resources (a stream
+slot of its engine, a host bus) are free, dispatched by the simulator's policies
+(:mod:`offloadlab.core.dispatch`).  The loop has no thread of its own: the lane that reports a
+completion takes its turn.  GPU tensors live at their planned offsets in each GPU's arena, host
+tensors in one host block; ``poison`` fills locations with ``0xFF`` so a race shows.  Turns,
+lanes, memory and poisoning: docs/execution.md.
 """
 
 from __future__ import annotations

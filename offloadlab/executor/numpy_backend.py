@@ -3,18 +3,9 @@
 Each GPU is an arena, one preallocated byte buffer whose tensors are ``np.ndarray`` views at
 their planned offsets; a GPU's compute engine is one CPU core, a worker thread (a
 :class:`~.device.Lane`) that runs the kernels launched on its streams one at a time, in launch
-order (``serial_streams``: the streams are the GPU's slots, as many kernels may be launched on
-it at once, and they share its core as the simulator's kernels share an engine; BLAS runs
-single-threaded during the run); each link direction is a copy engine thread that moves bytes
-between an arena and the host block.  NumPy releases the GIL in copies, ufunc loops and BLAS,
-so kernels and copies really overlap, and GPUs compute in parallel up to the number of cores.
-(A thread per stream taking turns on a lock per GPU did the same with a thread hand-off, a
-wake-up, at every turn.)  With ``rate_limit`` a copy engine paces its
-copies, in chunks of about half a millisecond, to the machine's bandwidth for its link
-(host->GPU, GPU->host, GPU->GPU; a host link capped by its host bus if the machine has one,
-and the event loop lets one copy at a time hold each bus, as the simulator does); while both
-directions of a GPU's host link are copying each runs at the machine's ``duplex`` factor.
-Times are wall-clock (``time.perf_counter``).
+order (``serial_streams``); each link direction is a copy engine thread, paced to the machine's
+bandwidth with ``rate_limit``.  NumPy releases the GIL in copies, ufunc loops and BLAS, so
+kernels and copies really overlap.  Pacing, buses and duplex: docs/execution.md ("Executor").
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Profiling: every distinct kernel of a TaskGraph timed on a backend at its own shapes, its
 seconds written into the graph as its vertices' ``time`` (docs/validation.md, Profiled kernels).
 
-A calibrated machine prices a kernel by rates measured at a few sizes (:mod:`.calibrate`); a
-kernel of another shape may run at another rate (on one core, a 512 x 2048 by 2048 x 2048
-matmul ran 8% slower per flop than a 2048 x 2048 one, and the random DAG's ``mix`` kernels 1.2
-times the time their calibrated rates gave).  Here each *signature*, a compute vertex's op
-(with its parameters), device (a GPU or the CPU), output shape and dtype and its inputs'
-shapes and dtypes, is run ``repeats`` times one at a time on gpu0 (or the CPU), each run on
-inputs of its own (as in a plan, where a kernel's inputs were written a while before; inputs
-shared by the runs stay in the CPU's caches: the training chain's kernels took 1.3-1.6 times
-such runs' time inside a plan, 1.0-1.2 times runs on inputs of their own), and the median
-seconds become the ``time`` of every vertex of that signature: a
-profiled time overrides the cost model (:meth:`~offloadlab.core.machine.Machine.duration`),
-as vidur's per-operator profiles and TURNIP's profiled kernels do.  The signatures are run in
-batches of at most ``memory`` bytes of arena each.
+Each *signature* (a compute vertex's op, device, output and input shapes and dtypes) is run
+``repeats`` times one at a time, each run on inputs of its own, and the median seconds become
+the ``time`` of every vertex of that signature, overriding the cost model
+(:meth:`~offloadlab.core.machine.Machine.duration`), as vidur's per-operator profiles and
+TURNIP's profiled kernels do.  Why shapes and fresh inputs matter: docs/validation.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """The race detector: a run that reports an overwrite of bytes a vertex still needed
 (docs/races.md; docs/design.md rule 3).
 
-Under ``execute(..., check_races=True)`` every tensor gets a checksum when its writer completes
-(a kernel's output on the lane right after the kernel; an input's before the run; a copy
-carries its source's), and every vertex that reads a GPU tensor (a kernel, an offload, a
-transfer) checksums it again on its lane just before and just after its own work: a reader
-that finds a different value reads bytes someone overwrote.  Beside the checksums the loop
-keeps, per GPU, which vertex was last launched over each byte (an interval map): a reader
-launched, or completing, while its input's bytes carry another vertex's write reports that
-writer, whether or not its kernel has changed them yet.  In a correct plan every vertex that
-overwrites a tensor descends from all the tensor's readers (rule 3), so neither test can fire;
-in a plan missing a memory edge the first of them to see the race stops the run with a
-:class:`RaceError` that names the reader, the writer of the tensor it reads and the
-overwriter.
-
-The checksum of a tensor is the sum, modulo 2**64, of its bytes read as little-endian 32-bit
-words (the last one zero-padded): the same number on the host and on any GPU, whatever the
-alignment, so that a copy's value can be compared with its source's.  On NumPy it is an
-``add.reduce``; on CuPy a raw kernel (compiled before the run) sums into a slot of a buffer
-allocated before the run, so the detector allocates no GPU memory while the run goes.  It is
-blind to an overwrite that leaves the same multiset of words (the interval map still sees a
-planned write there).  Host tensors are not probed: the host block gives a range back only
-after its last reader, so no plan can race on it.
+Under ``execute(..., check_races=True)`` every tensor gets a checksum when its writer
+completes, and every vertex that reads a GPU tensor checksums it again just before and after
+its own work; beside them the loop keeps, per GPU, the vertex last launched over each byte.  In
+a plan missing a memory edge the first test to see the race stops the run with a
+:class:`RaceError` naming the reader, the writer and the overwriter.  The checksum, its costs
+and its limits: docs/races.md.
 """
 
 from __future__ import annotations

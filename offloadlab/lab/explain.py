@@ -1,30 +1,11 @@
 """Why a plan is fast or slow: each GPU's overlap of copies with compute, and its idle time
 attributed to a cause, from any trace, simulated or measured (issue 45).
 
-Offloading lives on overlap: a copy between host RAM and a GPU costs nothing while the GPU
-computes beside it.  Per GPU, from the trace of a run:
-
-- ``busy``: the time at least one of its kernels runs (the union of their intervals);
-- ``transfer``: the time at least one of its host copies (load, reload, offload) runs, and
-  ``hidden``: the part of it during which a kernel runs too; ``overlap`` = hidden / transfer;
-- ``idle`` = makespan - busy, split by cause.  A gap in the GPU's compute ends when a kernel
-  starts; of that kernel's predecessors in the MemGraph, the last to finish is what the GPU
-  waited for, up to the moment it finished: ``load`` (a load or reload of something it reads),
-  ``memory`` (a memory edge: the location it writes was still in use), ``dependency`` (a result
-  from another GPU, a GPU->GPU copy or the CPU); from then (or from the gap's start, if every
-  predecessor had finished before it) until the kernel starts, ``launch`` (it was ready: the
-  dispatch's latency, a ``fixed`` order, a kernel queued behind it on a ``fifo`` engine); after
-  the GPU's last kernel, ``done`` (nothing left to do on it).  An idle GPU has every stream
-  slot free, so a slot never causes idle time.
-
-By construction ``busy`` + the five idle parts = the makespan, on every GPU.
-
-GPU memory over time split by category (:data:`~offloadlab.core.taskgraph.CATEGORIES`): each
-location holds the tensor of a TaskGraph vertex (the vertex's own, or the one a load or reload
-brings), whose category the TaskGraph says; a MemGraph does not carry categories, so without
-the TaskGraph (and for a vertex without one) the bytes are ``unknown``.  Each location counts
-for as long as :func:`~offloadlab.core.memory.memory_over_time` counts it, so the categories add
-up to the memory in use at every instant.
+Per GPU: ``busy`` (a kernel runs), ``transfer`` and its ``hidden`` part (a host copy runs,
+beside a kernel), and ``idle`` split into ``load``, ``memory``, ``dependency``, ``launch`` and
+``done``; by construction ``busy`` + the five idle parts = the makespan.  Also GPU memory over
+time split by tensor category (:data:`~offloadlab.core.taskgraph.CATEGORIES`).  What each
+column and cause means: docs/explain.md.
 """
 
 from __future__ import annotations

@@ -2,18 +2,10 @@
 grid (:mod:`.turnip_prefill`, Figs. 10-12) and the LoRA training grid (:mod:`.turnip_lora`,
 Fig. 13) share.
 
-A point is a model, a sequence length, a batch and one of the paper's two servers
-(``p100x4``: 4x P100 16 GB; ``a100x8``: 8x A100 40 GB).  Each point builds the experiment's
-workload with ``model=M,seq=S,batch=B,gpus=G`` (G the server's GPUs, the default block), plans
-it with BuildMemGraph (TURNIP, simulated with dynamic dispatch) and with the level-wise baseline
-(DISCO), verifies each MemGraph and simulates it.  A point is ``OOM``, with its reason, where
-the planner finds no plan in GPU memory, where its plan holds more in host RAM than the
-server's ``host_memory`` (the RAM the paper states; docs/host-memory.md), or where the
-simulated run does (``host_peak``: the most bytes the run held in host RAM at once).  Each
-row gives the seconds this machine spent building, planning, verifying and simulating, and
-the paper's outcome where its text gives one: its seconds (``paper``, with ``ratio``: ours
-over the paper's) or ``OOM`` (``paper_outcome``).  The rows take the cost model each server's
-preset has.
+A point is a model, a sequence length, a batch and one of the paper's two servers (``p100x4``,
+``a100x8``); each is planned by BuildMemGraph (TURNIP) and the level-wise baseline (DISCO),
+verified and simulated, or ``OOM`` with its reason.  Rows give the stage seconds and the
+paper's outcome where its text gives one.  docs/results/reproductions.md.
 """
 
 from __future__ import annotations

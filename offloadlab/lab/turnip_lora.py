@@ -4,20 +4,9 @@ and the feed-forward matrices, activation checkpointing, fp32 weights) against t
 length and the batch size, on the paper's two servers, for BuildMemGraph with dynamic dispatch
 (TURNIP) and for the level-wise baseline (DISCO); the runner is :mod:`.turnip_grid`'s.
 
-Fig. 13 is a bar chart of LLaMA-7B on both servers whose axes the text does not give; our grid
-is in its spirit: 7B at batch 1, 2, 4 and 8 and 1K, 2K and 4K tokens on both servers, and the
-points the text speaks of.  It gives three of TURNIP's times, beside ours in the ``paper``
-column with their ``ratio``: for 7B at 1K tokens, 5.6 s at batch 8 and 12.1 s at batch 32
-(ZeRO-Infinity 12.5 s and 17.8 s), in the paragraph about the A100 server; and 65B at 1K
-tokens, batch 8, 58.5 s (ZeRO-Infinity 72.9 s), on a server the text does not name.  We put it
-on ``a100x8``: 65B in fp32 is 260 GB of weights; it does 9.7x the flops of 7B per token, and
-9.7 x 5.6 s = 54 s is near the 58.5 s, where the P100 server has 4.2x less fp32 compute than
-the A100 server's.  The text also says that this was "the one case [TURNIP] was able to run"
-of 65B and that it "failed" at "larger batch sizes", without naming them or the cause: 65B at
-1K tokens and batch 16 and 32 (the batches of the 7B numbers) on ``a100x8`` have
-``paper_outcome`` ``OOM`` (``--only 65b-1024x16@a100x8``; not in the default grid: 3 and 6
-million vertices).  The workload is float32 (Sec. 8: "All TURNIP model weights are stored as
-single precision"), priced at the presets' fp32 rates (19.5 TFLOP/s per A100, 9.3 per P100).
+The grid (7B at batch 1-8 and 1K-4K tokens, and 65B at 1K tokens, batch 8, on ``a100x8``), the
+paper's three times it stands beside, and why the 65B point is put on ``a100x8``:
+docs/results/reproductions.md ("TURNIP's LoRA training grid").
 """
 
 from __future__ import annotations

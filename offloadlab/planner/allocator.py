@@ -1,25 +1,12 @@
 """A simulated offset allocator for one GPU (the generalised slot map of TURNIP Sec. 6).
 
-Memory is a list of segments, linked in address order (so that splitting and joining them
-costs the same however many tensors are resident).  An occupied segment names its occupant; a
-free segment
-keeps the *guard* of the bytes it covers: the MemGraph vertices that must finish before a new
-writer may overwrite them (the readers of the last occupant, or the offload that copied it
-out).  Allocating over free segments hands their guards to the caller, which turns them into
-memory-dependency edges.
-
-With many segments, free *runs* (maximal stretches of free segments) are indexed, so that
-:meth:`GpuMemory.find_free` is one query instead of a pass over the segments: a run's window
-at its start is judged by the latest freeing among the segments it covers, a step function of
-the window's size that rises at the run's prefix maxima; each step is an item (the largest
-size it serves, its value and the run's start packed in one key) of a :class:`Blocked` list,
-and the best window of a size is the least key among the items that serve it.  A run's steps
-are found lazily, from its start as far as a query needs (:class:`_Run`): the step it has
-reached stands for the rest of the run with its value, a lower bound on theirs, so a query
-walks a run's segments only when that bound is the least key and its window reaches past
-them.  A run split or joined keeps no more than that, and costs no walk over its segments,
-which many frees leave apart (each keeps its own guard).  With few segments, a scan is
-cheaper than keeping the index, and the allocator scans.
+Memory is a list of segments linked in address order; an occupied segment names its occupant,
+a free one keeps the *guard* of its bytes (the vertices that must finish before a new writer
+may overwrite them), which an allocation hands to the caller as memory edges.  With many
+segments the free runs are indexed by the latest freeing their windows cover (a
+:class:`Blocked` list of steps, found lazily by :class:`_Run`), so that
+:meth:`GpuMemory.find_free` is one query; with few, the allocator scans.  See docs/design.md
+(``buildmemgraph``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """BuildMemGraph (TURNIP Figs. 8-9), generalised to variable-sized tensors.
 
-The TaskGraph is "executed" in a serial order V while two horizons advance: ``alloc_hzn``
-(every item before it has GPU memory) and ``exec_hzn`` (every item before it has run).
-Allocation is pushed ahead of execution, so that the runtime may later run vertices out of
-the serial order: as far as memory allows in the paper, and here (``reserve`` > 0) only while
-the GPU keeps room for what executing needs, so that allocating ahead never forces out what
-the next vertices read.  Memory comes from :class:`GpuMemory`, a real
-offset allocator: an allocation may overlap several former occupants (memory edges from all
-of their readers) and an eviction may need several victims.
-
-Items of V are tensors on a GPU (slots): the output of a compute/transfer vertex on its
-GPU, or the copy of a host-resident tensor that a ``load`` vertex brings to a GPU (placed just
-before its first reader there).  GPU-resident inputs are placed before the run.  The run works
-on the TaskGraph's vertex numbers (:class:`Numbered`): a slot is one integer, and what it
-keeps per vertex, slot or item is a list indexed by it.
+The TaskGraph is "executed" in a serial order V while two horizons advance, ``alloc_hzn``
+(allocated) and ``exec_hzn`` (run); allocation is pushed ahead of execution, here only while the
+GPU keeps ``reserve`` room.  Memory comes from :class:`GpuMemory`, a real offset allocator.  The
+run works on the TaskGraph's vertex numbers (:class:`Numbered`): a slot is one integer, and what
+it keeps per vertex, slot or item is a list indexed by it.  Items, horizons and evictions:
+docs/design.md (``buildmemgraph``).
 """
 
 from __future__ import annotations

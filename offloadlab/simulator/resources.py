@@ -2,26 +2,11 @@
 Execution semantics).
 
 An :class:`Engine` is a GPU's compute engine (``streams`` slots), the CPU, a link direction or a
-GPU->GPU link (one slot).  The jobs running on it share its speed equally (processor sharing:
-``k`` running jobs each progress at ``speed / k``), or, on a ``fifo`` engine (the machine's
-``engine=fifo``), run one at a time in the order they took their slots (launch order, as the
-numpy backend's GPU runs the kernels launched on its streams); a host link direction runs at
-the machine's duplex factor while its partner direction is busy.  Instead of interrupting
-processes, an engine schedules one SimPy timeout for its next completion and, whenever its
-jobs or speed change, a new one; a superseded timeout fires to no effect.
-
-A :class:`Bus` is a shared host bus (for all GPUs, or the uplink of the PCIe switch a group of
-them sits behind): one transfer at a time, taken after the link.
-
-As SimPy's own resources, neither knows who uses it.  Both share one small protocol: a ready
-queue of :mod:`offloadlab.core.dispatch` (the policies the executor uses too) that the user
-fills, :meth:`dispatch` to take from it when the user says so, the seconds they were ``busy``,
-and callbacks through which they report: ``taken(vertex, slot)`` when a vertex leaves the queue
-and holds a slot (its user then starts it, or first asks a bus), ``granted(vertex)`` when a bus
-is given, ``began(vertex, now)`` when a job starts to run (on a ``fifo`` engine, maybe
-later than it was started), ``released(vertex, now)`` and ``finished(vertex, now)`` when a job
-ends (before and after the engine has updated itself), and ``changed(resource)`` when a
-resource may take more.
+GPU->GPU link (one slot); its jobs share its speed (processor sharing), or run one at a time on
+a ``fifo`` engine.  A :class:`Bus` is a shared host bus: one transfer at a time.  As SimPy's own
+resources, neither knows who uses it: both take from a ready queue of
+:mod:`offloadlab.core.dispatch` when told to and report through callbacks.  The protocol:
+docs/execution.md ("Simulator").
 """
 
 from __future__ import annotations

@@ -1,54 +1,11 @@
 """TaskGraphs traced from PyTorch modules (``pip install ".[torch]"``; torch is imported only
 when :func:`from_torch` runs).
 
-No weight is materialised: parameters, buffers and inputs are replaced by FakeTensors (shape,
-dtype and strides only; a module built on the meta device works) and
-``torch.fx.experimental.proxy_tensor.make_fx`` records the ATen ops that run.  Then:
-
-- weights, buffers and data inputs are ``input`` vertices in host RAM, each added just before
-  its first reader (an unread one is left out);
-- each ATen op is one ``compute`` vertex holding its output.  An op with several used outputs
-  (``native_layer_norm`` in training, ``convolution_backward``) is one vertex holding all of
-  them, as a flat float32 tensor of their bytes; unused outputs are left out;
-- views and metadata ops (``view``, ``t``, ``expand``, ``permute``, ``slice``, ``alias``,
-  ``_unsafe_view``, ``getitem`` of a split, ...) are no vertex: they move no bytes, and their
-  readers read the tensor they alias (``clone`` copies, so it is a vertex);
-- a dtype conversion (``x.half()``, ``x.to(torch.float16)``, autocast's casts and, in
-  training, their backward: ATen's ``_to_copy``) between floating-point dtypes is a ``cast``
-  vertex, priced by the bytes it reads and writes (no flops); one that changes neither dtype
-  nor element order (a device or layout change, ``copy=True``) is no vertex either: its
-  readers read the tensor it copies, as a version of their own (an in-place write into either
-  leaves the other as it was);
-- an op that writes an input in place (``add_``) makes a new version of it: later readers,
-  through any view, read the op's vertex;
-- ``bytes`` is the output's bytes rounded up to 8 (every planned offset stays aligned for any
-  dtype); ``flops`` come from shapes: ``2*M*N*K`` for ``mm``/``addmm`` (and per batch for
-  ``bmm``/``baddbmm``), ``2*out_numel*Cin/groups*kh*kw`` for ``convolution`` (its backward: that
-  per input and weight gradient it computes), ``4*L*S*E`` per batch and head for fused attention
-  (2.5 times that backward), none for a cast, and the largest input or output numel for the
-  elementwise ops, reductions, normalizations, losses, copies and pooling of
-  :data:`~.aten.PER_ELEMENT`;
-- any other ATen op (``cumsum``, ``sort``, ``mish``, ...) is one the toolkit does not know: a
-  :class:`GraphError` naming the node and the op, unless ``generic=True``, which makes it a
-  ``generic:<op>`` vertex (:data:`~offloadlab.core.ops.GENERIC`) priced from its shapes alone,
-  one flop per output element: planners and the simulator take it, the executor refuses it;
-- the op is the executor's kernel when that kernel computes exactly what the ATen op does with
-  those input vertices in that order (:func:`~.aten.kernel_op`), else ``mix``.  A ``mix`` vertex
-  that all its readers read through one reshape (``addmm``'s ``[B*T, D]`` viewed as
-  ``[B, T, D]``) is recorded with that shape, so that they can be real ops.  A compute vertex
-  whose tensor is not floating point (indices, masks) is recorded as a float of the same item
-  size (flat float32 for one-byte items), since ``mix`` writes floats.
-
-A training step (``train=True``) traces the forward pass, the loss (``mean`` of the output, or
-``cross_entropy`` against ``target``) and its gradients (``torch.autograd.grad``, which, unlike
-``torch.func.grad``, lets a BatchNorm update its running statistics), then adds one optimizer
-update vertex per trainable weight (``adam_update`` or ``sgd_update`` reading the weight and
-its gradient, ``mix`` when the gradient's vertex does not hold exactly the weight's shape) just
-after its gradient is complete.
-
-Each vertex's category (:data:`~offloadlab.core.taskgraph.CATEGORIES`): parameters, buffers,
-constants, their new versions and the updates are weights; the user's inputs and target and the
-forward pass's vertices activations; the backward pass's gradients.
+``make_fx`` records the ATen ops a module runs on FakeTensors (no weight is materialised); each
+op becomes one ``compute`` vertex (views none, dtype conversions ``cast`` vertices), weights,
+buffers and inputs host-RAM ``input`` vertices, and ``train=True`` adds the loss, its gradients
+and one optimizer update per trainable weight.  How ops map to vertices, how they are priced
+and which ones are refused: docs/commands/import-torch.md.
 """
 
 from __future__ import annotations

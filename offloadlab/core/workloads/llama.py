@@ -4,25 +4,8 @@ as in Megatron-LM (heads and the MLP's hidden dimension split across GPUs), with
 into query/key blocks of ``block`` tokens.
 
 The residual stream is cut into row blocks of ``block`` tokens, row block ``r`` owned by GPU
-``r % gpus``.  Per layer and row block:
-
-- each GPU projects the normalised block onto Q, K and V of each of its heads (``linear``,
-  ``x W^T``), rotates Q and K by their positions (``rotary:offset=...``);
-- per head, against each key block at or before it (blocks above the diagonal are skipped):
-  scores ``Q K^T / sqrt(dh)`` (``attn_scores``), the causal softmax's row statistics over the
-  key blocks (``softmax_stats``), each block's masked probabilities (``causal_softmax``, its
-  offsets in the op's name), and ``sum_j P_j V_j`` (``attn_values``);
-- each GPU multiplies its heads' outputs by its columns of ``W_o``: a partial sum of the row
-  block; the all-reduce is a reduce-scatter and an all-gather by row blocks, as transfer
-  vertices and adds: the owner receives the other GPUs' partials and adds them to the
-  residual (``add``), normalises (``rmsnorm``), and sends the result to every other GPU;
-- the SwiGLU MLP likewise: gate and up projections of each GPU's slice of the hidden
-  dimension, ``swiglu``, the down projection's partial sums, reduced on the owner.
-
-Weights live in host RAM (``input`` vertices at home ``host``), one per head for Q, K and V
-and one per GPU for ``W_o`` and the MLP, each added just before its first reader.  The graph's
-outputs are the logits of each sequence's last row block (the first token is the last row's
-argmax) and the final hidden states of the other row blocks.
+``r % gpus``; weights live in host RAM.  The ops per layer and row block, the all-reduces and
+the outputs: docs/workloads.md ("LLaMA prefill").
 """
 
 from __future__ import annotations

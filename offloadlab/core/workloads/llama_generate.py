@@ -2,19 +2,10 @@
 the workload FlexGen is built for (Sheng et al. 2023, Sec. 3: a prefill over the prompts,
 then one token per sequence per step through every layer, attending to the KV cache).
 
-The prefill is ``llama-prefill``'s graph, vertex for vertex; its logits' last row gives each
-sequence's first token (``token.s<s>``, ``argmax``: greedy decoding).  Decode step ``t``
-(1..``gen``, its vertices prefixed ``d<t>.``) embeds that token, runs every layer on one row
-per sequence, named after the sequence's last row block ``b<r>`` (whose GPU owns it), with
-rotary position ``seq + t - 1``, and attends to the sequence's whole KV cache: the prompt's
-key blocks (``.k<row>``), the token of every earlier step (``.t<u>``) and its own (``.t<t>``),
-contiguous from position 0, so that no key is masked.  The cache is the rotated keys
-(``kr``) and values (``v``) the prefill and each step write; every later step reads them, so
-the TaskGraph's data dependencies make the cache's lifetime, and its category is
-``activations``, as in the prefill.  Each step's logits give the next token, read by the
-next step's embedding, so a step runs only once the one before is done, as in generation;
-the graph's outputs are the last step's logits (and, as in the prefill, the last layer's
-hidden states of the prompts' other row blocks).  Tensor parallelism is the prefill's.
+The prefill is ``llama-prefill``'s graph, vertex for vertex; decode step ``t`` (vertices
+``d<t>.``) runs every layer on one row per sequence and attends to the sequence's whole KV
+cache, whose lifetime the data dependencies make.  The steps, the cache and the outputs:
+docs/workloads.md ("LLaMA generation").
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """LoRA fine-tuning of LLaMA, the training workload of TURNIP's and DISCO's experiments (TURNIP
 Sec. 8 (2), Fig. 13; DISCO Fig. 14): forward and backward of one batch of a LLaMA decoder with
-rank-16 LoRA adapters (Hu et al. 2021) on the Q, K, V and feed-forward (gate, up, down)
-matrices, the base weights frozen, activation checkpointing, a cross-entropy loss over the
-vocabulary, and an optimizer step of every adapter.
+rank-16 LoRA adapters (Hu et al. 2021) on the Q, K, V and feed-forward matrices, the base
+weights frozen, activation checkpointing, a cross-entropy loss and an optimizer step of every
+adapter.
 
-The forward pass is :mod:`.llama`'s prefill graph (the same builder), every projection
-``x W^T`` replaced by ``lora_linear``: ``x W^T + u B^T`` with ``u = x A^T`` computed once per
-GPU and row block for each adapter (``A`` is replicated across GPUs as in Megatron-LM; ``B``
-is split like ``W``: by heads for Q, K, V, by the hidden slice for gate and up; the down
-projection's ``A`` is split by its input columns and its ``B`` replicated).  The scaling
-``alpha / rank`` is 1.  Every row block's logits meet its labels (``int32`` inputs taken
-modulo the vocabulary) in ``cross_entropy``, averaged over the batch's tokens; the loss is the
-sum of the row blocks' parts on GPU 0.
-
-The backward pass runs the layers in reverse.  With ``checkpoint=true`` (the papers' setting)
-each layer's forward is first recomputed from the layer's input (vertices ``re.L...``), so
-only the layer inputs live from the forward pass to the backward; without it the backward reads
-the forward's own vertices.  Per layer: the MLP's backward (``swiglu_dgate``/``swiglu_dup``,
-``linear_dx`` for the input gradients through the frozen ``W`` and the adapters,
-``linear_dw`` for the adapters' gradients), the all-reduce of the input gradient to the row
-block's owner (transfers and ``add``), ``rmsnorm_backward``, the residual; then attention per
-head and query/key block: ``attn_delta``, ``attn_dprobs``, ``softmax_backward``, ``attn_dq``,
-and per key block ``attn_dk``/``attn_dv`` over the query blocks at or after it,
-``rotary_backward``, the Q/K/V adapters' backward.  Each adapter's gradient parts (per GPU and
-row block) are summed on one GPU and updated there (``adam_update`` or ``sgd_update``); the
-updated adapters and the loss are the graph's outputs.  No gradient flows into the embedding,
-the norms' gains, W_o or the LM head (frozen), nor below layer 0.
+The forward pass is :mod:`.llama`'s prefill graph with every projection a ``lora_linear``; the
+backward pass runs the layers in reverse.  How the adapters are split over the GPUs and which
+ops each pass uses: docs/workloads.md ("LLaMA LoRA training").
 """
 
 from __future__ import annotations

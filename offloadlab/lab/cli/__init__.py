@@ -1,19 +1,12 @@
 """The ``offloadlab`` command line: demo, plan, simulate, run, calibrate, validate, reproduce,
 list.
 
-Every user error (an :class:`~offloadlab.core.errors.OffloadlabError`, an unwritable output,
-a bad argument, running out of memory) ends with one line ``offloadlab: error: ...`` on stderr
-and exit status 2, Ctrl-C with ``offloadlab: interrupted`` and status 130, and SIGTERM with
-``offloadlab: terminated`` and status 143; never a traceback.  Every output path
-is checked before any work starts; outputs are written to temporary files beside their
-destinations (:class:`Outputs`) and renamed into place together once the command has
-succeeded, so a failed command leaves none of them.  JSON on stdout and in files is strict
-(no NaN or Infinity).  Heavy modules (pandas, matplotlib, simpy) are imported only by the
-commands that need them, so ``offloadlab --help`` stays fast.
-
-Each command is a module of this package that owns its parser (``add_parser``) and its handler
-(``cmd_NAME``); :mod:`.common` holds what several share and :mod:`.parser` puts them together.
-This module runs a command and ends the process.
+Every user error ends with one line ``offloadlab: error: ...`` and exit status 2 (Ctrl-C 130,
+SIGTERM 143), never a traceback; outputs are checked before any work and renamed into place
+together only on success (:class:`Outputs`).  Each command is a module of this package that
+owns its parser (``add_parser``) and its handler (``cmd_NAME``); :mod:`.common` holds what
+several share and :mod:`.parser` puts them together.  This module runs a command and ends the
+process.  The conventions: docs/commands/index.md.
 """
 
 from __future__ import annotations

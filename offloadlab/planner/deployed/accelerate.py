@@ -2,21 +2,10 @@
 
 Source: huggingface/accelerate@16cb6eb80dd9aa8b4df1a63ef57863e455d53b83,
 ``src/accelerate/big_modeling.py`` (``cpu_offload``) and ``src/accelerate/hooks.py``
-(``attach_align_device_hook``, ``AlignDevicesHook``).  ``cpu_offload(model)`` keeps the state
-dict in host RAM and attaches an ``AlignDevicesHook(offload=True)`` to every module with
-direct parameters: its ``pre_forward`` copies the module's weights to the execution device
-(``set_module_tensor_to_device(..., value=weights_map[name])``, a blocking copy on the
-compute stream, nothing fetched ahead) and its ``post_forward`` drops them (sets them to the
-``meta`` device); the top-level hook moves the inputs to the execution device.
-
-Model (:class:`~.emit.Emitter`): each GPU runs its vertices in program order; a weight (any
-host-resident input) is loaded on demand, after the GPU's previous vertex and before the
-vertex that reads it, and dropped after its module's forward, i.e. after its last reader.  In
-a training step autograd keeps the copy a forward operator saved for its backward, so a weight
-the backward reads stays on the GPU until then; under activation checkpointing (a backward
-that recomputes the forward: vertices of category ``workspace``) the recomputed forward calls
-the module again, so the weight is dropped after the forward pass and loaded again by its
-first backward reader.
+(``attach_align_device_hook``, ``AlignDevicesHook``).  Model (:class:`~.emit.Emitter`): each
+weight is loaded on demand just before its reader and dropped after its module's forward, kept
+for the backward where autograd saves it, loaded again under activation checkpointing.  What the
+hooks do and how they are modelled: docs/deployed.md ("accelerate-offload").
 """
 
 from __future__ import annotations

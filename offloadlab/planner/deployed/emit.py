@@ -1,23 +1,12 @@
 """The MemGraph of a deployed offload scheme, emitted in program order.
 
-The schemes users deploy (Accelerate's hooks, DeepSpeed ZeRO-Offload, FSDP's CPU offload) run
-a model eagerly: one compute stream per GPU runs the operators in program order, the scheme
-moves tensors at fixed points of that order, and PyTorch's caching allocator places each
-tensor when it is made and frees it after its last use.  :class:`Emitter` is that runtime in
-MemGraph form: a scheme walks its schedule (the TaskGraph's compute and transfer vertices in
-the order they run) and calls :meth:`Emitter.run` for each, :meth:`Emitter.load`,
-:meth:`Emitter.offload` and :meth:`Emitter.free` where it moves or drops a tensor, and
-:meth:`Emitter.release` after each vertex, which frees what no later vertex reads on that GPU.
-
-* Each GPU's compute vertices run one after the other in the schedule's order (memory edges
-  along it), and so do the CPU's; a host tensor a GPU vertex reads that is not on its GPU is
-  loaded on demand, after the GPU's previous vertex (a blocking copy on the compute stream).
-* Each copy is placed when its writer is emitted, at an offset of
-  :class:`~offloadlab.planner.allocator.GpuMemory` (online, as a caching allocator places it);
-  a writer waits for the readers of the bytes it overwrites (memory edges).  A copy that finds
-  no room is the deployed scheme running out of memory: :meth:`Emitter.finish` refuses the
-  plan in one line naming the GPU, the vertex and the shortfall at the scheme's peak.
-* Graph outputs stay where they are made.
+The schemes users deploy (Accelerate's hooks, DeepSpeed ZeRO-Offload, FSDP's CPU offload) run a
+model eagerly: one compute stream per GPU runs the operators in program order, the scheme moves
+tensors at fixed points of that order, and PyTorch's caching allocator places each tensor when
+it is made and frees it after its last use.  :class:`Emitter` is that runtime in MemGraph form:
+a scheme walks its schedule and calls :meth:`Emitter.run`, :meth:`Emitter.load`,
+:meth:`Emitter.offload`, :meth:`Emitter.free` and :meth:`Emitter.release`.  The rules it
+follows: docs/deployed.md ("How the eager schemes are modelled").
 """
 
 from __future__ import annotations

@@ -2,25 +2,10 @@
 ``OptLM``): its layers and GPU batches, and what each tensor is to FlexGen's policy.
 
 FlexGen's layers are the input embedding (layer 0), the decoder layers (1..L) and the output
-embedding (L + 1): a vertex of ``llama-prefill`` belongs to layer 0 if it is ``embed.*``, to
-layer ``j + 1`` if it is ``L<j>.*``, and to L + 1 if it is ``final_norm.*`` or ``logits.*``;
-a weight (a host-resident input other than the token ids) belongs to the layer of its first
-reader.  A GPU batch is a row block (``.b<r>``; ``logits.s<s>`` is its input's): the TaskGraph
-fixes FlexGen's block, the ``batch`` prompts, and a GPU batch is one row block of one prompt.
-A *step* is one layer on one GPU batch, ``compute_layer(i, j, k)``; steps run layer by layer,
-each layer's GPU batches in order (the zig-zag block order).
-
-A generation (``llama-generate``) runs FlexGen's ``gen_len`` tokens: the prefill (token
-``i = 0``) and each decode step ``d<i>.`` (``i`` >= 1) through all of the layers, a decode row
-being its sequence's last row block.  The tokens' layers are unrolled: token ``i``'s layer
-``j`` is layer ``i * width + j`` here (``width`` FlexGen's layers, L + 2), so that the steps
-run in FlexGen's order ``(i, j, k)`` and the prefill's structure is that of ``gen_len`` 1.
-A weight belongs to a layer of the model (``weights`` holds ``width`` lists), read by the
-same layer of every token.
-
-Each computed tensor is, to the policy, a part of the KV cache (``L<j>.kr.*`` and
-``L<j>.v.*``, the rotated keys and the values), a hidden state (read in a later layer), one of
-the graph's outputs, or workspace (read within its step only).
+embedding (L + 1); a GPU batch is a row block, and a *step* one layer on one GPU batch.  A
+generation's tokens are unrolled into layers, so that steps run in FlexGen's order
+``(i, j, k)``.  Each computed tensor is KV cache, a hidden state, an output or workspace.  How
+vertices map to layers, batches and roles: docs/deployed.md ("FlexGen").
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Gemini's chunk size search: Colossal-AI's ``search_chunk_configuration``
 (``colossalai/zero/gemini/chunk/search_utils.py``), with the GPU's memory as a constraint.
 
-Colossal-AI tries the chunk sizes from the least it allows (``min_chunk_size_m``, or the
-largest parameter if larger, parameters beyond the mean plus three standard deviations left
-out) up by ``search_range_m`` in steps of ``search_interval`` (the hidden size), and keeps the
-one that leaves fewest bytes of chunks unused: a chunk is a buffer of the chunk size (of its
-parameter's size where one parameter is larger), and a parameter that does not fit in the
-open chunk opens the next.  It does not look at the GPU: a chunk size whose chunks do not fit
-beside an operator's activations runs out of memory.
-
-Here the search minimises the same waste over the chunk sizes with which every operator fits
-(:func:`misfit`): its COMPUTE chunks' live tensors beside the non-model tensors it reads and
-writes, the least that the planned iteration must hold (it moves every other tensor to host
-RAM if it must).  Where no size of Colossal-AI's range fits, the range starts at half the
-size, and so on down to one byte, where every parameter is a chunk of its own and an operator
-needs only its own parameters' tensors (smaller chunks when memory is tight); if even that
-does not fit, no chunk size does, and the search says which operator needs how much.
+Colossal-AI keeps the chunk size of its range that leaves fewest bytes of chunks unused, and
+does not look at the GPU.  Here the same waste is minimised over the sizes with which every
+operator fits (:func:`misfit`), the range moving down by halves where none does, to one
+parameter per chunk.  The candidates, the fit and the refusal: docs/gemini.md ("Chunk size
+search").
 """
 
 from __future__ import annotations

@@ -1,34 +1,10 @@
 """A weight-offloading :class:`Schedule` laid out as the MemGraph of an unrolled TaskGraph.
 
-The TaskGraph of ``unroll(chain, T)`` runs ``F@1`` (the *preamble*), then
-``T - 1`` cycles ``B@t, F@t+1`` and finally ``B@T`` (the cycle's backward half).  Every
-cycle is the schedule's cycle, with the same blocks; the preamble brings the weights from
-host RAM (``load`` vertices) into the blocks they have during the cycle's forward half.
-
-Vertices are named by the chain (``TrainingChain.vertex``), as the builder names them.
-Locations (see :mod:`.schedule`): the batches a^0 at the bottom, the t-th at
-``(t-1)·batch`` (:attr:`~offloadlab.core.cycle.TrainingChain.batch`; ``B_1``'s δ^0 then
-overwrites it); ``F_i`` in activation slot i of
-``TrainingChain.stack``, ``B_i`` (δ^{i-1}) in slot i-1 over a^{i-1}, ``G_i`` on top of slot i;
-a prefetch in its block; the update ``w_i`` in place of the copy it reads.
-
-Edges:
-
-* ``data``: what each vertex reads (a prefetch reads the latest offload of that value, or
-  the host input ``w{i}@0``);
-* ``memory``, the schedule's orderings: the GPU runs its vertices in the cycle's order and
-  each link its copies in FIFO order (a chain of edges per resource); ``B_k`` starts with
-  its weight on the GPU (``G{k}@t``, which does not read it, waits for it); an offload waits for
-  the operation it follows, an L2L prefetch for the operation that releases it, a prefetch
-  for the removal of the weight's previous copy (its offload, or its deletion); each cycle
-  starts once the previous one has ended on all three resources (its first vertex on each
-  resource waits for the last one of the previous cycle on each resource);
-* ``memory``, reuse: a vertex writing bytes waits for their previous writer and that
-  writer's readers (so a prefetch waits for the offload or the last reader that freed its
-  block, the moment the schedule found it feasible) and, for a deleted weight, for the
-  offload whose end was T_ava(Off) when it was deleted (Algorithm 2's deletion time).
-
-``order`` is the schedule's start-time order (cycle by cycle), a topological order.
+The TaskGraph of ``unroll(chain, T)`` runs ``F@1`` (the *preamble*, whose ``load`` vertices
+bring the weights into their blocks), then ``T - 1`` of the schedule's cycles ``B@t, F@t+1``,
+then ``B@T``.  Vertices are named by the chain (``TrainingChain.vertex``); memory edges carry
+the schedule's orderings (per resource, per cycle) and the reuse of bytes.  Locations, edges
+and order: docs/beaumont.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
 """Algorithm 2 of Beaumont et al. (Sec. 5, "Scheduling phase") and the L2L schedule [19].
 
-A schedule is one steady-state *cycle*: ``B_L..B_1`` of iteration t then ``F_1..F_L`` of
-iteration t+1, on three resources (the GPU, the host->GPU link that prefetches, the GPU->host
-link that offloads; full duplex, Sec. 3).  Every operation starts as soon as (1) its input
-is there, (2) its resource is free and (3) enough GPU memory is free.  The cycle starts when
-everything of the previous cycle has ended; its length is the steady-state iteration time.
-
-GPU memory (Sec. 3 and eq. 1) is an address line ``[0, M_GPU)``:
-
-* at the bottom ``base`` bytes of batches (``a^0``; one of them is eq. (1)'s ``|a^0|``,
-  the others are held by the other iterations of an unrolled TaskGraph);
-* above, the activation stack (``TrainingChain.stack``): slot ``i`` holds ``a^i`` and then
-  ``δ^i`` (``|δ^i| = |a^i|``) from ``F_i`` to ``B_i``, and ``B_i``'s weight gradient sits on
-  top of the stack, so that the stack top during an operation is eq. (1)'s ``M_o`` less the
-  weight ``|w_i|`` (``TrainingChain.stack_tops``);
-* weights occupy blocks of ``|w_k|`` contiguous bytes, reserved from the beginning of a
-  prefetch until the end of an offload or the deletion (Sec. 3).
-
-"Earliest time when Pre_k is feasible" is the earliest time from which a block of ``|w_k|``
-contiguous bytes stays free, above the stack top of every operation until ``w_k`` is
-removed again (the highest such block is taken).  Blocks make the schedule a MemGraph as
-it is; with unequal layers they also account for fragmentation.  Weights resident across the
-cycle boundary (never removed, removed only between ``B_k`` and ``F_k``, or prefetched before
-``B_L``) have a fixed block, their *home*, the same in every cycle, at the top of memory.
-While its owner is away another weight may borrow a home if it leaves before the owner comes
-back, and only if no other block is free in time.
-
-Homes make this stricter than the paper's byte count ("enough memory is available on the
-GPU"), even with equal layers: a weight prefetched into its home waits for a borrower to
-leave although another block may be free earlier, and a home stays reserved for its owner.
+A schedule is one steady-state *cycle* (``B_L..B_1`` of iteration t then ``F_1..F_L`` of
+iteration t+1) on the GPU and the two directions of the link (Sec. 3).  GPU memory (Sec. 3,
+eq. 1) is an address line: batches at the bottom, the activation stack above them, and each
+weight in a block of contiguous bytes; weights resident across the cycle boundary have a fixed
+block, their *home*, which makes this stricter than the paper's byte count.  The layout, the
+feasibility rule and the homes: docs/beaumont.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Algorithm 1 of Beaumont et al. (Sec. 5, "Selection phase"): which weights to offload.
 
 A choice ``(k, d)`` removes ``w_k`` from GPU memory between ``F_k`` and ``B_k`` (``d = 1``) or
-between ``B_k`` and ``F_k`` (``d = 0``).  It *covers* the operations that run while ``w_k`` is
-away: ``(k, 1)`` covers ``F_{k+1}..F_L, B_L..B_{k+1}`` and ``(k, 0)`` covers
-``B_{k-1}..B_1, F_1..F_{k-1}``.
-
-Excess memory.  As in the paper, ``E_o = Σ_i |w_i| + M_o - M_GPU`` with M_o from eq. (1).
-eq. (1) already counts the operation's own weight (``M_{F_i} = |w_i| + Σ_{k<=i}|a^k|``,
-``M_{B_i} = 2|w_i| + Σ_{k<=i}|a^k|``: weight, gradient and activations, the update being in
-place), so E_o keeps ``|w_i|`` more bytes free than operation o needs: room for prefetching
-the next weight while it runs.  Below ``max_o M_o + |w_i|`` that room cannot be made
-everywhere; the selection then stops when no choice reduces any excess, which happens only
-once every other weight is away from the operations still in excess (so each fits, since
-``M_o <= M_GPU``).
+between ``B_k`` and ``F_k`` (``d = 0``), and *covers* the operations that run while ``w_k`` is
+away; choices are taken while they reduce some operation's excess memory ``E_o`` (eq. 1).  The
+covered operations, the excess and when the selection stops: docs/beaumont.md.
 """
 
 from __future__ import annotations
