@@ -126,3 +126,9 @@ def test_each_run_of_a_kernel_reads_inputs_of_its_own():
     kernels = [v for v in mg if v.kind == "compute"]
     assert len(kernels) == 3 and len(which) == 3
     assert len({u for v in kernels for u in v.inputs}) == 6
+
+
+def test_repeats_that_would_not_fit_in_ram_are_refused_before_anything_is_built():
+    from offloadlab.core.errors import SpecError
+    with pytest.raises(SpecError, match="profiling 1000000000 runs of each kernel"):
+        profile(_matmuls(64), MACHINE, repeats=10**9)

@@ -10,16 +10,16 @@ TURNIP's profiled kernels do.  Why shapes and fresh inputs matter: docs/validati
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from ..core.budget import TASK_VERTEX, check_ram
 from ..core.devices import CPU
 from ..core.machine import Machine, MiB
 from ..core.memgraph import MemGraph
-from ..core.ops import DTYPES, KERNELS, op_name
+from ..core.ops import KERNELS, op_name
 from ..core.taskgraph import Task, TaskGraph
 from . import execute
 from .calibrate import KernelGraph, Template, template
@@ -68,18 +68,12 @@ def signatures(graph: TaskGraph) -> dict[Signature, list[str]]:
     return found
 
 
-def _footprint(sig: Signature, repeats: int) -> int:
-    t = sig.template
-    return repeats * sum(max(DTYPES[d] * math.prod(s), 4) for s, d in ((t.shape, t.dtype),
-                                                                        *t.inputs))
-
-
 def _batches(sigs: list[Signature], repeats: int, memory: int) -> list[list[Signature]]:
     """``sigs`` in order, cut where a batch's arena would pass ``memory`` bytes."""
     batches: list[list[Signature]] = []
     used = memory
     for sig in sigs:
-        size = _footprint(sig, repeats)
+        size = repeats * sig.template.touched
         if used + size > memory:
             batches.append([])
             used = 0
@@ -135,6 +129,8 @@ def profile(graph: TaskGraph, machine: Machine, backend: str = "numpy",
     ------
     ValueError
         ``repeats`` or ``memory`` below 1.
+    SpecError
+        One kernel's ``repeats`` runs would not fit in the RAM available.
     ExecutionError
         A kernel failed on the backend (naming its vertex) or the RAM does not suffice.
     """
@@ -142,6 +138,11 @@ def profile(graph: TaskGraph, machine: Machine, backend: str = "numpy",
         raise ValueError(f"profile needs repeats >= 1 and memory >= 1, got {repeats}, {memory}")
     found = signatures(graph)
     runnable = [s for s in found if op_name(s.template.op) in KERNELS]
+    # the largest batch is one signature's runs: their tensors twice (the arena and the
+    # outputs' copies) and their vertices
+    check_ram(f"profiling {repeats} runs of each kernel", repeats * max(
+        (2 * s.template.touched + (2 + len(s.template.inputs)) * TASK_VERTEX for s in runnable),
+        default=0))
     probe = replace(machine, gpus=max(machine.gpus, 1), gpu_memory=2**62, streams=1)
     seconds: dict[Signature, list[float]] = {}
     done = 0
@@ -156,13 +157,12 @@ def profile(graph: TaskGraph, machine: Machine, backend: str = "numpy",
             progress(done, len(runnable))
     rows, time_of = [], {}
     for sig, ids in found.items():
-        runs = pd.Series(seconds.get(sig, []), dtype=float)
-        median = float(runs.median()) if len(runs) else math.nan
+        runs = pd.Series(seconds.get(sig, []), dtype=float)     # none: NaN below
+        median = float(runs.median())
         t = sig.template
         rows.append(dict(op=t.op, device=sig.device, shape=t.shape, dtype=t.dtype,
                          inputs=t.inputs, vertices=len(ids), seconds=median,
-                         least=float(runs.min()) if len(runs) else math.nan,
-                         greatest=float(runs.max()) if len(runs) else math.nan))
+                         least=float(runs.min()), greatest=float(runs.max())))
         if len(runs):
             time_of.update(dict.fromkeys(ids, median))
     profiled = TaskGraph(graph.name, dict(graph.meta))
