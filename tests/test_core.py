@@ -426,6 +426,8 @@ def test_memgraph_reader_refuses_bad_edges_and_moves(disco):
     ("gpu_memory", "abc", "gpu_memory must be a positive integer, got 'abc'"),
     ("gpu_memory", float("nan"), "gpu_memory must be a positive integer, got nan"),
     ("gpu_memory", -1, "gpu_memory must be a positive integer, got -1"),
+    ("gpu_memory", 10**30, "gpu_memory must be a positive integer, got 1.000e+30 (a count must "
+                           "be below 2**63)"),
     ("gpus", True, "gpus must be a positive integer, got True"),
     ("h2d_bandwidth", float("nan"), "h2d_bandwidth must be a number > 0, not NaN"),
     ("h2d_bandwidth", -5, "h2d_bandwidth must be a number > 0"),

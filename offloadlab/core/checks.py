@@ -54,6 +54,8 @@ def number(value: object, where: str, field: str, *, count: bool = False,
         if x > 0 if positive else x >= 0:       # which compiled code refuses as a bool
             return x
     got = "missing or null" if value is None else short(value)
+    if type(value) is int and abs(value) > MAX_COUNT:
+        got = f"{value:.3e} (a count must be below 2**63)"     # not a 31-digit integer
     raise error(f"{where}: {field} must be {requirement(count, positive, unlimited)}, got {got}")
 
 
