@@ -504,7 +504,7 @@ def _client(cluster: str | None, workers: int | None):
     try:
         return Client(local), local
     except BaseException:
-        local.close()
+        _close(None, local)
         raise
 
 
