@@ -589,11 +589,12 @@ def _alive(pids: list[int]) -> list[int]:
     return alive
 
 
-def _wait_for(ready, timeout: float = 120) -> None:
+def _wait_for(ready, timeout: float = 120,
+              failure: str = "the command never reached the point to signal") -> None:
     deadline = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > deadline:
-            pytest.fail("the command never reached the point to signal")
+            pytest.fail(failure)
         time.sleep(0.02)
 
 
@@ -681,6 +682,88 @@ def test_sigterm_stops_a_sweep_and_its_workers(tmp_path, delay):
     time.sleep(1)
     assert _alive(workers) == []
     assert {p.name for p in tmp_path.iterdir()} <= {"s.sqlite"}
+
+
+def _in_own_group(argv: list[str], cwd: Path, err: Path) -> subprocess.Popen:
+    """``offloadlab ARGV`` as a shell starts a job in the foreground: in a process group of
+    its own (which the test signals as a terminal does), with SIGINT's default action (a
+    test runner, or a shell's background job, may ignore it); stderr to ``err``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with err.open("w") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "offloadlab", *argv], cwd=cwd, env=env,
+                                stdout=subprocess.DEVNULL, stderr=stderr,
+                                start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes (zombies aside) of process group ``pgid``."""
+    import psutil
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
+def _worker_started(pid: int) -> bool:
+    """Whether one of ``pid``'s processes is a dask worker (a multiprocessing spawn)."""
+    import psutil
+    for child in _children(pid):
+        try:
+            if "--multiprocessing-fork" in psutil.Process(child).cmdline():
+                return True
+        except psutil.Error:
+            pass
+    return False
+
+
+SWEEP = ["sweep", "--workload", "random:vertices=2000,host_fraction=1,min_bytes=4096,"
+         "max_bytes=65536", "--machine", "p100x4:gpu_memory=64MiB", "--grid",
+         "workload.seed=0,1,2,3", "--workers", "2", "--out", "t.csv", "--store", "s.sqlite"]
+RUNNING = " to run\n"          # the sweep's line once its workers are up and its points sent
+
+
+@pytest.mark.parametrize("moment", ["first process", "first worker", "running"])
+@pytest.mark.parametrize("sig,code,line", [(signal.SIGINT, 130, "offloadlab: interrupted"),
+                                           (signal.SIGTERM, 143, "offloadlab: terminated")],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_a_sweeps_group_stops_it_as_its_cluster_starts(tmp_path, moment, sig,
+                                                                   code, line):
+    """A terminal's Ctrl-C (SIGINT to the whole process group, workers included) or a
+    SIGTERM to the group, as the LocalCluster starts (its first process, multiprocessing's
+    resource tracker; its first worker process) or once the sweep runs: one line, the
+    status, no process of the group left, no table written (the store keeps what
+    finished).  During start-up the sweep must stop before it reports its points; a signal
+    that lands after start-up (a test process starved for seconds) retries."""
+    pytest.importorskip("dask.distributed")
+    ready = {"first process": lambda proc, err: bool(_children(proc.pid)),
+             "first worker": lambda proc, err: _worker_started(proc.pid),
+             "running": lambda proc, err: RUNNING in err.read_text()}[moment]
+    for attempt in range(3):
+        out = tmp_path / str(attempt)
+        out.mkdir()
+        err = tmp_path / f"err{attempt}"
+        proc = _in_own_group(SWEEP, out, err)
+        _wait_for(lambda: ready(proc, err) or proc.poll() is not None)
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=300)
+        # its resource tracker, which warns of what was left, is the last to end
+        _wait_for(lambda: not _group(proc.pid), 60, "processes of the sweep left running")
+        said = err.read_text()
+        if moment == "running" and proc.returncode == 0:
+            pytest.skip("the sweep finished before the signal")
+        if moment != "running" and RUNNING in said and proc.returncode == code:
+            continue                    # signalled once start-up had ended: try again
+        assert proc.returncode == code, (proc.returncode, said)
+        assert {p.name for p in out.iterdir()} <= {"s.sqlite"}, said
+        lines = said.splitlines()
+        assert lines[-1] == line and len(lines) == (2 if moment == "running" else 1), said
+        return
+    pytest.fail("never signalled while the cluster started")
 
 
 def test_compare_names_each_failed_planner_once(capsys, tmp_path):

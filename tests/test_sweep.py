@@ -203,3 +203,23 @@ def test_a_store_that_is_not_one_is_refused(tmp_path):
     with pytest.raises(SpecError, match="is not a sweep store"):
         Store(other)
     assert other.read_text() == "not a database\n" * 100
+
+
+def test_closing_a_cluster_is_bounded():
+    """A client or cluster that does not close in time is left to end with the process; the
+    other is still closed, and no error replaces the one the sweep stops with."""
+    closed = []
+
+    class Stuck:
+        def __init__(self, name: str, hangs: bool):
+            self.name, self.hangs = name, hangs
+
+        def close(self, timeout=None):
+            closed.append((self.name, timeout))
+            if self.hangs:
+                raise TimeoutError(f"timed out after {timeout} s.")
+
+    sweeps._close(Stuck("client", True), Stuck("cluster", False))
+    sweeps._close(None, Stuck("cluster", True))
+    limit = sweeps.CLOSE_TIMEOUT
+    assert closed == [("client", limit), ("cluster", limit), ("cluster", limit)]

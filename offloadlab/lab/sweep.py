@@ -451,16 +451,30 @@ def _runner(cluster: str | None, workers: int | None) -> Iterator[Runner]:
 
     local = client = None
     try:
-        # a SIGTERM while the cluster starts stops the sweep once it has: a cluster cut off
-        # half-started cannot be closed, and dask's exit handler then fails loudly
+        # a SIGTERM or Ctrl-C while the cluster starts stops the sweep once it has: a cluster
+        # cut off half-started cannot be closed, and dask's exit handler then fails loudly
         with deferred():
             client, local = _client(cluster, workers)
         yield _run_on(client, as_completed)
     finally:
-        if client is not None:
-            client.close()
-        if local is not None:
-            local.close()
+        with deferred():
+            _close(client, local)
+
+
+CLOSE_TIMEOUT = 30
+"""Seconds that closing the client, and then the LocalCluster, may take: a worker still
+running then ends with this process (it watches a pipe from it)."""
+
+
+def _close(client, local) -> None:
+    """Close ``client`` and ``local`` (either may be None), each within
+    :data:`CLOSE_TIMEOUT`."""
+    for what in (client, local):
+        if what is not None:
+            try:
+                what.close(timeout=CLOSE_TIMEOUT)
+            except TimeoutError:
+                pass
 
 
 def _client(cluster: str | None, workers: int | None):
@@ -475,22 +489,22 @@ def _client(cluster: str | None, workers: int | None):
             raise SpecError(f"--cluster {cluster}: no scheduler answers ({exc})") from None
     import logging
     import os
-    import signal
-    # The workers ignore Ctrl-C (SIGINT reaches the whole process group): this process
-    # stops them, and Python keeps an ignored SIGINT ignored in the processes it starts.
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+
+    from .signals import sigint_blocked
+    # The workers never see Ctrl-C (SIGINT reaches the whole process group): this process
+    # stops them.
+    with sigint_blocked():
         # ":0": any free port for the scheduler's HTTP server, which runs whatever the
-        # dashboard setting (None took 8787, and warned in several lines where it was taken)
+        # dashboard setting (None took 8787, and warned in several lines where it was taken).
+        # dask's log lines stay hidden: what fails reaches this process as an exception, and
+        # a worker logs a traceback where it closes during a heartbeat (a Ctrl-C mid-sweep)
         local = LocalCluster(n_workers=workers or os.cpu_count() or 1,
                              threads_per_worker=1, processes=True, dashboard_address=":0",
-                             silence_logs=logging.ERROR)
-    finally:
-        signal.signal(signal.SIGINT, handler)
+                             silence_logs=logging.CRITICAL)
     try:
         return Client(local), local
     except BaseException:
-        local.close()
+        _close(None, local)
         raise
 
 
