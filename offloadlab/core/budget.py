@@ -69,7 +69,7 @@ def ram_available() -> int | None:
     return min(found) if found else None
 
 
-def fmt_size(n: float) -> str:
+def _fmt_size(n: float) -> str:
     """``3.2e10`` -> ``"29.8 GiB"``."""
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
@@ -83,5 +83,5 @@ def check_ram(what: str, need: float) -> None:
     vertices)"``)."""
     available = ram_available()
     if available is not None and need > available:
-        raise SpecError(f"{what} would need about {fmt_size(need)} of RAM, more than the "
-                        f"{fmt_size(available)} available")
+        raise SpecError(f"{what} would need about {_fmt_size(need)} of RAM, more than the "
+                        f"{_fmt_size(available)} available")

@@ -26,7 +26,7 @@ MAX_COUNT = 2**63 - 1
 """Counts (bytes, offsets, sizes, orders) must fit in 64 bits, as traces and arrays store them."""
 
 
-def requirement(count: bool = False, positive: bool = False, unlimited: bool = False) -> str:
+def _requirement(count: bool = False, positive: bool = False, unlimited: bool = False) -> str:
     """What a number field must be, in words."""
     if count:
         return "a positive integer" if positive else "an integer >= 0"
@@ -54,7 +54,7 @@ def number(value: object, where: str, field: str, *, count: bool = False,
         if x > 0 if positive else x >= 0:       # which compiled code refuses as a bool
             return x
     got = "missing or null" if value is None else short(value)
-    raise error(f"{where}: {field} must be {requirement(count, positive, unlimited)}, got {got}")
+    raise error(f"{where}: {field} must be {_requirement(count, positive, unlimited)}, got {got}")
 
 
 def _finite(value: int | float) -> bool:

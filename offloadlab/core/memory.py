@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .memgraph import Loc, MemGraph, MemVertex
 
 
-def memgraph_gpus(memgraph: MemGraph) -> list[str]:
+def _memgraph_gpus(memgraph: MemGraph) -> list[str]:
     """The GPUs a MemGraph uses (devices, transfer ends, locations), sorted by index."""
     found: set[str] = set()
     for v in memgraph:
@@ -44,7 +44,7 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     on; sorted by time, then device.  The trace must hold a single run.
     """
     vertices, index, begin, end, run_end = _run_times(trace, memgraph)
-    return _memory(vertices, data_edges(memgraph, vertices, index), begin, end, run_end)
+    return _memory(vertices, _data_edges(memgraph, vertices, index), begin, end, run_end)
 
 
 def run_memory_and_peaks(vertices: Sequence[MemVertex], data: tuple[np.ndarray, np.ndarray],
@@ -111,11 +111,11 @@ def gpu_lifetimes(trace: pd.DataFrame, memgraph: MemGraph
     ``loc.size`` bytes (:func:`memory_over_time`'s rule): the vertices, their starts, their
     ends."""
     vertices, index, begin, end, run_end = _run_times(trace, memgraph)
-    last = _last_reads(len(vertices), data_edges(memgraph, vertices, index), end)
+    last = _last_reads(len(vertices), _data_edges(memgraph, vertices, index), end)
     return _gpu_lifetimes(vertices, begin, last, run_end)
 
 
-def data_edges(memgraph: MemGraph, vertices: Sequence[MemVertex],
+def _data_edges(memgraph: MemGraph, vertices: Sequence[MemVertex],
                index: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """The MemGraph's data edges as ``(sources, targets)`` arrays of positions in
     ``vertices`` (``index``: id -> position)."""
@@ -274,7 +274,7 @@ def peak_memory(trace: pd.DataFrame, memgraph: MemGraph,
     """
     if memory is None:
         memory = memory_over_time(trace, memgraph)
-    return _peaks(memory, (*memgraph_gpus(memgraph), HOST))
+    return _peaks(memory, (*_memgraph_gpus(memgraph), HOST))
 
 
 def _peaks(memory: pd.DataFrame, devices: Iterable[str]) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """Parse ``NAME:key=value,key=value`` specifications (workloads, machine presets).
 
 Values may be integers, floats (``4e9``), booleans, byte sizes (``64MiB``, ``1.5GB``) or
-plain strings; :func:`coerce` turns one into the type a field expects and refuses NaN, a
+plain strings; :func:`_coerce` turns one into the type a field expects and refuses NaN, a
 fraction where an integer is wanted, and infinity except for the rates that may be unlimited.
 """
 
@@ -62,7 +62,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     return name, options
 
 
-def coerce(value: str, like: object, where: str, unlimited: bool = False) -> object:
+def _coerce(value: str, like: object, where: str, unlimited: bool = False) -> object:
     """Convert the string ``value`` to the type of ``like`` (the field's default): a boolean,
     an integer (or a byte size: ``64MiB``), or a finite float (``inf`` too if ``unlimited``);
     NaN, fractions where an integer is wanted and infinities are refused."""
@@ -99,5 +99,5 @@ def apply_options(defaults: dict[str, object], options: dict[str, str], where: s
     unlimited = set(unlimited)
     merged = dict(defaults)
     for key, raw in options.items():
-        merged[key] = coerce(raw, defaults[key], f"{where} option {key}", key in unlimited)
+        merged[key] = _coerce(raw, defaults[key], f"{where} option {key}", key in unlimited)
     return merged

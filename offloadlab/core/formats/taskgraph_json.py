@@ -87,7 +87,7 @@ def _link(graph: TaskGraph, edge_inputs: dict[str, list[str]], where: str) -> No
             if u not in target.inputs:
                 raise GraphError(f"{where}: edge {u!r} -> {v!r}, but vertex {v!r} does "
                                  f"not list {u!r} among its inputs {list(target.inputs)}")
-    for task in tasks.values():      # one string object per id (see memgraph_json.share_ids)
+    for task in tasks.values():      # one string object per id (see memgraph_json._share_ids)
         task.inputs = tuple([tasks[u].id if u in tasks else u for u in task.inputs])
     try:
         graph.validate()

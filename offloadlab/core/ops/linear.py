@@ -41,21 +41,21 @@ def _pairs(name: str, args: Sequence[Array]) -> int:
 
 def _values_bytes(out: Array, args: Sequence[Array]) -> int:
     """Scratch of :func:`attn_values`: the partial product's where there are several pairs,
-    then room for the largest strided value block (:func:`linear_dx`'s column slices)."""
+    then room for the largest strided value block (:func:`_linear_dx`'s column slices)."""
     n = len(args) // 2
     strided = max((v.nbytes for v in args[n:] if v.ndim == 2 and is_strided(v)), default=0)
     return (aligned(out.nbytes) if n > 1 else 0) + strided
 
 
 def _dx_operands(args: Sequence[Array], out: Array, col0: int = 0) -> list[Array]:
-    """:func:`linear_dx`'s blocks ``dY_i`` and the column slices ``W_i[:, col0:col0 + n]``."""
+    """:func:`_linear_dx`'s blocks ``dY_i`` and the column slices ``W_i[:, col0:col0 + n]``."""
     n = _pairs("linear_dx", args)
     return [*args[:n], *(w[:, col0:col0 + out.shape[1]] for w in args[n:])]
 
 
 @op("matmul", "hstack(inputs[:-1]) @ inputs[-1]: the left operand may come as column shards",
     flops=_matmul_flops, scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
-def matmul(xp, out, args, scratch) -> None:
+def _matmul(xp, out, args, scratch) -> None:
     """``hstack(args[:-1]) @ args[-1]``: the left operand may come as column shards."""
     if len(args) < 2:
         raise KernelError(f"matmul takes 2 or more inputs, got {len(args)}")
@@ -74,7 +74,7 @@ def matmul(xp, out, args, scratch) -> None:
     "PyTorch; the left operand may come as column shards", flops=_matmul_flops,
     scratch=lambda out, args: (aligned(out.nbytes) if len(args) > 2 else 0)
     + shard_bytes(args[:-1], args[-1].T))
-def linear(xp, out, args, scratch) -> None:
+def _linear(xp, out, args, scratch) -> None:
     """``hstack(args[:-1]) @ args[-1]^T``: ``x W^T`` with ``W`` stored ``(out, in)``; the
     left operand may come as column shards (each then meets its columns of ``W``)."""
     if len(args) < 2:
@@ -91,7 +91,7 @@ def linear(xp, out, args, scratch) -> None:
 
 @op("embedding", "table[ids]: rows of the table (second input) at the token ids (first "
     "input, taken modulo the table's rows)", flops=per_element(0.0), gather=True)
-def embedding(xp, out, args, scratch) -> None:
+def _embedding(xp, out, args, scratch) -> None:
     """``table[ids]``, ids taken modulo the table's rows (NumPy's ``mode="wrap"``, which is
     also what CuPy's ``take`` does)."""
     if len(args) != 2:
@@ -109,9 +109,9 @@ def embedding(xp, out, args, scratch) -> None:
 @op("embedding_backward", "dtable of embedding (inputs ids, dy; output the table's shape): "
     "each row of dy added at row id mod rows, repeated ids summed",
     flops=per_input_element(1.0, which=1), scratch=lambda out, args: args[0].size * 8)
-def embedding_backward(xp, out, args, scratch) -> None:
+def _embedding_backward(xp, out, args, scratch) -> None:
     """``dtable``: zero, then each row of ``dy`` added at row ``id mod rows`` (repeated ids
-    add up), the gradient of :func:`embedding`; the wrapped ids go to ``scratch``."""
+    add up), the gradient of :func:`_embedding`; the wrapped ids go to ``scratch``."""
     if len(args) != 2:
         raise KernelError(f"embedding_backward takes ids and dy, got {len(args)} inputs")
     ids, dy = args
@@ -133,7 +133,7 @@ def embedding_backward(xp, out, args, scratch) -> None:
 @op("lora_linear", "x W^T + u B^T (inputs x, W, u, B): a frozen linear layer with its "
     "LoRA adapter (Hu et al. 2021), u = x A^T computed beforehand", flops=_lora_linear_flops,
     scratch=lambda out, args: out.nbytes)
-def lora_linear(xp, out, args, scratch) -> None:
+def _lora_linear(xp, out, args, scratch) -> None:
     """``x W^T + u B^T`` (a frozen linear layer and its LoRA adapter, ``u = x A^T``)."""
     if len(args) != 4:
         raise KernelError(f"lora_linear takes x, W, u and B, got {len(args)} inputs")
@@ -172,7 +172,7 @@ def attn_values(xp, out, args, scratch) -> None:
     "the output's columns): the input gradient of x W^T (summed over the layers that read "
     "x)", params=(("col0", 0),), flops=values_flops,
     scratch=lambda out, args: _values_bytes(out, _dx_operands(args, out)))
-def linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
+def _linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
     """``sum_i dY_i W_i[:, col0:col0 + n]``: the input gradient of ``x W^T``."""
     attn_values(xp, out, _dx_operands(args, out, col0), scratch)
 

@@ -91,7 +91,7 @@ def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
         ins = exact(*args)
         return ("mul", ins) if ins else None
     if name == "add" and len(args) == 2 and kwargs.get("alpha", 1) == 1:
-        ins = exact(*args, fits=lambda s: tiles(s, shape))
+        ins = exact(*args, fits=lambda s: _tiles(s, shape))
         return ("add", ins) if ins else None
     if name == "mm":
         ins = exact(*args, fits=lambda s: True)
@@ -218,7 +218,7 @@ def flops(node: fx.Node, val: Any) -> float:
     return float(max([math.prod(s) for s in shapes] + [t.numel() for t in outs] + [1]))
 
 
-def tiles(shape: Sequence[int], out: Sequence[int]) -> bool:
+def _tiles(shape: Sequence[int], out: Sequence[int]) -> bool:
     """Whether broadcasting ``shape`` to ``out`` repeats it whole (leading dimensions only),
     as the ``add`` kernel's tiling does."""
     rest = list(shape)

@@ -249,7 +249,7 @@ class LlamaBuilder:
         partials = [self.attention(layer, r, s, i, g, xn[g], keys) for g in range(self.gpus)]
         x = self.reduce(f"{L}.attn_res.b{r}", x, partials, owner)
         h = self.norm(f"{L}.mlp_in.b{r}", x, f"L{layer}.mlp_norm", owner)
-        partials = [self.mlp(layer, r, g, h[g]) for g in range(self.gpus)]
+        partials = [self._mlp(layer, r, g, h[g]) for g in range(self.gpus)]
         return self.reduce(f"{L}.mlp_res.b{r}", x, partials, owner)
 
     def project(self, id: str, layer: int, kind: str, part: str, r: int, x: str, w: str,
@@ -324,7 +324,7 @@ class LlamaBuilder:
         return self.compute(f"{self.prefix}L{layer}.attn_out.g{g}.b{r}", "linear", [*outs, wo],
                             g, (self.shapes[outs[0]][0], c.dim))
 
-    def mlp(self, layer: int, r: int, g: int, xn: str) -> str:
+    def _mlp(self, layer: int, r: int, g: int, xn: str) -> str:
         """GPU ``g``'s slice of the SwiGLU MLP on row block ``r``: a partial sum."""
         act = self.mlp_hidden(layer, r, g, xn)
         c, W, L = self.c, f"L{layer}", f"{self.prefix}L{layer}"

@@ -23,7 +23,7 @@ from .llama import (
 from .registry import workload
 
 
-def generate_vertices(o: dict) -> int:
+def _generate_vertices(o: dict) -> int:
     """The prefill's vertices (:func:`.llama.llama_vertices`) and each decode step's: per
     layer, sequence and head the projections, rotations, statistics and output (7) and a
     score and probability block per key block (the prompt's and one per token so far), each
@@ -39,7 +39,7 @@ def generate_vertices(o: dict) -> int:
             + batch * (gen + 1) * (6 + gpus))
 
 
-@workload("llama-generate", vertices=generate_vertices)
+@workload("llama-generate", vertices=_generate_vertices)
 def llama_generate(model: str = "7b", seq: int = 1024, gen: int = 16, batch: int = 1,
                    gpus: int = 1, block: int = DEFAULT_BLOCK, dtype: str = "") -> TaskGraph:
     """Greedy generation with LLaMA ``model``: the prefill of ``batch`` prompts of ``seq``

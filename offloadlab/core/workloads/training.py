@@ -29,14 +29,14 @@ def _chain_layers(o: dict) -> int:
     return os.stat(o["csv_path"]).st_size // 8
 
 
-def chain_vertices(layers: int, iterations: int) -> int:
+def _chain_vertices(layers: int, iterations: int) -> int:
     """An upper bound of the vertices of a chain of ``layers`` unrolled over ``iterations``
     (tests/test_adversarial.py checks it against the graphs built)."""
     return layers + iterations * (1 + 4 * layers)
 
 
 @workload("training-chain",
-          vertices=lambda o: chain_vertices(_chain_layers(o), o["iterations"]))
+          vertices=lambda o: _chain_vertices(_chain_layers(o), o["iterations"]))
 def training_chain(uF: str = "0.1;0.1;0.1;0.1", uB: str = "0.2;0.2;0.2;0.2",
                    w: str = "400MB;400MB;400MB;400MB", a: str = "20MB;20MB;20MB;20MB",
                    csv_path: str = "", a0: int = 0, iterations: int = 3) -> TaskGraph:
@@ -138,7 +138,7 @@ GPT2_SEQ, BERT_SEQ = 168, 68
 GPT2_WEIGHT_BYTES, BERT_WEIGHT_BYTES = 432_000_000, 160_000_000
 
 
-@workload("gpt2-train", vertices=lambda o: chain_vertices(o["depth"], o["iterations"]))
+@workload("gpt2-train", vertices=lambda o: _chain_vertices(o["depth"], o["iterations"]))
 def gpt2_train(depth: int = 38, batch: int = 16, seq: int = GPT2_SEQ, weight_bytes: int = 0,
                iterations: int = 3) -> TaskGraph:
     """GPT-2 with Megatron-LM hyperparameters (hidden 3072, 24 heads, fp16) on the v100 preset;
@@ -172,7 +172,7 @@ def gpt2_train(depth: int = 38, batch: int = 16, seq: int = GPT2_SEQ, weight_byt
                              weight_bytes=weight_bytes).to_taskgraph(iterations)
 
 
-@workload("bert-train", vertices=lambda o: chain_vertices(o["depth"], o["iterations"]))
+@workload("bert-train", vertices=lambda o: _chain_vertices(o["depth"], o["iterations"]))
 def bert_train(depth: int = 96, batch: int = 16, seq: int = BERT_SEQ, weight_bytes: int = 0,
                iterations: int = 3) -> TaskGraph:
     """BERT with Megatron-LM hyperparameters (hidden 3072, 24 heads, fp16) on the v100 preset;
