@@ -22,7 +22,23 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]+)\s*$
 
 def parse_bytes(text: str | int | float) -> int:
     """``"64MiB"`` -> 67108864; plain numbers are bytes and must be whole (``"4096"``, ``"4e9"``);
-    with a unit the product is rounded to whole bytes (``"1.5KiB"`` -> 1536)."""
+    with a unit the product is rounded to whole bytes (``"1.5KiB"`` -> 1536).
+
+    Parameters
+    ----------
+    text : str, int or float
+        The size, with or without a unit (``B``, ``KB``...``TB``, ``KiB``...``TiB``).
+
+    Returns
+    -------
+    int
+        The bytes.
+
+    Raises
+    ------
+    SpecError
+        Not a byte size, not finite, or a fraction of a byte without a unit.
+    """
     if isinstance(text, bool):
         raise SpecError(f"not a byte size: {text!r}")
     if isinstance(text, (int, float)):
@@ -44,8 +60,23 @@ def parse_bytes(text: str | int | float) -> int:
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """Split ``"NAME:k=v,k=v"`` into the name and a dict of raw string values; a key given
-    twice is an error."""
+    """Split ``"NAME:k=v,k=v"`` into the name and a dict of raw string values.
+
+    Parameters
+    ----------
+    spec : str
+        The specification.
+
+    Returns
+    -------
+    tuple of (str, dict of str to str)
+        The name and its options, as given.
+
+    Raises
+    ------
+    SpecError
+        An empty name, an option that is not ``key=value``, or a key given twice.
+    """
     name, _, rest = spec.partition(":")
     name = name.strip()
     if not name:
@@ -89,8 +120,29 @@ def _coerce(value: str, like: object, where: str, unlimited: bool = False) -> ob
 
 def apply_options(defaults: dict[str, object], options: dict[str, str], where: str,
                   unlimited: Iterable[str] = ()) -> dict[str, object]:
-    """Overlay string ``options`` onto ``defaults``, rejecting unknown keys by name; the float
-    options named in ``unlimited`` may be ``inf``."""
+    """Overlay string ``options`` onto ``defaults``, rejecting unknown keys by name.
+
+    Parameters
+    ----------
+    defaults : dict
+        The known options and their defaults, whose types the values are read as.
+    options : dict of str to str
+        The options given (:func:`parse_spec`).
+    where : str
+        Names the thing specified in an error.
+    unlimited : iterable of str, default ()
+        The float options that may be ``inf``.
+
+    Returns
+    -------
+    dict
+        ``defaults`` with the given options read as their types.
+
+    Raises
+    ------
+    SpecError
+        An unknown option, or a value that cannot be read as its option's type.
+    """
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise SpecError(f"{where}: unknown option(s) {', '.join(unknown)}; "
