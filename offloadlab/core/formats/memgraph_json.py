@@ -29,9 +29,19 @@ from . import nodelink, typed
 
 
 def memgraph_node_link(mg: MemGraph) -> tuple[dict, Iterable[MemVertex], Iterable[Any]]:
-    """The ``graph`` attributes, the nodes and the edges as the records msgspec encodes:
-    each vertex is its node's record (its fields are the node's), each edge a
-    :class:`typed.EdgeRecord`."""
+    """The ``graph`` attributes, the nodes and the edges as the records msgspec encodes.
+
+    Parameters
+    ----------
+    mg : MemGraph
+        The plan to write.
+
+    Returns
+    -------
+    tuple of (dict, iterable, iterable)
+        The attributes (with ``type``), the vertices (each its node's record: its fields are
+        the node's) and the edges as one :class:`typed.EdgeRecord` each.
+    """
     return ({"type": "MemGraph", **mg.graph}, mg.vertices.values(),
             itertools.chain.from_iterable(_edge_records(mg)))
 

@@ -73,7 +73,19 @@ def _silu_grad(xp, out, x, scratch) -> None:
 @op("mix", "synthetic op of the random workload: a deterministic reduction of its inputs "
     "written into an output of the vertex's size", folds=True, scratch=fold_bytes)
 def combine(xp, out, args, scratch) -> None:
-    """``out = sin(1/2 + sum_i fit(x_i))`` (the synthetic ops)."""
+    """``out = sin(1/2 + sum_i fit(x_i))`` (the synthetic ops).
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    out : array
+        The output, written in place.
+    args : sequence of array
+        The inputs, of any lengths (folded or tiled onto ``out``'s, :func:`~.arrays.accumulate`).
+    scratch : array
+        A byte workspace of at least :func:`~.arrays.fold_bytes`.
+    """
     out.fill(0.5)
     for x in args:
         accumulate(xp, out, x, scratch)

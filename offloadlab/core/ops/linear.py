@@ -15,13 +15,35 @@ def _matmul_flops(out: Shape, ins: Sequence[Shape]) -> float:
 
 
 def values_flops(out: Shape, ins: Sequence[Shape]) -> float:
-    """``sum_j P_j V_j``: ``2 k dh`` per output element over every key block, plus the sums."""
+    """``sum_j P_j V_j``: ``2 k dh`` per output element over every key block, plus the sums.
+
+    Parameters
+    ----------
+    out, ins
+        The output's shape and the inputs', the ``P_j`` then the ``V_j``.
+
+    Returns
+    -------
+    float
+        The flops.
+    """
     half = len(ins) // 2
     return 2.0 * numel(out) * sum(s[-1] for s in ins[:half]) + (half - 1) * numel(out)
 
 
 def pairs_flops(out: Shape, ins: Sequence[Shape]) -> float:
-    """``sum_i A_i^T B_i``: ``2 rows_i`` per output element for each pair, plus the sums."""
+    """``sum_i A_i^T B_i``: ``2 rows_i`` per output element for each pair, plus the sums.
+
+    Parameters
+    ----------
+    out, ins
+        The output's shape and the inputs', the ``A_i`` then the ``B_i``.
+
+    Returns
+    -------
+    float
+        The flops.
+    """
     half = len(ins) // 2
     return 2.0 * numel(out) * sum(s[0] for s in ins[:half]) + (half - 1) * numel(out)
 
@@ -151,7 +173,25 @@ def _lora_linear(xp, out, args, scratch) -> None:
 @op("attn_values", "sum_j P_j V_j for one head: inputs P_0..P_n-1 then V_0..V_n-1",
     flops=values_flops, scratch=_values_bytes)
 def attn_values(xp, out, args, scratch) -> None:
-    """``sum_j P_j V_j`` for one head: inputs ``P_0..P_{n-1}`` then ``V_0..V_{n-1}``."""
+    """``sum_j P_j V_j`` for one head: inputs ``P_0..P_{n-1}`` then ``V_0..V_{n-1}``.
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    out : array
+        The head's output, written in place.
+    args : sequence of array
+        The 2-D probability blocks, then as many value blocks.
+    scratch : array
+        The partial product's bytes where there are several pairs, then room for the largest
+        strided value block.
+
+    Raises
+    ------
+    KernelError
+        Inputs that are not pairs whose products give ``out``'s shape.
+    """
     n = len(args) // 2
     if not n or len(args) % 2:
         raise KernelError(f"attn_values takes probability blocks then as many value blocks, "
@@ -183,7 +223,24 @@ def _linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
 @op("attn_dv", "dV = sum_i P_i^T dO_i over the query blocks (inputs P_0.. then dO_0..)",
     flops=pairs_flops, scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
 def linear_dw(xp, out, args, scratch) -> None:
-    """``sum_i dY_i^T X_i``: the weight gradient of ``x W^T`` over row blocks."""
+    """``sum_i dY_i^T X_i``: the weight gradient of ``x W^T`` over row blocks.
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    out : array
+        The gradient, shaped as ``W``, written in place.
+    args : sequence of array
+        The 2-D gradient blocks ``dY_i``, then as many input blocks ``X_i``.
+    scratch : array
+        The partial product's bytes where there are several pairs.
+
+    Raises
+    ------
+    KernelError
+        Inputs that are not pairs whose products give ``out``'s shape.
+    """
     n = _pairs("linear_dw", args)
     for dy, x in zip(args[:n], args[n:]):
         if dy.shape[0] != x.shape[0] or (dy.shape[1], x.shape[1]) != out.shape:
