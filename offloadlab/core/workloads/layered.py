@@ -15,8 +15,17 @@ def draw_layered(g: TaskGraph, vertices: int, gpus: int, seed: int, min_bytes: i
                  max_bytes: int, max_inputs: int, window: int, input_fraction: float,
                  host_fraction: float, transfer_fraction: float,
                  flops_per_byte: float) -> None:
-    """Add ``random_dag``'s ``vertices`` vertices to the empty graph ``g`` (the options are
-    ``random_dag``'s, already checked)."""
+    """Add ``random_dag``'s ``vertices`` vertices to the empty graph ``g``.
+
+    Parameters
+    ----------
+    g : TaskGraph
+        The empty graph, filled in place.
+    vertices, gpus, seed, min_bytes, max_bytes, max_inputs
+        :func:`~offloadlab.core.workloads.random_dag.random_dag`'s options, already checked,
+    window, input_fraction, host_fraction, transfer_fraction, flops_per_byte
+        and the rest of them.
+    """
     rng = random.Random(seed)
     getrandbits, uniform01 = rng.getrandbits, rng.random
     tasks = g.tasks               # a fresh graph and fresh ids: no duplicate to check

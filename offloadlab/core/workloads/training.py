@@ -99,9 +99,31 @@ def transformer_chain(name: str, depth: int, batch: int, seq: int, hidden: int =
     """A Megatron-LM transformer stack priced by the cost model of ``machine`` (default v100).
 
     Per layer: 12h^2 + 13h parameters; forward 24bsh^2 + 4bs^2h flop; backward recomputes the
-    forward then takes twice its flops (3x); the saved activation a^i is b*s*h values.  Weights
-    and activations take ``dtype_bytes`` each (2: Megatron-LM's fp16 mixed precision), unless
-    ``weight_bytes`` (> 0) sets the bytes a layer's weights take and move.
+    forward then takes twice its flops (3x); the saved activation a^i is b*s*h values.
+
+    Parameters
+    ----------
+    name : str
+        The workload's name, which the chain's name and an error start with.
+    depth, batch, seq, hidden, heads : int
+        Layers, sequences, tokens per sequence, the hidden size and the attention heads.
+    dtype_bytes : int, default 2
+        Bytes per value of the weights and activations (Megatron-LM's fp16 mixed precision).
+    weight_bytes : int, default 0
+        If > 0, the bytes a layer's weights take and move instead.
+    machine : Machine, optional
+        Prices the layers (default the ``v100`` preset).
+
+    Returns
+    -------
+    TrainingChain
+        The chain.
+
+    Raises
+    ------
+    SpecError
+        A size that is not positive, a negative ``weight_bytes``, or a chain too large for the
+        RAM available.
     """
     m = machine or PRESETS["v100"]
     if min(depth, batch, seq, hidden, heads) <= 0 or weight_bytes < 0:
@@ -124,7 +146,20 @@ def transformer_workspace(batch: int, seq: int, hidden: int = 3072, heads: int =
     """Bytes of intermediate activations a transformer layer rebuilds during its backward
     (recomputation): about 14 b·s·h values (QKV, attention output, the 4h MLP in and out,
     layer norms) plus 3 b·heads·s² (scores, softmax, dropout).  Beaumont et al. set M_GPU
-    below 16 GB by such a batch-dependent amount (Sec. 7)."""
+    below 16 GB by such a batch-dependent amount (Sec. 7).
+
+    Parameters
+    ----------
+    batch, seq, hidden, heads : int
+        Sequences, tokens per sequence, the hidden size and the attention heads.
+    dtype_bytes : int, default 2
+        Bytes per value.
+
+    Returns
+    -------
+    int
+        The bytes.
+    """
     return dtype_bytes * (14 * batch * seq * hidden + 3 * batch * heads * seq * seq)
 
 
