@@ -68,7 +68,7 @@ def number(value: object, where: str, field: str, *, count: bool = False,
     Raises
     ------
     GraphError
-        (or ``error``) ``"{where}: {field} must be ..., got {value!r}"``.
+        Or ``error`` where given: ``"{where}: {field} must be ..., got {value!r}"``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         pass
