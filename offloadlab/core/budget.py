@@ -48,7 +48,13 @@ vertices, 6.2 MB and 25.0 MB of Parquet, peaked at 389 MB and 1124 MB: 39 B per 
 
 def ram_available() -> int | None:
     """Bytes of RAM available now: the kernel's ``MemAvailable``, less where a cgroup (v2)
-    limit leaves less (a container); None where neither can be read."""
+    limit leaves less (a container).
+
+    Returns
+    -------
+    int or None
+        The bytes available; None where neither can be read.
+    """
     found = []
     try:
         with open("/proc/meminfo") as f:
@@ -69,7 +75,7 @@ def ram_available() -> int | None:
     return min(found) if found else None
 
 
-def fmt_size(n: float) -> str:
+def _fmt_size(n: float) -> str:
     """``3.2e10`` -> ``"29.8 GiB"``."""
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
@@ -78,10 +84,21 @@ def fmt_size(n: float) -> str:
 
 
 def check_ram(what: str, need: float) -> None:
-    """Refuse (:class:`SpecError`, one line) what would need ``need`` bytes of RAM when less
-    is available: ``what`` names the value asked for (``"random:vertices=1e12 (10^12
-    vertices)"``)."""
+    """Refuse what would need ``need`` bytes of RAM when less is available.
+
+    Parameters
+    ----------
+    what : str
+        Names the value asked for (``"random:vertices=1e12 (10^12 vertices)"``).
+    need : float
+        The bytes of RAM it would need.
+
+    Raises
+    ------
+    SpecError
+        Less RAM is available than ``need`` (one line).
+    """
     available = ram_available()
     if available is not None and need > available:
-        raise SpecError(f"{what} would need about {fmt_size(need)} of RAM, more than the "
-                        f"{fmt_size(available)} available")
+        raise SpecError(f"{what} would need about {_fmt_size(need)} of RAM, more than the "
+                        f"{_fmt_size(available)} available")

@@ -26,7 +26,7 @@ MAX_COUNT = 2**63 - 1
 """Counts (bytes, offsets, sizes, orders) must fit in 64 bits, as traces and arrays store them."""
 
 
-def requirement(count: bool = False, positive: bool = False, unlimited: bool = False) -> str:
+def _requirement(count: bool = False, positive: bool = False, unlimited: bool = False) -> str:
     """What a number field must be, in words."""
     if count:
         return "a positive integer" if positive else "an integer >= 0"
@@ -41,8 +41,35 @@ def number(value: object, where: str, field: str, *, count: bool = False,
            error: Callable[[str], OffloadlabError] = GraphError) -> Any:
     """``value`` as a number field must be: a JSON number (not a boolean, not a string), ``>= 0``
     (``positive``: ``> 0``), finite (``unlimited``: ``inf`` allowed), and for a ``count`` an
-    integer (``4096``, not ``4096.0``) below 2**63.  Returns it, a ``float`` unless a count;
-    raises ``error`` (``GraphError``) as ``"{where}: {field} must be ..., got {value!r}"``."""
+    integer (``4096``, not ``4096.0``) below 2**63.
+
+    Parameters
+    ----------
+    value : object
+        The field's value as read.
+    where : str
+        Where it was read (a file, a vertex), the message's start.
+    field : str
+        The field's name.
+    count : bool, default False
+        It must be an integer.
+    positive : bool, default False
+        It must be ``> 0``.
+    unlimited : bool, default False
+        ``inf`` is allowed.
+    error : callable, default GraphError
+        The error to raise, built from the message.
+
+    Returns
+    -------
+    int or float
+        ``value``, a ``float`` unless a count.
+
+    Raises
+    ------
+    GraphError
+        Or ``error`` where given: ``"{where}: {field} must be ..., got {value!r}"``.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         pass
     elif count:
@@ -56,7 +83,7 @@ def number(value: object, where: str, field: str, *, count: bool = False,
     got = "missing or null" if value is None else short(value)
     if type(value) is int and abs(value) > MAX_COUNT:
         got = f"{value:.3e} (a count must be below 2**63)"     # not a 31-digit integer
-    raise error(f"{where}: {field} must be {requirement(count, positive, unlimited)}, got {got}")
+    raise error(f"{where}: {field} must be {_requirement(count, positive, unlimited)}, got {got}")
 
 
 def _finite(value: int | float) -> bool:
@@ -68,13 +95,46 @@ def _finite(value: int | float) -> bool:
 
 
 def short(value: object, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters (a whole node would bury the message)."""
+    """``repr(value)``, cut to ``limit`` characters (a whole node would bury the message).
+
+    Parameters
+    ----------
+    value : object
+        Any value.
+    limit : int, default 80
+        The most characters.
+
+    Returns
+    -------
+    str
+        The text, ending in ``...`` where it was cut.
+    """
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def ids(value: object, where: str, field: str) -> tuple[str, ...]:
-    """A list of vertex ids (strings; integers are read as their decimal text)."""
+    """A list of vertex ids (strings; integers are read as their decimal text).
+
+    Parameters
+    ----------
+    value : object
+        The field's value as read.
+    where : str
+        Where it was read, the message's start.
+    field : str
+        The field's name.
+
+    Returns
+    -------
+    tuple of str
+        The ids.
+
+    Raises
+    ------
+    GraphError
+        ``value`` is not a list of strings and integers.
+    """
     if type(value) is not list:
         raise GraphError(f"{where}: {field} must be a list of vertex ids, got {short(value)}")
     out = []
@@ -90,8 +150,24 @@ def ids(value: object, where: str, field: str) -> tuple[str, ...]:
 
 def strings(node: dict, where: str, keys: tuple[str, ...], required: tuple[str, ...] = ()
             ) -> None:
-    """Raise naming the first of a node's ``keys`` that is not a string (those in ``required``
-    may not be null or missing either)."""
+    """Raise naming the first of a node's ``keys`` that is not a string.
+
+    Parameters
+    ----------
+    node : dict
+        The node as read.
+    where : str
+        Where it was read, the message's start.
+    keys : tuple of str
+        The keys whose values must be strings or null.
+    required : tuple of str, default ()
+        Those of ``keys`` that may not be null or missing either.
+
+    Raises
+    ------
+    GraphError
+        A value that is not a string (or null where allowed).
+    """
     for key in keys:
         value = node.get(key)
         if not (type(value) is str or value is None and key not in required):
@@ -100,7 +176,25 @@ def strings(node: dict, where: str, keys: tuple[str, ...], required: tuple[str, 
 
 
 def vertex_id(node: dict, where: str) -> str:
-    """A node's ``id``: a string, or an integer read as its decimal text."""
+    """A node's ``id``: a string, or an integer read as its decimal text.
+
+    Parameters
+    ----------
+    node : dict
+        A node of a graph file.
+    where : str
+        The file, which an error names first.
+
+    Returns
+    -------
+    str
+        The id.
+
+    Raises
+    ------
+    GraphError
+        The node has no string or integer ``id``.
+    """
     nid = node.get("id")
     if type(nid) is str:
         return nid
@@ -110,7 +204,25 @@ def vertex_id(node: dict, where: str) -> str:
 
 
 def edge_ends(edge: object, where: str) -> tuple[str, str]:
-    """An edge's ``(source, target)`` vertex ids."""
+    """An edge's ``(source, target)`` vertex ids.
+
+    Parameters
+    ----------
+    edge : object
+        An item of a graph file's edges.
+    where : str
+        The file, which an error names first.
+
+    Returns
+    -------
+    tuple of (str, str)
+        Its source and target ids (integers read as their decimal text).
+
+    Raises
+    ------
+    GraphError
+        The edge is not an object with a ``source`` and a ``target`` id.
+    """
     if type(edge) is dict:
         u, v = edge.get("source"), edge.get("target")
         if type(u) is str and type(v) is str:
@@ -121,7 +233,20 @@ def edge_ends(edge: object, where: str) -> tuple[str, str]:
 
 
 def finite_tree(value: object, where: str) -> None:
-    """Refuse a NaN or infinite number anywhere in a JSON value, naming its path."""
+    """Refuse a NaN or infinite number anywhere in a JSON value, naming its path.
+
+    Parameters
+    ----------
+    value : object
+        The JSON value (dicts, lists, numbers, ...).
+    where : str
+        Its path, the start of the paths named.
+
+    Raises
+    ------
+    GraphError
+        A NaN or infinite number is in ``value``.
+    """
     bad = non_finite(value, where)
     if bad is not None:
         raise GraphError(f"{bad[0]} is {bad[1]!r}: not a finite number (JSON has no NaN or "
@@ -130,7 +255,20 @@ def finite_tree(value: object, where: str) -> None:
 
 def non_finite(value: object, path: str = "") -> tuple[str, float] | None:
     """The path (below ``path``) and value of the first NaN or infinite float in ``value``
-    (dicts, lists, tuples), or None."""
+    (dicts, lists, tuples).
+
+    Parameters
+    ----------
+    value : object
+        The value to search.
+    path : str, default ""
+        Its own path, the start of the one returned.
+
+    Returns
+    -------
+    tuple of (str, float) or None
+        The path and the float; None where every float is finite.
+    """
     stack: list[tuple[object, str]] = [(value, path)]
     while stack:
         x, p = stack.pop()
@@ -154,12 +292,31 @@ def _where_not_finite(value: object, path: str = "") -> str | None:
 def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[Any], edges: Iterable[Any],
                     what: str, chunk: int = 10_000) -> None:
     """Write strict node-link JSON (:meth:`TaskGraph.to_dict`'s layout) to ``out``, ``chunk``
-    nodes or edges at a time, so that a large graph never exists whole as text.  Nodes and
-    edges are records whose fields are the JSON object's (a :class:`MemVertex` or a
-    :class:`Task`; a :class:`typed.EdgeRecord`), which msgspec encodes as they stand, without
-    a dict each.  msgspec would write a NaN or infinity as ``null``, so the graph's attributes
-    and each node's float fields (``flops``, ``time``; the others are integers and strings)
-    are checked first."""
+    nodes or edges at a time, so that a large graph never exists whole as text.
+
+    msgspec encodes the records as they stand, without a dict each, and would write a NaN or
+    infinity as ``null``, so the graph's attributes and each node's float fields (``flops``,
+    ``time``; the others are integers and strings) are checked first.
+
+    Parameters
+    ----------
+    out : binary file
+        Where to write.
+    graph : dict
+        The graph's attributes.
+    nodes, edges : iterable
+        Records whose fields are the JSON objects' (a :class:`MemVertex` or a :class:`Task`; a
+        :class:`typed.EdgeRecord`).
+    what : str
+        Names the graph in an error.
+    chunk : int, default 10000
+        Nodes or edges encoded at a time.
+
+    Raises
+    ------
+    GraphError
+        A NaN or infinite number in the graph's attributes or a node's float fields.
+    """
     import msgspec
 
     bad = _where_not_finite(graph, "graph")
@@ -181,8 +338,23 @@ def write_node_link(out: BinaryIO, graph: dict, nodes: Iterable[Any], edges: Ite
 
 def builtin_number(value: object) -> int | float:
     """A number of a subclass of ``float`` or ``int`` (numpy's ``float64``, which a graph's
-    fields may hold and :meth:`TaskGraph.validate` takes) as the plain one msgspec encodes;
-    anything else is not a JSON value (``TypeError``, as msgspec raises)."""
+    fields may hold and :meth:`TaskGraph.validate` takes) as the plain one msgspec encodes.
+
+    Parameters
+    ----------
+    value : object
+        What msgspec could not encode.
+
+    Returns
+    -------
+    int or float
+        The plain number.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not a number (not a JSON value, as msgspec raises).
+    """
     if isinstance(value, float):
         return float(value)
     if isinstance(value, int) and not isinstance(value, bool):
@@ -210,8 +382,26 @@ def _check_floats(nodes: list[Any], what: str) -> None:
 
 
 def dumps(data: object, what: str) -> str:
-    """Strict JSON text of ``data``: raises :class:`GraphError` naming the first NaN or infinite
-    number instead of writing ``NaN``/``Infinity``."""
+    """Strict JSON text of ``data``, refusing NaN and infinity instead of writing
+    ``NaN``/``Infinity``.
+
+    Parameters
+    ----------
+    data : object
+        A JSON value.
+    what : str
+        Names it in an error.
+
+    Returns
+    -------
+    str
+        The JSON text.
+
+    Raises
+    ------
+    GraphError
+        Naming the first NaN or infinite number in ``data``.
+    """
     try:
         return json.dumps(data, allow_nan=False)
     except ValueError:

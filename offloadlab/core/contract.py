@@ -49,8 +49,25 @@ class Contract:
 
 
 def contract(memgraph: MemGraph, machine: Machine) -> Contract:
-    """The run structure of ``memgraph`` on ``machine``; refuses a vertex on a device the
-    machine lacks (:meth:`Machine.check_devices`)."""
+    """The run structure of ``memgraph`` on ``machine``.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan to run.
+    machine : Machine
+        The machine it runs on, whose resources each vertex holds.
+
+    Returns
+    -------
+    Contract
+        The vertices in order, their successors, waits, resources and data edges.
+
+    Raises
+    ------
+    SpecError
+        A vertex on a device the machine lacks (:meth:`Machine.check_devices`).
+    """
     machine.check_devices({d for device in {v.device for v in memgraph}
                            for d in device.split("->")})
     vertices = sorted(memgraph, key=attrgetter("order"))
@@ -82,5 +99,18 @@ def contract(memgraph: MemGraph, machine: Machine) -> Contract:
 
 def slots(resource: str, streams: int) -> int:
     """How many vertices ``resource`` runs at once: ``streams`` on a GPU's compute engine,
-    one on a link, a bus or the CPU."""
+    one on a link, a bus or the CPU.
+
+    Parameters
+    ----------
+    resource : str
+        A resource name (:meth:`Machine.resources`).
+    streams : int
+        The streams of a GPU's compute engine.
+
+    Returns
+    -------
+    int
+        The vertices it runs at once.
+    """
     return streams if is_gpu(resource) else 1

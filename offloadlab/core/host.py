@@ -17,16 +17,40 @@ GiB = 2**30
 def in_host_ram(v: MemVertex) -> bool:
     """Whether ``v``'s output lives in host RAM: a host input (for the whole run), an
     offload's copy or a CPU op's result (from its start until its last reader ends), as the
-    executor's host block holds them (:mod:`offloadlab.executor.loop`)."""
+    executor's host block holds them (:mod:`offloadlab.executor.loop`).
+
+    Parameters
+    ----------
+    v : MemVertex
+        A vertex of a plan.
+
+    Returns
+    -------
+    bool
+        Its output is in host RAM.
+    """
     return v.kind == "offload" or v.device == CPU or v.device == HOST
 
 
 def planned_host_peak(memgraph: MemGraph) -> int:
     """The most bytes ``memgraph`` holds in host RAM at once when its vertices run one at a
-    time in planner order (``order``): the host inputs throughout, and each offload's copy and
-    CPU result from its vertex until its last data reader (:func:`in_host_ram`).  What a
-    planner knows of its plan's host memory; a run that overlaps vertices can hold more or
-    less (:func:`offloadlab.core.memory.host_lifetimes`)."""
+    time in planner order (``order``).
+
+    The host inputs count throughout, and each offload's copy and CPU result from its vertex
+    until its last data reader (:func:`in_host_ram`).  What a planner knows of its plan's host
+    memory; a run that overlaps vertices can hold more or less
+    (:func:`offloadlab.core.memory.host_lifetimes`).
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        The plan, run in its ``order``.
+
+    Returns
+    -------
+    int
+        The host peak, in bytes.
+    """
     vertices = sorted(memgraph, key=_order)
     position = {v.id: k for k, v in enumerate(vertices)}
     succ = memgraph.succ
@@ -59,8 +83,21 @@ def _order(v: MemVertex) -> int:
 
 
 def host_overflow(peak: int, host_memory: int | None) -> str | None:
-    """Why a host peak of ``peak`` bytes does not fit in ``host_memory`` (None: unlimited),
-    in one line with the numbers, or None if it fits."""
+    """Why a host peak of ``peak`` bytes does not fit in ``host_memory``, in one line with the
+    numbers.
+
+    Parameters
+    ----------
+    peak : int
+        The host peak, in bytes.
+    host_memory : int or None
+        The machine's host memory in bytes; None: unlimited.
+
+    Returns
+    -------
+    str or None
+        The message; None if the peak fits.
+    """
     if host_memory is None or peak <= host_memory:
         return None
     return (f"out of host memory: a host peak of {peak} bytes ({peak / GiB:.4g} GiB) exceeds "

@@ -44,8 +44,20 @@ class LastWriter(Generic[W]):
         self.firsts: list[int] = []      # the start of each block's first interval
 
     def overwrite(self, start: int, end: int, writer: W) -> list[W]:
-        """Record ``writer`` on ``[start, end)``; return the previous writers there, each
-        once, in address order (none for an empty range, which writes no bytes)."""
+        """Record ``writer`` on ``[start, end)``; return the previous writers there.
+
+        Parameters
+        ----------
+        start, end : int
+            The byte range (an empty one writes no bytes).
+        writer : object
+            Its new writer.
+
+        Returns
+        -------
+        list
+            The previous writers of the range, each once, in address order.
+        """
         if end <= start:
             return []
         blocks, firsts = self.blocks, self.firsts
@@ -105,8 +117,18 @@ class LastWriter(Generic[W]):
 
 
     def writers(self, start: int, end: int) -> list[W]:
-        """The writers of the bytes ``[start, end)`` now, each once, in address order (bytes
-        never written have none); nothing changes."""
+        """The writers of the bytes ``[start, end)`` now; nothing changes.
+
+        Parameters
+        ----------
+        start, end : int
+            The byte range.
+
+        Returns
+        -------
+        list
+            Its writers, each once, in address order (bytes never written have none).
+        """
         blocks, firsts = self.blocks, self.firsts
         found: list[W] = []
         if end <= start or not blocks:

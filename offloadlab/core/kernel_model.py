@@ -47,20 +47,58 @@ CLASSES = ("gemm", "norm", "rotary", "activation", "add", "embedding", ELEMENTWI
 
 
 def op_class(op: str | None) -> str:
-    """The fitted class of ``op`` (:data:`OP_CLASSES`; :data:`ELEMENTWISE` otherwise)."""
+    """The fitted class of ``op`` (:data:`OP_CLASSES`; :data:`ELEMENTWISE` otherwise).
+
+    Parameters
+    ----------
+    op : str or None
+        A vertex's op (with its parameters, if any).
+
+    Returns
+    -------
+    str
+        Its class.
+    """
     return OP_CLASSES.get(op_name(op), ELEMENTWISE) if op is not None else ELEMENTWISE
 
 
 def by_class(fit: KernelFit) -> dict[str, tuple[float, float, float, float]]:
-    """``fit`` as ``{class: (e, beta, latency, p)}``."""
+    """``fit`` as ``{class: (e, beta, latency, p)}``.
+
+    Parameters
+    ----------
+    fit : KernelFit
+        A machine's ``kernel_fit``.
+
+    Returns
+    -------
+    dict
+        Each class's parameters.
+    """
     return {name: (e, beta, latency, p) for name, e, beta, latency, p in fit}
 
 
 def kernel_time(params: Sequence[float], flops: float, touched: float, peak_flops: float,
                 bandwidth: float) -> float:
     """Seconds of a kernel of ``flops`` touching ``touched`` bytes on a GPU of ``peak_flops``
-    and ``bandwidth`` (either may be infinite: no time), by one class's ``(e, beta, latency,
-    p)``: the module's formula."""
+    and ``bandwidth``, by one class's ``(e, beta, latency, p)``: the module's formula.
+
+    Parameters
+    ----------
+    params : sequence of float
+        The class's ``(e, beta, latency, p)``.
+    flops : float
+        The kernel's flops.
+    touched : float
+        The bytes it reads and writes.
+    peak_flops, bandwidth : float
+        The GPU's; either may be infinite (no time).
+
+    Returns
+    -------
+    float
+        The kernel's seconds.
+    """
     e, beta, latency, p = params
     compute = flops / (e * peak_flops)
     memory = touched / (beta * bandwidth)
@@ -71,9 +109,21 @@ def kernel_time(params: Sequence[float], flops: float, touched: float, peak_flop
 
 
 def fit_problem(fit: object) -> str | None:
-    """What is wrong with ``fit`` as a Machine's ``kernel_fit``, or None: a tuple of
-    ``(class, e, beta, latency, p)`` with every class of :data:`CLASSES` once, ``0 < e, beta
-    <= 1``, ``latency`` finite and ``>= 0``, ``p`` finite and ``>= 1``."""
+    """What is wrong with ``fit`` as a Machine's ``kernel_fit``.
+
+    A fit is a tuple of ``(class, e, beta, latency, p)`` with every class of :data:`CLASSES`
+    once, ``0 < e, beta <= 1``, ``latency`` finite and ``>= 0``, ``p`` finite and ``>= 1``.
+
+    Parameters
+    ----------
+    fit : object
+        The value read.
+
+    Returns
+    -------
+    str or None
+        The problem in words; None if there is none.
+    """
     if type(fit) is not tuple:
         return f"must be a list of [class, e, beta, latency, p], got {short(fit)}"
     seen = []

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .memgraph import Loc, MemGraph, MemVertex
 
 
-def memgraph_gpus(memgraph: MemGraph) -> list[str]:
+def _memgraph_gpus(memgraph: MemGraph) -> list[str]:
     """The GPUs a MemGraph uses (devices, transfer ends, locations), sorted by index."""
     found: set[str] = set()
     for v in memgraph:
@@ -40,20 +40,48 @@ def memory_over_time(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
     dropped unread), or to the end of the run (a graph output).  Host RAM (``"host"``) holds
     what :func:`host_lifetimes` says.  Inputs start at time 0.
     Vertices missing from the trace (other than inputs) occupy nothing, and missing readers
-    are ignored.  One row per device and time where its use changes, giving the use from then
-    on; sorted by time, then device.  The trace must hold a single run.
+    are ignored.
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        A single run's trace (a simulation's or an execution's).
+    memgraph : MemGraph
+        The plan it ran.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per device and time where its use changes, giving the use from then on; sorted
+        by time, then device.
     """
     vertices, index, begin, end, run_end = _run_times(trace, memgraph)
-    return _memory(vertices, data_edges(memgraph, vertices, index), begin, end, run_end)
+    return _memory(vertices, _data_edges(memgraph, vertices, index), begin, end, run_end)
 
 
 def run_memory_and_peaks(vertices: Sequence[MemVertex], data: tuple[np.ndarray, np.ndarray],
                          start: Sequence[float], end: Sequence[float], gpus: Sequence[str]
                          ) -> tuple[pd.DataFrame, dict[str, int]]:
-    """:func:`memory_and_peaks` of a run in which every vertex ran, from per-vertex lists
-    (``vertices`` in any order, ``data`` its data edges by position as
-    :class:`~offloadlab.core.contract.Contract` gives them): what the simulator reports,
-    without going through its trace."""
+    """:func:`memory_and_peaks` of a run in which every vertex ran, from per-vertex lists: what
+    the simulator reports, without going through its trace.
+
+    Parameters
+    ----------
+    vertices : sequence of MemVertex
+        The plan's vertices, in any order.
+    data : tuple of (numpy.ndarray, numpy.ndarray)
+        Its data edges as ``(sources, targets)`` positions in ``vertices``, as
+        :class:`~offloadlab.core.contract.Contract` gives them.
+    start, end : sequence of float
+        When each vertex started and ended, by position.
+    gpus : sequence of str
+        Every GPU of the machine, each of which gets a peak.
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, dict of str to int)
+        The use over time and the peaks, as :func:`memory_and_peaks`.
+    """
     inputs = _inputs(vertices)
     begin = np.where(inputs, 0.0, np.asarray(start, dtype=float))
     ended = np.where(inputs, np.nan, np.asarray(end, dtype=float))
@@ -108,14 +136,24 @@ def _steps(devices: list[str], times: np.ndarray, change: np.ndarray) -> pd.Data
 def gpu_lifetimes(trace: pd.DataFrame, memgraph: MemGraph
                   ) -> tuple[list[MemVertex], np.ndarray, np.ndarray]:
     """The vertices with a location that ran, and from when until when each holds its
-    ``loc.size`` bytes (:func:`memory_over_time`'s rule): the vertices, their starts, their
-    ends."""
+    ``loc.size`` bytes (:func:`memory_over_time`'s rule).
+
+    Parameters
+    ----------
+    trace, memgraph
+        As :func:`memory_over_time` takes them.
+
+    Returns
+    -------
+    tuple of (list of MemVertex, numpy.ndarray, numpy.ndarray)
+        The vertices, their starts, their ends.
+    """
     vertices, index, begin, end, run_end = _run_times(trace, memgraph)
-    last = _last_reads(len(vertices), data_edges(memgraph, vertices, index), end)
+    last = _last_reads(len(vertices), _data_edges(memgraph, vertices, index), end)
     return _gpu_lifetimes(vertices, begin, last, run_end)
 
 
-def data_edges(memgraph: MemGraph, vertices: Sequence[MemVertex],
+def _data_edges(memgraph: MemGraph, vertices: Sequence[MemVertex],
                index: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """The MemGraph's data edges as ``(sources, targets)`` arrays of positions in
     ``vertices`` (``index``: id -> position)."""
@@ -180,11 +218,28 @@ def _gpu_lifetimes(vertices: Sequence[MemVertex], begin: np.ndarray, last: np.nd
 def host_lifetimes(vertices: Sequence[MemVertex], succ: Mapping[str, Mapping[str, str]],
                    index: Mapping[str, int], start: Sequence[float], end: Sequence[float],
                    run_end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """When a run holds each tensor in host RAM: ``(since, until, bytes)`` arrays, one entry
-    per host input (from 0 to ``run_end``) and per offload or CPU op that ran (from its start
-    until the end of its last data reader that ran, else its own end).  ``start``/``end``
-    are by position in ``vertices`` (``index``: id -> position), NaN where a vertex did not
-    run; ``succ`` is the MemGraph's."""
+    """When a run holds each tensor in host RAM: one entry per host input (from 0 to
+    ``run_end``) and per offload or CPU op that ran (from its start until the end of its last
+    data reader that ran, else its own end).
+
+    Parameters
+    ----------
+    vertices : sequence of MemVertex
+        The plan's vertices.
+    succ : mapping
+        The MemGraph's successors (``id -> {successor: kind}``).
+    index : mapping of str to int
+        Each vertex's position in ``vertices``.
+    start, end : sequence of float
+        When each vertex started and ended, by position; NaN where it did not run.
+    run_end : float
+        When the run ended.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(since, until, bytes)``, an entry each.
+    """
     sources: list[int] = []
     targets: list[int] = []
     for i, v in enumerate(vertices):
@@ -201,8 +256,22 @@ def host_lifetimes(vertices: Sequence[MemVertex], succ: Mapping[str, Mapping[str
 def run_host_lifetimes(vertices: Sequence[MemVertex], data: tuple[np.ndarray, np.ndarray],
                        start: Sequence[float], end: Sequence[float], run_end: float
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`host_lifetimes` with the data edges as ``(sources, targets)`` arrays of
-    positions (as :class:`~offloadlab.core.contract.Contract` gives them)."""
+    """:func:`host_lifetimes` with the data edges as arrays of positions.
+
+    Parameters
+    ----------
+    vertices : sequence of MemVertex
+        The plan's vertices.
+    data : tuple of (numpy.ndarray, numpy.ndarray)
+        Its data edges, as :func:`run_memory_and_peaks` takes them.
+    start, end, run_end
+        As :func:`host_lifetimes` takes them.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(since, until, bytes)``, as :func:`host_lifetimes`.
+    """
     ended = np.asarray(end, dtype=float)
     return _host_lifetimes(vertices, np.asarray(start, dtype=float), ended,
                            _last_reads(len(vertices), data, ended), run_end)
@@ -225,7 +294,18 @@ def _host_lifetimes(vertices: Sequence[MemVertex], start: np.ndarray, end: np.nd
 
 def run_host_peak(since: np.ndarray, until: np.ndarray, size: np.ndarray) -> int:
     """The most bytes :func:`host_lifetimes`' tensors hold at once; one freed at the instant
-    another is allocated makes room for it (the executor frees before it launches)."""
+    another is allocated makes room for it (the executor frees before it launches).
+
+    Parameters
+    ----------
+    since, until, size : numpy.ndarray
+        :func:`host_lifetimes`' entries.
+
+    Returns
+    -------
+    int
+        The peak, in bytes.
+    """
     if not len(size):
         return 0
     times = np.concatenate([since, until])
@@ -260,8 +340,20 @@ def _overwritten(locs: list[Loc], begin: np.ndarray, order: np.ndarray, unread: 
 
 def memory_and_peaks(trace: pd.DataFrame, memgraph: MemGraph,
                      gpus: Sequence[str]) -> tuple[pd.DataFrame, dict[str, int]]:
-    """:func:`memory_over_time` and :func:`peak_memory`, with a peak for each of ``gpus``
-    (every GPU of the machine, which includes those the MemGraph uses; 0 where unused)."""
+    """:func:`memory_over_time` and :func:`peak_memory`, with a peak for each of ``gpus``.
+
+    Parameters
+    ----------
+    trace, memgraph
+        As :func:`memory_over_time` takes them.
+    gpus : sequence of str
+        Every GPU of the machine, which includes those the MemGraph uses (0 where unused).
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, dict of str to int)
+        The use over time and the peak of each GPU and of ``"host"``.
+    """
     memory = memory_over_time(trace, memgraph)
     return memory, _peaks(memory, (*gpus, HOST))
 
@@ -270,11 +362,21 @@ def peak_memory(trace: pd.DataFrame, memgraph: MemGraph,
                 memory: pd.DataFrame | None = None) -> dict[str, int]:
     """Peak bytes in use per GPU of the MemGraph (0 if unused) and in ``"host"`` RAM.
 
-    ``memory`` is :func:`memory_over_time`'s result if already computed.
+    Parameters
+    ----------
+    trace, memgraph
+        As :func:`memory_over_time` takes them.
+    memory : pandas.DataFrame, optional
+        :func:`memory_over_time`'s result, if already computed.
+
+    Returns
+    -------
+    dict of str to int
+        The peak of each device.
     """
     if memory is None:
         memory = memory_over_time(trace, memgraph)
-    return _peaks(memory, (*memgraph_gpus(memgraph), HOST))
+    return _peaks(memory, (*_memgraph_gpus(memgraph), HOST))
 
 
 def _peaks(memory: pd.DataFrame, devices: Iterable[str]) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """Parse ``NAME:key=value,key=value`` specifications (workloads, machine presets).
 
 Values may be integers, floats (``4e9``), booleans, byte sizes (``64MiB``, ``1.5GB``) or
-plain strings; :func:`coerce` turns one into the type a field expects and refuses NaN, a
+plain strings; :func:`_coerce` turns one into the type a field expects and refuses NaN, a
 fraction where an integer is wanted, and infinity except for the rates that may be unlimited.
 """
 
@@ -22,7 +22,23 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]+)\s*$
 
 def parse_bytes(text: str | int | float) -> int:
     """``"64MiB"`` -> 67108864; plain numbers are bytes and must be whole (``"4096"``, ``"4e9"``);
-    with a unit the product is rounded to whole bytes (``"1.5KiB"`` -> 1536)."""
+    with a unit the product is rounded to whole bytes (``"1.5KiB"`` -> 1536).
+
+    Parameters
+    ----------
+    text : str, int or float
+        The size, with or without a unit (``B``, ``KB``...``TB``, ``KiB``...``TiB``).
+
+    Returns
+    -------
+    int
+        The bytes.
+
+    Raises
+    ------
+    SpecError
+        Not a byte size, not finite, or a fraction of a byte without a unit.
+    """
     if isinstance(text, bool):
         raise SpecError(f"not a byte size: {text!r}")
     if isinstance(text, (int, float)):
@@ -44,8 +60,23 @@ def parse_bytes(text: str | int | float) -> int:
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """Split ``"NAME:k=v,k=v"`` into the name and a dict of raw string values; a key given
-    twice is an error."""
+    """Split ``"NAME:k=v,k=v"`` into the name and a dict of raw string values.
+
+    Parameters
+    ----------
+    spec : str
+        The specification.
+
+    Returns
+    -------
+    tuple of (str, dict of str to str)
+        The name and its options, as given.
+
+    Raises
+    ------
+    SpecError
+        An empty name, an option that is not ``key=value``, or a key given twice.
+    """
     name, _, rest = spec.partition(":")
     name = name.strip()
     if not name:
@@ -62,7 +93,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     return name, options
 
 
-def coerce(value: str, like: object, where: str, unlimited: bool = False) -> object:
+def _coerce(value: str, like: object, where: str, unlimited: bool = False) -> object:
     """Convert the string ``value`` to the type of ``like`` (the field's default): a boolean,
     an integer (or a byte size: ``64MiB``), or a finite float (``inf`` too if ``unlimited``);
     NaN, fractions where an integer is wanted and infinities are refused."""
@@ -89,8 +120,29 @@ def coerce(value: str, like: object, where: str, unlimited: bool = False) -> obj
 
 def apply_options(defaults: dict[str, object], options: dict[str, str], where: str,
                   unlimited: Iterable[str] = ()) -> dict[str, object]:
-    """Overlay string ``options`` onto ``defaults``, rejecting unknown keys by name; the float
-    options named in ``unlimited`` may be ``inf``."""
+    """Overlay string ``options`` onto ``defaults``, rejecting unknown keys by name.
+
+    Parameters
+    ----------
+    defaults : dict
+        The known options and their defaults, whose types the values are read as.
+    options : dict of str to str
+        The options given (:func:`parse_spec`).
+    where : str
+        Names the thing specified in an error.
+    unlimited : iterable of str, default ()
+        The float options that may be ``inf``.
+
+    Returns
+    -------
+    dict
+        ``defaults`` with the given options read as their types.
+
+    Raises
+    ------
+    SpecError
+        An unknown option, or a value that cannot be read as its option's type.
+    """
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise SpecError(f"{where}: unknown option(s) {', '.join(unknown)}; "
@@ -99,5 +151,5 @@ def apply_options(defaults: dict[str, object], options: dict[str, str], where: s
     unlimited = set(unlimited)
     merged = dict(defaults)
     for key, raw in options.items():
-        merged[key] = coerce(raw, defaults[key], f"{where} option {key}", key in unlimited)
+        merged[key] = _coerce(raw, defaults[key], f"{where} option {key}", key in unlimited)
     return merged

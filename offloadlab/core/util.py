@@ -27,7 +27,13 @@ def no_gc() -> Iterator[None]:
     starts for objects moved this way: simulating in a loop grew by every model, and the test
     suite to 12 GB.  So a smaller block just resumes the collector, and once the blocks have
     promoted four times the most that one has, a full collection runs.  Promoting is skipped
-    if the caller has frozen objects (``unfreeze`` would thaw them)."""
+    if the caller has frozen objects (``unfreeze`` would thaw them).
+
+    Yields
+    ------
+    None
+        The ``with`` block runs with the collector paused.
+    """
     global _promoted, _largest
     enabled = gc.isenabled()
     gc.disable()
@@ -48,7 +54,18 @@ def no_gc() -> Iterator[None]:
 
 
 def fmt_bytes(n: float) -> str:
-    """``67108864`` -> ``"64 MiB"``."""
+    """``67108864`` -> ``"64 MiB"``.
+
+    Parameters
+    ----------
+    n : float
+        A number of bytes.
+
+    Returns
+    -------
+    str
+        It in B, KiB, MiB or GiB, with 4 significant digits.
+    """
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
             return f"{n / scale:.4g} {unit}"

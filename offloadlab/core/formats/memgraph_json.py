@@ -29,9 +29,19 @@ from . import nodelink, typed
 
 
 def memgraph_node_link(mg: MemGraph) -> tuple[dict, Iterable[MemVertex], Iterable[Any]]:
-    """The ``graph`` attributes, the nodes and the edges as the records msgspec encodes:
-    each vertex is its node's record (its fields are the node's), each edge a
-    :class:`typed.EdgeRecord`."""
+    """The ``graph`` attributes, the nodes and the edges as the records msgspec encodes.
+
+    Parameters
+    ----------
+    mg : MemGraph
+        The plan to write.
+
+    Returns
+    -------
+    tuple of (dict, iterable, iterable)
+        The attributes (with ``type``), the vertices (each its node's record: its fields are
+        the node's) and the edges as one :class:`typed.EdgeRecord` each.
+    """
     return ({"type": "MemGraph", **mg.graph}, mg.vertices.values(),
             itertools.chain.from_iterable(_edge_records(mg)))
 
@@ -87,7 +97,7 @@ def _from_dict(data: Any, where: str) -> MemGraph:
         if vertex.id in vertices:
             raise GraphError(f"{where}: duplicate vertex id {vertex.id!r}")
         mg.add_vertex(vertex)
-    share_ids(mg)
+    _share_ids(mg)
     for e in edges:
         u, v = edge_ends(e, where)
         kind = e.get("kind", "data")
@@ -177,7 +187,7 @@ def _from_records(graph: Any, nodes: Iterable[Any], edges: Iterable[Any]) -> Mem
             n.id, kind, device, nbytes, loc, n.task, n.of, op,
             0.0 if n.flops is None else n.flops, () if inputs is None else tuple(inputs),
             n.order, n.time, shape, dtype))
-    share_ids(mg)
+    _share_ids(mg)
     succ, pred = mg.succ, mg.pred
     u = ""
     name: str | None = None                         # the last edge's source
@@ -199,7 +209,7 @@ def _from_records(graph: Any, nodes: Iterable[Any], edges: Iterable[Any]) -> Mem
     return mg
 
 
-def share_ids(mg: MemGraph) -> None:
+def _share_ids(mg: MemGraph) -> None:
     """Make each id one string object: the JSON parser makes a new one for every
     occurrence, and at a million vertices the copies in inputs cost gigabytes."""
     vertices = mg.vertices

@@ -115,8 +115,28 @@ def _parse(items: bytes) -> list:
 
 
 def load(build: Callable[[Any, str], T], text_or_path: str | Path, what: str) -> T:
-    """``build(data, where)`` on the node-link data of a file or a JSON text (``what``: e.g.
-    ``MemGraph JSON``); a large file this toolkit wrote is read in blocks (:data:`STREAM_AT`)."""
+    """``build(data, where)`` on the node-link data of a file or a JSON text; a large file this
+    toolkit wrote is read in blocks (:data:`STREAM_AT`).
+
+    Parameters
+    ----------
+    build : callable
+        Builds the graph from the data and the place an error names.
+    text_or_path : str or Path
+        A JSON text, or a file's path.
+    what : str
+        What the data holds, e.g. ``MemGraph JSON``.
+
+    Returns
+    -------
+    object
+        What ``build`` returns.
+
+    Raises
+    ------
+    GraphError
+        The file cannot be read, is not JSON, or ``build`` refuses it.
+    """
     data, where = read(text_or_path, what, stream=True)
     if type(data) is dict and type(data.get("nodes")) is Items:
         try:
@@ -130,7 +150,21 @@ def load(build: Callable[[Any, str], T], text_or_path: str | Path, what: str) ->
 
 def streamed(path: Path, at_least: int | None = None) -> dict | None:
     """Node-link data whose nodes and edges are :class:`Items`, if ``path`` is a file this
-    toolkit wrote of ``at_least`` bytes or more (default :data:`STREAM_AT`); else None."""
+    toolkit wrote of ``at_least`` bytes or more.
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+    at_least : int, optional
+        The least size read in blocks (default :data:`STREAM_AT`).
+
+    Returns
+    -------
+    dict or None
+        The data with its ``graph`` attributes parsed; None for a smaller file or one this
+        toolkit did not write.
+    """
     if path.stat().st_size < (STREAM_AT if at_least is None else at_least):
         return None
     with open(path, "rb") as f:
@@ -155,11 +189,31 @@ _NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character devic
 
 
 def check_input(path: str | Path, what: str, sniff: bool = True) -> None:
-    """Refuse the input file ``path`` (``what``: e.g. ``MemGraph JSON``) at once, before
-    reading it, with a :class:`GraphError` naming it: when it is not a regular file (a device
-    such as ``/dev/zero``, a FIFO, a directory); with ``sniff``, when its first bytes are
-    neither Parquet's magic nor, after whitespace, the ``{`` or ``[`` that JSON begins with;
-    and when reading it would take more RAM than is available (:mod:`.budget`)."""
+    """Refuse the input file ``path`` at once, before reading it, with a :class:`GraphError`
+    naming it.
+
+    It is refused when it is not a regular file (a device such as ``/dev/zero``, a FIFO, a
+    directory); with ``sniff``, when its first bytes are neither Parquet's magic nor, after
+    whitespace, the ``{`` or ``[`` that JSON begins with; and when reading it would take more
+    RAM than is available (:mod:`.budget`).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    what : str
+        What it should hold, e.g. ``MemGraph JSON``.
+    sniff : bool, default True
+        Check its first bytes too.
+
+    Raises
+    ------
+    GraphError
+        For a file that is not regular, cannot be read or (``sniff``) is neither JSON nor
+        Parquet.
+    SpecError
+        Reading it would need more RAM than is available.
+    """
     where = f"{what} file {str(path)!r}"
     try:
         info = os.stat(path)
@@ -187,13 +241,35 @@ def check_input(path: str | Path, what: str, sniff: bool = True) -> None:
 
 def parquet_name(path: str | Path) -> bool:
     """Whether ``path``'s name says Parquet (it ends in ``.parquet``): how a MemGraph file is
-    written."""
+    written.
+
+    Parameters
+    ----------
+    path : str or Path
+        A file's path.
+
+    Returns
+    -------
+    bool
+        Its suffix is ``.parquet`` (in any case).
+    """
     return Path(path).suffix.lower() == ".parquet"
 
 
 def is_parquet(path: str | Path) -> bool:
     """Whether ``path`` names a Parquet file: by its name (:func:`parquet_name`) or its
-    first bytes, Parquet's magic."""
+    first bytes, Parquet's magic.
+
+    Parameters
+    ----------
+    path : str or Path
+        A file's path (a FIFO or a missing file is not Parquet).
+
+    Returns
+    -------
+    bool
+        It is Parquet.
+    """
     if parquet_name(path):
         return True
     if not os.path.isfile(path):        # a FIFO would block here: check_input refuses it
@@ -206,9 +282,28 @@ def is_parquet(path: str | Path) -> bool:
 
 
 def node_link(data: object, where: str) -> tuple[Iterable, Iterable]:
-    """The ``nodes`` and ``edges`` lists of networkx node-link JSON.  ``links`` is read as a
-    synonym of ``edges`` (networkx before 3.4 wrote ``links``); a file with both must give the
-    same list in each, and one with neither is refused."""
+    """The ``nodes`` and ``edges`` lists of networkx node-link JSON.
+
+    ``links`` is read as a synonym of ``edges`` (networkx before 3.4 wrote ``links``); a file
+    with both must give the same list in each, and one with neither is refused.
+
+    Parameters
+    ----------
+    data : object
+        The parsed JSON.
+    where : str
+        The file or text, which an error names.
+
+    Returns
+    -------
+    tuple of (iterable, iterable)
+        The nodes and the edges (lists, or :class:`Items` of a file read in blocks).
+
+    Raises
+    ------
+    GraphError
+        ``data`` is not an object with a ``nodes`` list and one ``edges`` list.
+    """
     if type(data) is not dict:
         raise GraphError(f"{where}: expected a JSON object (networkx node-link data), got "
                          f"{type(data).__name__}")
@@ -230,14 +325,40 @@ def node_link(data: object, where: str) -> tuple[Iterable, Iterable]:
 
 def as_dict(graph: dict, nodes: Iterable[Any], edges: Iterable[Any]) -> dict:
     """Node-link data as one dict (``networkx.node_link_data``'s layout, ``edges`` key) of a
-    graph's node and edge records (:func:`write`'s)."""
+    graph's node and edge records (:func:`write`'s).
+
+    Parameters
+    ----------
+    graph : dict
+        The ``graph`` attributes.
+    nodes, edges : iterable
+        The node and edge records.
+
+    Returns
+    -------
+    dict
+        The node-link data.
+    """
     return {"directed": True, "multigraph": False, "graph": graph, "nodes": _dicts(nodes),
             "edges": [{"source": e.source, "target": e.target, "kind": e.kind} for e in edges]}
 
 
 def to_networkx(graph: dict, nodes: Iterable[Any], edges: Iterable[Any]):
     """A networkx DiGraph: the ``graph`` attributes, each node's fields but its id as node
-    attributes, each edge's ``kind``."""
+    attributes, each edge's ``kind``.
+
+    Parameters
+    ----------
+    graph : dict
+        The graph's attributes.
+    nodes, edges : iterable
+        Its node records and edge records.
+
+    Returns
+    -------
+    networkx.DiGraph
+        The graph.
+    """
     import networkx as nx
     g = nx.DiGraph(**graph)
     g.add_nodes_from((n.pop("id"), n) for n in _dicts(nodes))
@@ -257,7 +378,29 @@ def _dicts(records: Iterable[Any]) -> list[dict]:
 def write(graph: dict, nodes: Iterable[Any], edges: Iterable[Any], path: str | Path | None,
           what: str) -> str | None:
     """Strict node-link JSON (no NaN or Infinity) as text, or written to ``path``, of a
-    graph's node and edge records (:func:`checks.write_node_link`)."""
+    graph's node and edge records (:func:`checks.write_node_link`).
+
+    Parameters
+    ----------
+    graph : dict
+        The ``graph`` attributes.
+    nodes, edges : iterable
+        The records, as :func:`checks.write_node_link` takes them.
+    path : str or Path or None
+        The file to write; None: return the text.
+    what : str
+        Names the graph in an error.
+
+    Returns
+    -------
+    str or None
+        The text where ``path`` is None; else None.
+
+    Raises
+    ------
+    GraphError
+        A NaN or infinite number in the graph.
+    """
     with no_gc():                       # a record per edge, none of them cyclic
         if path is None:
             out = io.BytesIO()
@@ -269,9 +412,30 @@ def write(graph: dict, nodes: Iterable[Any], edges: Iterable[Any], path: str | P
 
 
 def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any, str]:
-    """Parse JSON from a string or a path, raising GraphError that names the file.  A file is
-    parsed from its bytes (no decoded copy of it is held); with ``stream``, a large file this
-    toolkit wrote is left to be read item by item (:func:`load`)."""
+    """Parse JSON from a string or a path, raising GraphError that names the file.
+
+    A file is parsed from its bytes (no decoded copy of it is held); with ``stream``, a large
+    file this toolkit wrote is left to be read item by item (:func:`load`).
+
+    Parameters
+    ----------
+    text_or_path : str or Path
+        A JSON text (a string starting with ``{``), or a file's path.
+    what : str
+        What it holds, e.g. ``MemGraph JSON``.
+    stream : bool, default False
+        Leave a large file this toolkit wrote to be read in blocks.
+
+    Returns
+    -------
+    tuple of (object, str)
+        The parsed data and the place an error about it names.
+
+    Raises
+    ------
+    GraphError
+        The file cannot be read, is Parquet, or is not UTF-8 or JSON.
+    """
     where = what
     text: str | bytes = str(text_or_path)
     if isinstance(text_or_path, Path) or not str(text).lstrip().startswith("{"):
@@ -311,7 +475,28 @@ def read(text_or_path: str | Path, what: str, stream: bool = False) -> tuple[Any
 
 def graph_meta(data: dict, where: str, kind: str) -> tuple[str, dict]:
     """The name and the other fields of node-link data's ``graph`` object, every number in
-    them finite; a ``type`` other than ``kind`` (a MemGraph given as a TaskGraph) is refused."""
+    them finite.
+
+    Parameters
+    ----------
+    data : dict
+        The node-link data.
+    where : str
+        The file or text, which an error names.
+    kind : str
+        ``"TaskGraph"`` or ``"MemGraph"``: the ``type`` the data must have, if any.
+
+    Returns
+    -------
+    tuple of (str, dict)
+        The name (a TaskGraph's; ``""`` for a MemGraph) and the other fields, ``type`` removed.
+
+    Raises
+    ------
+    GraphError
+        Another ``type`` (a MemGraph given as a TaskGraph), a non-finite number, or a
+        malformed name, content hash, ``forward`` count or training chain.
+    """
     meta = data.get("graph")
     if meta is None:
         meta = {}

@@ -16,8 +16,19 @@ from . import nodelink, typed
 
 def taskgraph_node_link(graph: TaskGraph) -> tuple[dict, Iterable[Task], Iterator[Any]]:
     """The ``graph`` attributes, the nodes and the edges as the records msgspec encodes,
-    one at a time: each :class:`Task` is its node's record (its fields are the node's),
-    each edge a :class:`typed.EdgeRecord`."""
+    one at a time.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The graph to write.
+
+    Returns
+    -------
+    tuple of (dict, iterable, iterator)
+        The attributes (with ``type`` and ``name``), the tasks (each :class:`Task` its node's
+        record) and the data edges as one :class:`typed.EdgeRecord` each.
+    """
     edges = (typed.EdgeRecord(u, t.id, "data") for t in graph.tasks.values()
              for u in dict.fromkeys(t.inputs))
     return {"type": "TaskGraph", "name": graph.name, **graph.meta}, graph.tasks.values(), edges
@@ -87,7 +98,7 @@ def _link(graph: TaskGraph, edge_inputs: dict[str, list[str]], where: str) -> No
             if u not in target.inputs:
                 raise GraphError(f"{where}: edge {u!r} -> {v!r}, but vertex {v!r} does "
                                  f"not list {u!r} among its inputs {list(target.inputs)}")
-    for task in tasks.values():      # one string object per id (see memgraph_json.share_ids)
+    for task in tasks.values():      # one string object per id (see memgraph_json._share_ids)
         task.inputs = tuple([tasks[u].id if u in tasks else u for u in task.inputs])
     try:
         graph.validate()

@@ -150,10 +150,27 @@ TASKGRAPH = Format(msgspec.json.Decoder(TaskGraphFile), msgspec.json.Decoder(lis
 
 
 def read(text_or_path: str | Path, form: Format) -> tuple[Any, Iterable, Iterable]:
-    """The ``graph`` object, nodes and edges of a node-link text or file (given as
-    :func:`nodelink.read` takes it), decoded into the records of ``form``; a large file this
-    toolkit wrote a batch at a time (:data:`STREAM_AT`).  Raises :class:`Declined`, there or,
-    for a file read in batches, while its nodes or edges are iterated."""
+    """The ``graph`` object, nodes and edges of a node-link text or file, decoded into the
+    records of ``form``; a large file this toolkit wrote a batch at a time (:data:`STREAM_AT`).
+
+    Parameters
+    ----------
+    text_or_path : str or Path
+        A JSON text or a file, as :func:`nodelink.read` takes it.
+    form : Format
+        The records to decode into (:data:`MEMGRAPH`, :data:`TASKGRAPH`).
+
+    Returns
+    -------
+    tuple of (object, iterable, iterable)
+        The ``graph`` object, the node records and the edge records.
+
+    Raises
+    ------
+    Declined
+        There or, for a file read in batches, while its nodes or edges are iterated: the
+        checking reader must read it.
+    """
     try:
         if isinstance(text_or_path, str) and text_or_path.lstrip().startswith("{"):
             data = form.file.decode(text_or_path)
@@ -175,10 +192,35 @@ def read(text_or_path: str | Path, form: Format) -> tuple[Any, Iterable, Iterabl
 def load(text_or_path: str | Path, form: Format, from_records: Callable[[Any, Any, Any], T],
          from_dict: Callable[[Any, str], T], what: str) -> T:
     """A graph read from a node-link text or file: ``from_records(graph, nodes, edges)`` on
-    :func:`read`'s records, unless it is :class:`Declined` there or raises a
-    :class:`GraphError` (with no place), else ``from_dict`` on what the checking reader
-    (:func:`nodelink.load`) reads, whose errors name ``what`` (e.g. ``MemGraph JSON``).  A
-    file is checked first (:func:`nodelink.check_input`)."""
+    :func:`read`'s records, else ``from_dict`` on what the checking reader reads.
+
+    The checking reader (:func:`nodelink.load`) reads it where the fast path is
+    :class:`Declined` or raises a :class:`GraphError` (with no place).  A file is checked first
+    (:func:`nodelink.check_input`).
+
+    Parameters
+    ----------
+    text_or_path : str or Path
+        A JSON text, or a file's path.
+    form : Format
+        The records to decode into.
+    from_records : callable
+        Builds the graph from the records.
+    from_dict : callable
+        Builds the graph from node-link data and the place an error names.
+    what : str
+        What it holds, e.g. ``MemGraph JSON``, which errors name.
+
+    Returns
+    -------
+    object
+        The graph.
+
+    Raises
+    ------
+    GraphError
+        The file or text cannot be read, or does not hold a valid graph.
+    """
     if isinstance(text_or_path, Path) or not text_or_path.lstrip().startswith("{"):
         nodelink.check_input(text_or_path, what)
     try:

@@ -110,7 +110,7 @@ def _rotary_backward_scratch(out: Array, args: Sequence[Array]) -> int:
 @op("rotary", "rotary position embedding (Su et al. 2021, as in LLaMA) of rows at positions "
     "offset, offset+1, ...: x cos + rotate_half(x) sin, base 10000", params=(("offset", 0),),
     flops=per_element(ROTARY_FLOPS), scratch=_rotary_scratch)
-def rotary(xp, out, args, scratch, offset: int = 0) -> None:
+def _rotary(xp, out, args, scratch, offset: int = 0) -> None:
     """Rotary position embedding (Su et al. 2021) of rows at positions ``offset + r``, in the
     half-split layout of Hugging Face's LLaMA: with ``x = [x1, x2]`` and angles
     ``(offset + r) * base^(-2i/dh)``, ``out = [x1 cos - x2 sin, x2 cos + x1 sin]``, the angles
@@ -154,7 +154,7 @@ def rotary(xp, out, args, scratch, offset: int = 0) -> None:
 
 @op("attn_scores", "Q K^T / sqrt(dh) for one head, a query block against a key block",
     flops=_scores_flops)
-def attn_scores(xp, out, args, scratch) -> None:
+def _attn_scores(xp, out, args, scratch) -> None:
     """``Q K^T / sqrt(dh)`` for one head: a query block ``(bq, dh)`` against a key block
     ``(bk, dh)``."""
     if len(args) != 2:
@@ -171,7 +171,7 @@ def attn_scores(xp, out, args, scratch) -> None:
     "block's key blocks (the inputs, contiguous keys from k0), as a (rows, 2) float32 "
     "tensor; keys past a query's position are masked", params=(("q0", 0), ("k0", 0)),
     flops=_stats_flops, scratch=_stats_scratch)
-def softmax_stats(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
+def _softmax_stats(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
     """The causal softmax's statistics for a query block (rows at ``q0``...) over its key
     blocks (the inputs, keys ``k0``... in order): ``out[:, 0]`` the row maximum, ``out[:, 1]``
     the row sum of ``exp(s - max)``, keys past a query masked out (a block wholly past the
@@ -203,9 +203,9 @@ def softmax_stats(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
 @op("causal_softmax", "a key block's probabilities exp(S - max) / sum from the row "
     "statistics (second input), zero where key k0+j is past query q0+i",
     params=(("q0", 0), ("k0", 0)), flops=per_element(SOFTMAX_FLOPS), scratch=_softmax_scratch)
-def causal_softmax(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
+def _causal_softmax(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
     """A key block's probabilities ``exp(s - max) / sum`` from the row statistics (second
-    input, :func:`softmax_stats`), zero where key ``k0 + c`` is past query ``q0 + r``."""
+    input, :func:`_softmax_stats`), zero where key ``k0 + c`` is past query ``q0 + r``."""
     if len(args) != 2:
         raise KernelError(f"causal_softmax takes a score block and its statistics, got "
                           f"{len(args)} inputs")
@@ -223,8 +223,8 @@ def causal_softmax(xp, out, args, scratch, q0: int = 0, k0: int = 0) -> None:
 
 @op("rotary_backward", "the gradient through rotary:offset=..: the inverse rotation of dy",
     params=(("offset", 0),), flops=per_element(ROTARY_FLOPS), scratch=_rotary_backward_scratch)
-def rotary_backward(xp, out, args, scratch, offset: int = 0) -> None:
-    """The transpose of :func:`rotary`, the rotation by the opposite angles:
+def _rotary_backward(xp, out, args, scratch, offset: int = 0) -> None:
+    """The transpose of :func:`_rotary`, the rotation by the opposite angles:
     ``[d1 cos + d2 sin, d2 cos - d1 sin]``, computed as ``rotary([d1, -d2])`` with its second
     half negated."""
     same("rotary_backward", out, args, 1)
@@ -236,14 +236,14 @@ def rotary_backward(xp, out, args, scratch, offset: int = 0) -> None:
     d = args[0]
     xp.copyto(e[:, :half], d[:, :half])
     xp.negative(d[:, half:], out=e[:, half:])
-    rotary(xp, out, [e], scratch, offset)
+    _rotary(xp, out, [e], scratch, offset)
     second = out[:, half:]
     xp.negative(second, out=second)
 
 
 @op("attn_dprobs", "dP = dO V^T for one head, a query block against a key block",
     flops=lambda out, ins: 2.0 * ins[0][-1] * numel(out))
-def attn_dprobs(xp, out, args, scratch) -> None:
+def _attn_dprobs(xp, out, args, scratch) -> None:
     """``dO V^T`` for one head, a query block against a key block."""
     if len(args) != 2:
         raise KernelError(f"attn_dprobs takes dO and V, got {len(args)} inputs")
@@ -256,7 +256,7 @@ def attn_dprobs(xp, out, args, scratch) -> None:
 @op("attn_delta", "rowsum(dO * O) for one head and query block, (rows, 1): the softmax "
     "backward's correction term", flops=per_input_element(2.0),
     scratch=lambda out, args: args[0].size * out.dtype.itemsize)
-def attn_delta(xp, out, args, scratch) -> None:
+def _attn_delta(xp, out, args, scratch) -> None:
     """``rowsum(dO * O)`` as a column."""
     if len(args) != 2:
         raise KernelError(f"attn_delta takes dO and O, got {len(args)} inputs")
@@ -270,7 +270,7 @@ def attn_delta(xp, out, args, scratch) -> None:
 
 @op("softmax_backward", "dS = P (dP - delta) for a key block (inputs P, dP, delta); zero "
     "where P is masked", flops=per_element(SOFTMAX_BACKWARD_FLOPS))
-def softmax_backward(xp, out, args, scratch) -> None:
+def _softmax_backward(xp, out, args, scratch) -> None:
     """``P (dP - delta)``."""
     if len(args) != 3:
         raise KernelError(f"softmax_backward takes P, dP and delta, got {len(args)} inputs")
@@ -282,7 +282,7 @@ def softmax_backward(xp, out, args, scratch) -> None:
 
 @op("attn_dq", "dQ = sum_j dS_j K_j / sqrt(dh) (inputs dS_0.. then K_0..)",
     flops=_scaled(values_flops), scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
-def attn_dq(xp, out, args, scratch) -> None:
+def _attn_dq(xp, out, args, scratch) -> None:
     """``sum_j dS_j K_j / sqrt(dh)``."""
     attn_values(xp, out, args, scratch)
     xp.multiply(out, 1.0 / math.sqrt(out.shape[1]), out=out)
@@ -291,7 +291,7 @@ def attn_dq(xp, out, args, scratch) -> None:
 @op("attn_dk", "dK = sum_i dS_i^T Q_i / sqrt(dh) over the query blocks at or after the "
     "key block (inputs dS_0.. then Q_0..)", flops=_scaled(pairs_flops),
     scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
-def attn_dk(xp, out, args, scratch) -> None:
+def _attn_dk(xp, out, args, scratch) -> None:
     """``sum_i dS_i^T Q_i / sqrt(dh)``."""
     linear_dw(xp, out, args, scratch)
     xp.multiply(out, 1.0 / math.sqrt(out.shape[1]), out=out)

@@ -37,17 +37,52 @@ STATS_FLOPS = 4.0       # compare for the maximum, subtract, exp, add for the su
 
 
 def numel(shape: Shape) -> int:
-    """Elements of a tensor of ``shape``."""
+    """Elements of a tensor of ``shape``.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        The tensor's shape.
+
+    Returns
+    -------
+    int
+        The product of its dimensions (1 for a scalar).
+    """
     return math.prod(shape)
 
 
 def per_element(flops: float) -> FlopsFn:
-    """``flops`` per output element."""
+    """``flops`` per output element.
+
+    Parameters
+    ----------
+    flops : float
+        The flops of one element.
+
+    Returns
+    -------
+    callable
+        An op's ``flops(out, ins)``.
+    """
     return lambda out, ins: flops * numel(out)
 
 
 def per_input_element(flops: float, which: int = 0) -> FlopsFn:
-    """``flops`` per element of input ``which``."""
+    """``flops`` per element of input ``which``.
+
+    Parameters
+    ----------
+    flops : float
+        The flops of one element.
+    which : int, default 0
+        The input whose elements count.
+
+    Returns
+    -------
+    callable
+        An op's ``flops(out, ins)``.
+    """
     return lambda out, ins: flops * numel(ins[which])
 
 

@@ -73,7 +73,19 @@ def _silu_grad(xp, out, x, scratch) -> None:
 @op("mix", "synthetic op of the random workload: a deterministic reduction of its inputs "
     "written into an output of the vertex's size", folds=True, scratch=fold_bytes)
 def combine(xp, out, args, scratch) -> None:
-    """``out = sin(1/2 + sum_i fit(x_i))`` (the synthetic ops)."""
+    """``out = sin(1/2 + sum_i fit(x_i))`` (the synthetic ops).
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    out : array
+        The output, written in place.
+    args : sequence of array
+        The inputs, of any lengths (folded or tiled onto ``out``'s, :func:`~.arrays.accumulate`).
+    scratch : array
+        A byte workspace of at least :func:`~.arrays.fold_bytes`.
+    """
     out.fill(0.5)
     for x in args:
         accumulate(xp, out, x, scratch)
@@ -82,7 +94,7 @@ def combine(xp, out, args, scratch) -> None:
 
 @op("add", "elementwise sum of the inputs (a residual add)", flops=_sum_of_inputs, folds=True,
     scratch=fold_bytes)
-def add(xp, out, args, scratch) -> None:
+def _add(xp, out, args, scratch) -> None:
     """Elementwise sum (inputs of other lengths are folded or tiled onto the output)."""
     out.fill(0)
     for x in args:
@@ -90,7 +102,7 @@ def add(xp, out, args, scratch) -> None:
 
 
 @op("mul", "elementwise product of the inputs", flops=_sum_of_inputs)
-def mul(xp, out, args, scratch) -> None:
+def _mul(xp, out, args, scratch) -> None:
     """Elementwise product of inputs of the output's shape."""
     same("mul", out, args)
     out.fill(1)
@@ -99,13 +111,13 @@ def mul(xp, out, args, scratch) -> None:
 
 
 @op("relu", "max(x, 0)", flops=per_element(1.0))
-def relu(xp, out, args, scratch) -> None:
+def _relu(xp, out, args, scratch) -> None:
     same("relu", out, args, 1)
     xp.maximum(args[0], 0, out=out)
 
 
 @op("copy", "identity", flops=per_element(0.0))
-def copy(xp, out, args, scratch) -> None:
+def _copy(xp, out, args, scratch) -> None:
     same("copy", out, args, 1)
     xp.copyto(out, args[0])
 
@@ -114,7 +126,7 @@ def copy(xp, out, args, scratch) -> None:
     "to nearest as NumPy's astype); also its own backward, which casts the gradient back to "
     "the input's dtype.  Memory-bound: no flops (as PyTorch's flop counter), its bytes read "
     "and written", flops=per_element(0.0))
-def cast(xp, out, args, scratch) -> None:
+def _cast(xp, out, args, scratch) -> None:
     """``x`` converted to ``out``'s floating-point dtype, rounded to nearest (``astype``);
     ``x`` may have another shape with as many elements (read in order)."""
     if len(args) != 1 or args[0].size != out.size:
@@ -128,7 +140,7 @@ def cast(xp, out, args, scratch) -> None:
 
 
 @op("gelu", "GELU (tanh approximation)", flops=per_element(9.0))
-def gelu(xp, out, args, scratch) -> None:
+def _gelu(xp, out, args, scratch) -> None:
     """tanh approximation: ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
     same("gelu", out, args, 1)
     x = args[0]
@@ -140,8 +152,8 @@ def gelu(xp, out, args, scratch) -> None:
 
 @op("gelu_backward", "dx of gelu (inputs x, dy): the tanh approximation differentiated",
     flops=per_element(GELU_BACKWARD_FLOPS), scratch=lambda out, args: out.nbytes)
-def gelu_backward(xp, out, args, scratch) -> None:
-    """The derivative of :func:`gelu`'s formula times ``dy``: with ``t = tanh(u)``,
+def _gelu_backward(xp, out, args, scratch) -> None:
+    """The derivative of :func:`_gelu`'s formula times ``dy``: with ``t = tanh(u)``,
     ``u' = c (1 + 3a x^2)``, ``(1 + t)/2 + x (1 - t^2) u'/2 = (1 + t) (1 + x u' (1 - t)) / 2``."""
     same("gelu_backward", out, args, 2)
     x, dy = args
@@ -162,7 +174,7 @@ def gelu_backward(xp, out, args, scratch) -> None:
 
 
 @op("silu", "x * sigmoid(x)", flops=per_element(SILU_FLOPS))
-def silu(xp, out, args, scratch) -> None:
+def _silu(xp, out, args, scratch) -> None:
     """``x * sigmoid(x)``."""
     same("silu", out, args, 1)
     x = args[0]
@@ -174,7 +186,7 @@ def silu(xp, out, args, scratch) -> None:
 
 @op("swiglu", "silu(gate) * up, the SwiGLU product of LLaMA's MLP (Shazeer 2020)",
     flops=per_element(SWIGLU_FLOPS))
-def swiglu(xp, out, args, scratch) -> None:
+def _swiglu(xp, out, args, scratch) -> None:
     """``silu(gate) * up`` (LLaMA's MLP)."""
     same("swiglu", out, args, 2)
     gate, up = args
@@ -187,7 +199,7 @@ def swiglu(xp, out, args, scratch) -> None:
 
 @op("swiglu_dgate", "d gate of silu(gate) * up (inputs gate, up, dy)",
     flops=per_element(SWIGLU_DGATE_FLOPS), scratch=lambda out, args: out.nbytes)
-def swiglu_dgate(xp, out, args, scratch) -> None:
+def _swiglu_dgate(xp, out, args, scratch) -> None:
     """``dy up s (1 + gate (1 - s))``, ``s = sigmoid(gate)``."""
     same("swiglu_dgate", out, args, 3)
     gate, up, dy = args
@@ -198,7 +210,7 @@ def swiglu_dgate(xp, out, args, scratch) -> None:
 
 @op("silu_backward", "dx of silu (inputs x, dy): s (1 + x (1 - s)) dy, s = sigmoid(x)",
     flops=per_element(SILU_BACKWARD_FLOPS), scratch=lambda out, args: out.nbytes)
-def silu_backward(xp, out, args, scratch) -> None:
+def _silu_backward(xp, out, args, scratch) -> None:
     """``silu'(x) dy``."""
     same("silu_backward", out, args, 2)
     x, dy = args
@@ -208,7 +220,7 @@ def silu_backward(xp, out, args, scratch) -> None:
 
 @op("swiglu_dup", "d up of silu(gate) * up (inputs gate, up, dy): silu(gate) dy",
     flops=per_element(SWIGLU_FLOPS))
-def swiglu_dup(xp, out, args, scratch) -> None:
+def _swiglu_dup(xp, out, args, scratch) -> None:
     """``silu(gate) dy``."""
     same("swiglu_dup", out, args, 3)
     gate, _, dy = args
@@ -219,7 +231,7 @@ def swiglu_dup(xp, out, args, scratch) -> None:
 
 @op("adam_update", "one Adam step on a weight from its gradient, fresh moments",
     flops=per_element(ADAM_FLOPS))
-def adam_update(xp, out, args, scratch) -> None:
+def _adam_update(xp, out, args, scratch) -> None:
     """One Adam step on ``w`` from its gradient ``g`` with fresh moments (``m = g``,
     ``v = g^2`` after bias correction): ``w - lr * g / (|g| + eps)``."""
     same("adam_update", out, args, 2)
@@ -232,7 +244,7 @@ def adam_update(xp, out, args, scratch) -> None:
 
 
 @op("sgd_update", "one SGD step on a weight from its gradient", flops=per_element(SGD_FLOPS))
-def sgd_update(xp, out, args, scratch) -> None:
+def _sgd_update(xp, out, args, scratch) -> None:
     """``w - lr * g``."""
     same("sgd_update", out, args, 2)
     w, g = args

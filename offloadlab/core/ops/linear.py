@@ -15,13 +15,35 @@ def _matmul_flops(out: Shape, ins: Sequence[Shape]) -> float:
 
 
 def values_flops(out: Shape, ins: Sequence[Shape]) -> float:
-    """``sum_j P_j V_j``: ``2 k dh`` per output element over every key block, plus the sums."""
+    """``sum_j P_j V_j``: ``2 k dh`` per output element over every key block, plus the sums.
+
+    Parameters
+    ----------
+    out, ins
+        The output's shape and the inputs', the ``P_j`` then the ``V_j``.
+
+    Returns
+    -------
+    float
+        The flops.
+    """
     half = len(ins) // 2
     return 2.0 * numel(out) * sum(s[-1] for s in ins[:half]) + (half - 1) * numel(out)
 
 
 def pairs_flops(out: Shape, ins: Sequence[Shape]) -> float:
-    """``sum_i A_i^T B_i``: ``2 rows_i`` per output element for each pair, plus the sums."""
+    """``sum_i A_i^T B_i``: ``2 rows_i`` per output element for each pair, plus the sums.
+
+    Parameters
+    ----------
+    out, ins
+        The output's shape and the inputs', the ``A_i`` then the ``B_i``.
+
+    Returns
+    -------
+    float
+        The flops.
+    """
     half = len(ins) // 2
     return 2.0 * numel(out) * sum(s[0] for s in ins[:half]) + (half - 1) * numel(out)
 
@@ -41,21 +63,21 @@ def _pairs(name: str, args: Sequence[Array]) -> int:
 
 def _values_bytes(out: Array, args: Sequence[Array]) -> int:
     """Scratch of :func:`attn_values`: the partial product's where there are several pairs,
-    then room for the largest strided value block (:func:`linear_dx`'s column slices)."""
+    then room for the largest strided value block (:func:`_linear_dx`'s column slices)."""
     n = len(args) // 2
     strided = max((v.nbytes for v in args[n:] if v.ndim == 2 and is_strided(v)), default=0)
     return (aligned(out.nbytes) if n > 1 else 0) + strided
 
 
 def _dx_operands(args: Sequence[Array], out: Array, col0: int = 0) -> list[Array]:
-    """:func:`linear_dx`'s blocks ``dY_i`` and the column slices ``W_i[:, col0:col0 + n]``."""
+    """:func:`_linear_dx`'s blocks ``dY_i`` and the column slices ``W_i[:, col0:col0 + n]``."""
     n = _pairs("linear_dx", args)
     return [*args[:n], *(w[:, col0:col0 + out.shape[1]] for w in args[n:])]
 
 
 @op("matmul", "hstack(inputs[:-1]) @ inputs[-1]: the left operand may come as column shards",
     flops=_matmul_flops, scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
-def matmul(xp, out, args, scratch) -> None:
+def _matmul(xp, out, args, scratch) -> None:
     """``hstack(args[:-1]) @ args[-1]``: the left operand may come as column shards."""
     if len(args) < 2:
         raise KernelError(f"matmul takes 2 or more inputs, got {len(args)}")
@@ -74,7 +96,7 @@ def matmul(xp, out, args, scratch) -> None:
     "PyTorch; the left operand may come as column shards", flops=_matmul_flops,
     scratch=lambda out, args: (aligned(out.nbytes) if len(args) > 2 else 0)
     + shard_bytes(args[:-1], args[-1].T))
-def linear(xp, out, args, scratch) -> None:
+def _linear(xp, out, args, scratch) -> None:
     """``hstack(args[:-1]) @ args[-1]^T``: ``x W^T`` with ``W`` stored ``(out, in)``; the
     left operand may come as column shards (each then meets its columns of ``W``)."""
     if len(args) < 2:
@@ -91,7 +113,7 @@ def linear(xp, out, args, scratch) -> None:
 
 @op("embedding", "table[ids]: rows of the table (second input) at the token ids (first "
     "input, taken modulo the table's rows)", flops=per_element(0.0), gather=True)
-def embedding(xp, out, args, scratch) -> None:
+def _embedding(xp, out, args, scratch) -> None:
     """``table[ids]``, ids taken modulo the table's rows (NumPy's ``mode="wrap"``, which is
     also what CuPy's ``take`` does)."""
     if len(args) != 2:
@@ -109,9 +131,9 @@ def embedding(xp, out, args, scratch) -> None:
 @op("embedding_backward", "dtable of embedding (inputs ids, dy; output the table's shape): "
     "each row of dy added at row id mod rows, repeated ids summed",
     flops=per_input_element(1.0, which=1), scratch=lambda out, args: args[0].size * 8)
-def embedding_backward(xp, out, args, scratch) -> None:
+def _embedding_backward(xp, out, args, scratch) -> None:
     """``dtable``: zero, then each row of ``dy`` added at row ``id mod rows`` (repeated ids
-    add up), the gradient of :func:`embedding`; the wrapped ids go to ``scratch``."""
+    add up), the gradient of :func:`_embedding`; the wrapped ids go to ``scratch``."""
     if len(args) != 2:
         raise KernelError(f"embedding_backward takes ids and dy, got {len(args)} inputs")
     ids, dy = args
@@ -133,7 +155,7 @@ def embedding_backward(xp, out, args, scratch) -> None:
 @op("lora_linear", "x W^T + u B^T (inputs x, W, u, B): a frozen linear layer with its "
     "LoRA adapter (Hu et al. 2021), u = x A^T computed beforehand", flops=_lora_linear_flops,
     scratch=lambda out, args: out.nbytes)
-def lora_linear(xp, out, args, scratch) -> None:
+def _lora_linear(xp, out, args, scratch) -> None:
     """``x W^T + u B^T`` (a frozen linear layer and its LoRA adapter, ``u = x A^T``)."""
     if len(args) != 4:
         raise KernelError(f"lora_linear takes x, W, u and B, got {len(args)} inputs")
@@ -151,7 +173,25 @@ def lora_linear(xp, out, args, scratch) -> None:
 @op("attn_values", "sum_j P_j V_j for one head: inputs P_0..P_n-1 then V_0..V_n-1",
     flops=values_flops, scratch=_values_bytes)
 def attn_values(xp, out, args, scratch) -> None:
-    """``sum_j P_j V_j`` for one head: inputs ``P_0..P_{n-1}`` then ``V_0..V_{n-1}``."""
+    """``sum_j P_j V_j`` for one head: inputs ``P_0..P_{n-1}`` then ``V_0..V_{n-1}``.
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    out : array
+        The head's output, written in place.
+    args : sequence of array
+        The 2-D probability blocks, then as many value blocks.
+    scratch : array
+        The partial product's bytes where there are several pairs, then room for the largest
+        strided value block.
+
+    Raises
+    ------
+    KernelError
+        Inputs that are not pairs whose products give ``out``'s shape.
+    """
     n = len(args) // 2
     if not n or len(args) % 2:
         raise KernelError(f"attn_values takes probability blocks then as many value blocks, "
@@ -172,7 +212,7 @@ def attn_values(xp, out, args, scratch) -> None:
     "the output's columns): the input gradient of x W^T (summed over the layers that read "
     "x)", params=(("col0", 0),), flops=values_flops,
     scratch=lambda out, args: _values_bytes(out, _dx_operands(args, out)))
-def linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
+def _linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
     """``sum_i dY_i W_i[:, col0:col0 + n]``: the input gradient of ``x W^T``."""
     attn_values(xp, out, _dx_operands(args, out, col0), scratch)
 
@@ -183,7 +223,24 @@ def linear_dx(xp, out, args, scratch, col0: int = 0) -> None:
 @op("attn_dv", "dV = sum_i P_i^T dO_i over the query blocks (inputs P_0.. then dO_0..)",
     flops=pairs_flops, scratch=lambda out, args: out.nbytes if len(args) > 2 else 0)
 def linear_dw(xp, out, args, scratch) -> None:
-    """``sum_i dY_i^T X_i``: the weight gradient of ``x W^T`` over row blocks."""
+    """``sum_i dY_i^T X_i``: the weight gradient of ``x W^T`` over row blocks.
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    out : array
+        The gradient, shaped as ``W``, written in place.
+    args : sequence of array
+        The 2-D gradient blocks ``dY_i``, then as many input blocks ``X_i``.
+    scratch : array
+        The partial product's bytes where there are several pairs.
+
+    Raises
+    ------
+    KernelError
+        Inputs that are not pairs whose products give ``out``'s shape.
+    """
     n = _pairs("linear_dw", args)
     for dy, x in zip(args[:n], args[n:]):
         if dy.shape[0] != x.shape[0] or (dy.shape[1], x.shape[1]) != out.shape:

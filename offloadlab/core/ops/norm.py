@@ -111,7 +111,7 @@ def _ce_scratch(out: Array, args: Sequence[Array]) -> int:
 
 @op("softmax", "row-wise softmax", flops=per_element(STATS_FLOPS + SOFTMAX_FLOPS),
     scratch=row_bytes)
-def softmax(xp, out, args, scratch) -> None:
+def _softmax(xp, out, args, scratch) -> None:
     """Row-wise softmax over the last axis, stabilised by the row maximum."""
     same("softmax", out, args, 1)
     x, y = as_rows(args[0]), as_rows(out)
@@ -125,7 +125,7 @@ def softmax(xp, out, args, scratch) -> None:
 
 @op("rmsnorm", "RMSNorm over the last axis, optional gain as second input",
     flops=per_element(RMSNORM_FLOPS), scratch=row_bytes)
-def rmsnorm(xp, out, args, scratch) -> None:
+def _rmsnorm(xp, out, args, scratch) -> None:
     """``x / sqrt(mean(x^2) + eps) * g`` over the last axis (``g``, the gain, optional)."""
     same("rmsnorm", out, args[:1])
     x, y = as_rows(args[0]), as_rows(out)
@@ -140,7 +140,7 @@ def rmsnorm(xp, out, args, scratch) -> None:
 
 @op("layernorm", "LayerNorm over the last axis, optional gain as second input",
     flops=per_element(7.0), scratch=row_bytes)
-def layernorm(xp, out, args, scratch) -> None:
+def _layernorm(xp, out, args, scratch) -> None:
     """``(x - mean) / sqrt(var + eps) * g`` over the last axis (``g``, the gain, optional);
     ``var = mean(x^2) - mean^2``."""
     same("layernorm", out, args[:1])
@@ -154,7 +154,7 @@ def layernorm(xp, out, args, scratch) -> None:
 
 @op("rmsnorm_backward", "dx of RMSNorm from x, the gain and dy (inputs x, g, dy); the gain "
     "frozen", flops=per_element(RMSNORM_BACKWARD_FLOPS), scratch=_norm_backward_scratch)
-def rmsnorm_backward(xp, out, args, scratch) -> None:
+def _rmsnorm_backward(xp, out, args, scratch) -> None:
     """``dx = (g dy) / r - x sum(g dy x) / (n r^3)``, ``r = sqrt(mean(x^2) + eps)``."""
     if len(args) != 3:
         raise KernelError(f"rmsnorm_backward takes x, the gain and dy, got {len(args)} inputs")
@@ -183,7 +183,7 @@ def rmsnorm_backward(xp, out, args, scratch) -> None:
 @op("layernorm_backward", "dx of LayerNorm from x, the optional gain and dy (inputs x, "
     "[g,] dy); the gain frozen", flops=per_element(LAYERNORM_BACKWARD_FLOPS),
     scratch=_norm_backward_scratch)
-def layernorm_backward(xp, out, args, scratch) -> None:
+def _layernorm_backward(xp, out, args, scratch) -> None:
     """``dx = (z - mean(z)) / r``, ``z = g dy - xhat mean(g dy xhat)``, ``xhat = (x - mean) /
     r``: the usual ``(g dy - mean(g dy) - xhat mean(g dy xhat)) / r``, as ``mean(xhat) = 0``."""
     if len(args) not in (2, 3):
@@ -207,7 +207,7 @@ def layernorm_backward(xp, out, args, scratch) -> None:
 @op("layernorm_dgain", "dg of LayerNorm's gain from x and dy (inputs x, dy), shape (dim,): "
     "sum over rows of dy xhat", flops=per_input_element(LAYERNORM_DGAIN_FLOPS),
     scratch=lambda out, args: _norm_backward_scratch(args[0], args))
-def layernorm_dgain(xp, out, args, scratch) -> None:
+def _layernorm_dgain(xp, out, args, scratch) -> None:
     """``dg = sum over rows of dy xhat``: the gain's gradient of ``layernorm`` (inputs x, dy)."""
     if len(args) != 2:
         raise KernelError(f"layernorm_dgain takes x and dy, got {len(args)} inputs")
@@ -222,7 +222,7 @@ def layernorm_dgain(xp, out, args, scratch) -> None:
 
 @op("layernorm_dbias", "db of a bias added to LayerNorm's output (input dy), shape (dim,): "
     "sum over rows of dy", flops=per_input_element(1.0))
-def layernorm_dbias(xp, out, args, scratch) -> None:
+def _layernorm_dbias(xp, out, args, scratch) -> None:
     """``db = sum over rows of dy``: the bias's gradient of ``layernorm(x) + b``."""
     if len(args) != 1 or out.shape != (args[0].shape[-1],):
         raise KernelError(f"layernorm_dbias takes dy and gives one value per column, got "
@@ -233,7 +233,7 @@ def layernorm_dbias(xp, out, args, scratch) -> None:
 @op("cross_entropy", "sum over rows of logsumexp(logits) - logits[label] / tokens (inputs "
     "logits, int labels taken modulo the vocabulary), shape (1,)", params=(("tokens", 1),),
     flops=per_input_element(CROSS_ENTROPY_FLOPS), scratch=_ce_scratch)
-def cross_entropy(xp, out, args, scratch, tokens: int = 1) -> None:
+def _cross_entropy(xp, out, args, scratch, tokens: int = 1) -> None:
     """``sum_r (logsumexp(logits_r) - logits_r[label_r]) / tokens``, shape (1,); labels are
     taken modulo the vocabulary."""
     logits, labels = _ce_check("cross_entropy", out, args)
@@ -248,7 +248,7 @@ def cross_entropy(xp, out, args, scratch, tokens: int = 1) -> None:
 @op("argmax", "the index of the largest entry of the input's last row (the first of equal "
     "ones), shape (1,): the greedy choice of the next token from its logits",
     flops=lambda out, ins: float(ins[0][-1]))
-def argmax(xp, out, args, scratch) -> None:
+def _argmax(xp, out, args, scratch) -> None:
     """The index of the largest entry of the last row of ``args[0]``, into ``out`` (shape
     (1,)): greedy decoding's next token (ties to the first, on NumPy and CuPy alike)."""
     if len(args) != 1 or out.shape != (1,) or args[0].ndim < 1:
@@ -260,7 +260,7 @@ def argmax(xp, out, args, scratch) -> None:
 @op("cross_entropy_backward", "d logits of cross_entropy: (softmax(logits) - onehot(label)) "
     "/ tokens", params=(("tokens", 1),), flops=per_element(CROSS_ENTROPY_BACKWARD_FLOPS),
     scratch=_ce_scratch)
-def cross_entropy_backward(xp, out, args, scratch, tokens: int = 1) -> None:
+def _cross_entropy_backward(xp, out, args, scratch, tokens: int = 1) -> None:
     """``(softmax(logits) - onehot(label)) / tokens``."""
     logits, labels = _ce_check("cross_entropy_backward", out, args)
     if out.shape != logits.shape:

@@ -59,9 +59,22 @@ and :data:`CAST`, the ops the toolkit knows."""
 def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
               ) -> tuple[str, list[str]] | None:
     """The executor op computing exactly what ATen ``node`` does, with its input vertices in
-    argument order, or None (then the vertex is ``mix``).  ``out`` is the node's one
-    (floating-point) output, ``reads`` the vertex of each tensor argument and whether it holds
-    exactly that tensor."""
+    argument order, or None (then the vertex is ``mix``).
+
+    Parameters
+    ----------
+    node : torch.fx.Node
+        A ``call_function`` node of an ATen op.
+    out : torch.Tensor
+        The node's one (floating-point) output.
+    reads : dict
+        The vertex of each tensor argument and whether it holds exactly that tensor.
+
+    Returns
+    -------
+    tuple of (str, list of str) or None
+        The op and its input vertices; None where no op of the toolkit computes it exactly.
+    """
     import torch
     name = packet_name(node)
     args: Any = node.args
@@ -91,7 +104,7 @@ def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
         ins = exact(*args)
         return ("mul", ins) if ins else None
     if name == "add" and len(args) == 2 and kwargs.get("alpha", 1) == 1:
-        ins = exact(*args, fits=lambda s: tiles(s, shape))
+        ins = exact(*args, fits=lambda s: _tiles(s, shape))
         return ("add", ins) if ins else None
     if name == "mm":
         ins = exact(*args, fits=lambda s: True)
@@ -101,25 +114,69 @@ def kernel_op(node: fx.Node, out: Any, reads: dict[fx.Node, tuple[str, bool]]
 
 def packet_name(node: fx.Node) -> str:
     """The ATen op of a ``call_function`` node, without its overload (``add`` for
-    ``aten.add.Tensor``)."""
+    ``aten.add.Tensor``).
+
+    Parameters
+    ----------
+    node : torch.fx.Node
+        A ``call_function`` node.
+
+    Returns
+    -------
+    str
+        The overload packet's name.
+    """
     return node.target._overloadpacket.__name__      # type: ignore[union-attr]
 
 
 def known(name: str) -> bool:
-    """Whether the toolkit prices ATen op ``name`` by a rule of its own (module docstring)."""
+    """Whether the toolkit prices ATen op ``name`` by a rule of its own (module docstring).
+
+    Parameters
+    ----------
+    name : str
+        An overload packet's name (:func:`packet_name`).
+
+    Returns
+    -------
+    bool
+        It has a rule; otherwise it is ``generic``.
+    """
     return name in MATMULS or name in CONVOLUTIONS or name == CAST or attention(name) \
         or name.removesuffix("_") in PER_ELEMENT
 
 
 def attention(name: str) -> bool:
-    """Fused attention, forward or backward (``_scaled_dot_product_flash_attention``...)."""
+    """Fused attention, forward or backward (``_scaled_dot_product_flash_attention``...).
+
+    Parameters
+    ----------
+    name : str
+        An overload packet's name.
+
+    Returns
+    -------
+    bool
+        It is fused attention.
+    """
     return name.startswith("_scaled_dot_product") and "attention" in name
 
 
 # -- FX nodes ------------------------------------------------------------------------------
 def is_view(target: Any) -> bool:
     """An op whose outputs alias its input without writing it (``view``, ``t``, ``split``,
-    ``alias``, ...), or one that moves no bytes though its schema says otherwise."""
+    ``alias``, ...), or one that moves no bytes though its schema says otherwise.
+
+    Parameters
+    ----------
+    target : object
+        An FX node's target.
+
+    Returns
+    -------
+    bool
+        It copies nothing.
+    """
     schema = getattr(target, "_schema", None)
     if schema is None:
         return False
@@ -130,14 +187,36 @@ def is_view(target: Any) -> bool:
 
 
 def tensor_args(node: fx.Node) -> list[fx.Node]:
-    """The FX nodes among a node's arguments, in order (a repeated one once)."""
+    """The FX nodes among a node's arguments, in order (a repeated one once).
+
+    Parameters
+    ----------
+    node : torch.fx.Node
+        Any node of the traced graph.
+
+    Returns
+    -------
+    list of torch.fx.Node
+        Its tensor arguments, positional and keyword.
+    """
     import torch
     leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
     return list(dict.fromkeys(a for a in leaves if isinstance(a, torch.fx.Node)))
 
 
 def written(node: fx.Node) -> list[fx.Node]:
-    """The arguments an op writes in place, by its schema (``self`` of ``add_``)."""
+    """The arguments an op writes in place, by its schema (``self`` of ``add_``).
+
+    Parameters
+    ----------
+    node : torch.fx.Node
+        A node of an ATen op.
+
+    Returns
+    -------
+    list of torch.fx.Node
+        The arguments written.
+    """
     import torch
     schema = node.target._schema                    # type: ignore[union-attr]
     bound = dict(zip((a.name for a in schema.arguments), node.args)) | dict(node.kwargs)
@@ -148,9 +227,24 @@ def written(node: fx.Node) -> list[fx.Node]:
 
 def read_as(node: fx.Node, val: Any) -> Any:
     """The tensor every reader of ``node`` sees if they all read it through one reshape
-    keeping its element order (the ``[B*T, D]`` output of ``addmm`` viewed as ``[B, T, D]``, a
-    bias gradient ``[1, D]`` viewed as ``[D]``), else ``val``: the shape a ``mix`` vertex,
-    which writes any shape, is best recorded with, so that its readers can use real ops."""
+    keeping its element order, else ``val``.
+
+    Such as the ``[B*T, D]`` output of ``addmm`` viewed as ``[B, T, D]``, or a bias gradient
+    ``[1, D]`` viewed as ``[D]``: the shape a ``mix`` vertex, which writes any shape, is best
+    recorded with, so that its readers can use real ops.
+
+    Parameters
+    ----------
+    node : torch.fx.Node
+        The node.
+    val : torch.Tensor
+        Its output.
+
+    Returns
+    -------
+    torch.Tensor
+        The view its readers share, or ``val``.
+    """
     seen: list[Any] = [u.meta.get("val") for u in node.users if is_view(u.target)]
     if len(seen) != len(node.users) or not seen:
         return val
@@ -164,14 +258,43 @@ def read_as(node: fx.Node, val: Any) -> Any:
 
 
 def returns_written(node: fx.Node) -> bool:
-    """Whether an op returns an argument it wrote in place (``add_``)."""
+    """Whether an op returns an argument it wrote in place (``add_``).
+
+    Parameters
+    ----------
+    node : torch.fx.Node
+        An ATen op's node, whose schema says what it returns.
+
+    Returns
+    -------
+    bool
+        It returns what it wrote.
+    """
     return any(r.alias_info is not None and r.alias_info.is_write
                for r in node.target._schema.returns)           # type: ignore[union-attr]
 
 
 def outputs(node: fx.Node, val: Any) -> list[Any] | None:
     """The tensors an op makes that are used (None at an unused output's index), or None
-    for an op returning nothing."""
+    for an op returning nothing.
+
+    Parameters
+    ----------
+    node : torch.fx.Node
+        The op's node.
+    val : object
+        What it returns (its ``meta["val"]``).
+
+    Returns
+    -------
+    list or None
+        The tensors, None where unused; None if it returns nothing.
+
+    Raises
+    ------
+    GraphError
+        It returns something other than tensors, or its outputs are not read one at a time.
+    """
     import torch
     if isinstance(val, torch.Tensor):
         return [val]
@@ -191,7 +314,20 @@ def outputs(node: fx.Node, val: Any) -> list[Any] | None:
 
 
 def flops(node: fx.Node, val: Any) -> float:
-    """Flops from shapes (see the module's docstring)."""
+    """Flops from shapes (see the module's docstring).
+
+    Parameters
+    ----------
+    node : torch.fx.Node
+        The op's node.
+    val : object
+        What it returns.
+
+    Returns
+    -------
+    float
+        Its flops.
+    """
     import torch
     name = packet_name(node)
     shapes = [a.meta["val"].shape for a in tensor_args(node)
@@ -218,7 +354,7 @@ def flops(node: fx.Node, val: Any) -> float:
     return float(max([math.prod(s) for s in shapes] + [t.numel() for t in outs] + [1]))
 
 
-def tiles(shape: Sequence[int], out: Sequence[int]) -> bool:
+def _tiles(shape: Sequence[int], out: Sequence[int]) -> bool:
     """Whether broadcasting ``shape`` to ``out`` repeats it whole (leading dimensions only),
     as the ``add`` kernel's tiling does."""
     rest = list(shape)

@@ -42,13 +42,47 @@ def from_torch(module: torch.nn.Module, inputs: torch.Tensor | Sequence[torch.Te
     training step (forward, ``loss``, backward, one ``optimizer`` update per weight), placed
     as a pipeline on ``gpus`` GPUs (:func:`~offloadlab.core.workloads.pipeline.pipeline`).
 
-    ``inputs`` and ``target`` give shapes and dtypes only (meta tensors will do); ``dtype``
-    (``float16``, ``float32`` or ``float64``) recasts every floating-point weight, buffer and
-    input.  The module is traced in training mode if ``train``, else in eval mode, and its
-    modes are restored afterwards.  Raises :class:`GraphError` naming the op for what a
-    TaskGraph cannot hold (a dtype outside :data:`~offloadlab.core.ops.DTYPES`, an op that
-    returns a number, an in-place write into part of a tensor) and naming the node for an op
-    the toolkit does not know, unless ``generic`` prices that op from its shapes alone.
+    The module is traced in training mode if ``train``, else in eval mode, and its modes are
+    restored afterwards.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model.
+    inputs : torch.Tensor or sequence of torch.Tensor
+        Its inputs; only their shapes and dtypes count (meta tensors will do).
+    train : bool, default False
+        Trace one training step instead of the forward pass.
+    gpus : int, default 1
+        The pipeline's GPUs.
+    dtype : str, optional
+        ``float16``, ``float32`` or ``float64``: recasts every floating-point weight, buffer and
+        input.
+    name : str, default ""
+        The graph's name (default: the module's class name).
+    loss : str, default "mean"
+        ``mean`` or ``cross_entropy``, the training step's loss.
+    target : torch.Tensor, optional
+        The loss's target (shape and dtype only); ``cross_entropy`` needs it.
+    optimizer : str, default "adam"
+        ``adam`` or ``sgd``, the training step's update.
+    generic : bool, default False
+        Price an op the toolkit does not know from its shapes alone (``generic``).
+
+    Returns
+    -------
+    TaskGraph
+        The traced computation.
+
+    Raises
+    ------
+    SpecError
+        An unknown loss, optimizer or dtype, or ``cross_entropy`` without a target.
+    GraphError
+        Naming the op for what a TaskGraph cannot hold (a dtype outside
+        :data:`~offloadlab.core.ops.DTYPES`, an op that returns a number, an in-place write into
+        part of a tensor), and naming the node for an op the toolkit does not know, unless
+        ``generic``.
     """
     if loss not in LOSSES:
         raise SpecError(f"from_torch: unknown loss {loss!r}; known: {', '.join(LOSSES)}")

@@ -15,8 +15,17 @@ def draw_layered(g: TaskGraph, vertices: int, gpus: int, seed: int, min_bytes: i
                  max_bytes: int, max_inputs: int, window: int, input_fraction: float,
                  host_fraction: float, transfer_fraction: float,
                  flops_per_byte: float) -> None:
-    """Add ``random_dag``'s ``vertices`` vertices to the empty graph ``g`` (the options are
-    ``random_dag``'s, already checked)."""
+    """Add ``random_dag``'s ``vertices`` vertices to the empty graph ``g``.
+
+    Parameters
+    ----------
+    g : TaskGraph
+        The empty graph, filled in place.
+    vertices, gpus, seed, min_bytes, max_bytes, max_inputs
+        :func:`~offloadlab.core.workloads.random_dag.random_dag`'s options, already checked,
+    window, input_fraction, host_fraction, transfer_fraction, flops_per_byte
+        and the rest of them.
+    """
     rng = random.Random(seed)
     getrandbits, uniform01 = rng.getrandbits, rng.random
     tasks = g.tasks               # a fresh graph and fresh ids: no duplicate to check
@@ -29,24 +38,24 @@ def draw_layered(g: TaskGraph, vertices: int, gpus: int, seed: int, min_bytes: i
     for n in range(vertices):
         vid = f"v{n}"
         if n == 0 or uniform01() < input_fraction:
-            home = "host" if uniform01() < host_fraction else names[below(getrandbits, gpus)]
-            nbytes = draw_size(uniform01(), lo, hi)
+            home = "host" if uniform01() < host_fraction else names[_below(getrandbits, gpus)]
+            nbytes = _draw_size(uniform01(), lo, hi)
             tasks[vid] = Task(vid, "input", home, nbytes)
         elif (gpus > 1 and last_on_gpu >= n - window and n + 1 < vertices
               and uniform01() < transfer_fraction):
             gpu_tensors = [u for u in range(max(0, n - window), n) if where[u] != "host"]
-            src = gpu_tensors[below(getrandbits, len(gpu_tensors))]
+            src = gpu_tensors[_below(getrandbits, len(gpu_tensors))]
             others = [d for d in names if d != where[src]]
-            home = others[below(getrandbits, len(others))]
+            home = others[_below(getrandbits, len(others))]
             nbytes = sizes[src]
             tasks[vid] = Task(vid, "transfer", f"{where[src]}->{home}", nbytes, (ids[src],))
         else:
-            home = names[below(getrandbits, gpus)]
+            home = names[_below(getrandbits, gpus)]
             readable = [u for u in range(max(0, n - window), n) if where[u] in (home, "host")]
-            picks = [below(getrandbits, len(readable) or 1)
-                     for _ in range(1 + below(getrandbits, max_inputs))]
+            picks = [_below(getrandbits, len(readable) or 1)
+                     for _ in range(1 + _below(getrandbits, max_inputs))]
             inputs = sorted({readable[i] for i in picks}) if readable else []
-            nbytes = draw_size(uniform01(), lo, hi)
+            nbytes = _draw_size(uniform01(), lo, hi)
             touched = nbytes + sum([sizes[u] for u in inputs])
             tasks[vid] = Task(vid, "compute", home, nbytes, tuple([ids[u] for u in inputs]),
                               "mix", flops_per_byte * touched)
@@ -57,7 +66,7 @@ def draw_layered(g: TaskGraph, vertices: int, gpus: int, seed: int, min_bytes: i
             last_on_gpu = n
 
 
-def draw_size(u: float, lo: float, hi: float) -> int:
+def _draw_size(u: float, lo: float, hi: float) -> int:
     """A log-uniform size in ``[e^lo, e^hi]`` from the uniform draw ``u`` (what
     ``rng.uniform(lo, hi)`` gives), rounded down to whole float32 elements (so that every
     planned offset is aligned for the executor's kernels)."""
@@ -65,7 +74,7 @@ def draw_size(u: float, lo: float, hi: float) -> int:
     return nbytes - nbytes % 4 or nbytes
 
 
-def below(getrandbits, n: int) -> int:
+def _below(getrandbits, n: int) -> int:
     """A uniform integer in ``[0, n)`` drawn as ``rng.randrange(n)`` and ``rng.choice`` draw
     it (rejection sampling on ``getrandbits``), without their layers of calls, so that a
     seed gives the graphs it always gave."""

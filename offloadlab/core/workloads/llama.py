@@ -53,8 +53,18 @@ DEFAULT_BLOCK = 8192
 def llama_vertices(o: dict) -> int:
     """LLaMA's vertices: per layer and row block ``i`` (of ``nb`` per sequence), each head's
     q, k, v, their rotations, ``i + 1`` score and probability blocks, its statistics and
-    output, and each GPU's share of the MLP, reductions and gathers (0 for options the builder
-    refuses)."""
+    output, and each GPU's share of the MLP, reductions and gathers.
+
+    Parameters
+    ----------
+    o : dict
+        The workload's options.
+
+    Returns
+    -------
+    int
+        The estimate; 0 for options the builder refuses.
+    """
     config = CONFIGS.get(o["model"])
     if config is None or min(o["seq"], o["block"], o["batch"], o["gpus"]) <= 0:
         return 0
@@ -103,8 +113,25 @@ def llama_prefill(model: str = "7b", seq: int = 1024, batch: int = 1, gpus: int 
 
 def check_options(workload: str, model: str, seq: int, batch: int, gpus: int, block: int,
                   dtype: str) -> tuple[LlamaConfig, str]:
-    """The model's configuration and the dtype (its default if ""), or one SpecError naming
-    ``workload`` and the bad option."""
+    """The model's configuration and the dtype (its default if "").
+
+    Parameters
+    ----------
+    workload : str
+        The workload's name, which an error names.
+    model, seq, batch, gpus, block, dtype
+        Its options, as :func:`llama_prefill` takes them.
+
+    Returns
+    -------
+    tuple of (LlamaConfig, str)
+        The configuration and the dtype.
+
+    Raises
+    ------
+    SpecError
+        Naming ``workload`` and the bad option.
+    """
     config = CONFIGS.get(model)
     if config is None:
         raise SpecError(f"{workload}: unknown model {model!r}; known: {', '.join(CONFIGS)}")
@@ -145,7 +172,20 @@ class LlamaBuilder:
     def weight(self, id: str, shape: Shape, dtype: str | None = None,
                category: str = "weights") -> str:
         """A host-resident input, added on first use: a weight unless ``category`` (a batch's
-        tokens and labels are activations)."""
+        tokens and labels are activations).
+
+        Parameters
+        ----------
+        id, shape
+            The vertex and its shape.
+        dtype, category
+            Its dtype (default the model's) and category.
+
+        Returns
+        -------
+        str
+            ``id``.
+        """
         if id not in self.g.tasks:
             dtype = dtype or self.dtype
             self.g.add_input(id, math.prod(shape) * DTYPES[dtype], shape=shape, dtype=dtype,
@@ -155,11 +195,36 @@ class LlamaBuilder:
 
     def category(self, id: str, op: str) -> str:
         """The category of compute vertex ``id`` running ``op``: here every one is an
-        activation (the LoRA builder's backward adds others)."""
+        activation (the LoRA builder's backward adds others).
+
+        Parameters
+        ----------
+        id, op
+            The vertex and its op.
+
+        Returns
+        -------
+        str
+            Its category.
+        """
         return "activations"
 
     def compute(self, id: str, op: str, inputs: list[str], gpu: int, shape: Shape,
                 dtype: str | None = None) -> str:
+        """A compute vertex running ``op`` on ``inputs`` on GPU ``gpu``, its flops from the shapes.
+
+        Parameters
+        ----------
+        id, op, inputs
+            The vertex, its op and its input vertices in argument order.
+        gpu, shape, dtype
+            Its GPU's index, shape and dtype (default the model's).
+
+        Returns
+        -------
+        str
+            ``id``.
+        """
         dtype = dtype or self.dtype
         flops = op_flops(op, shape, [self.shapes[u] for u in inputs])
         self.g.add_compute(id, op, inputs, gpu_name(gpu), math.prod(shape) * DTYPES[dtype],
@@ -169,17 +234,52 @@ class LlamaBuilder:
         return id
 
     def gather(self, source: str, owner: int) -> list[str]:
-        """``source`` (on ``owner``) on every GPU: itself there, a transfer elsewhere."""
+        """``source`` (on ``owner``) on every GPU: itself there, a transfer elsewhere.
+
+        Parameters
+        ----------
+        source, owner
+            The vertex and its GPU.
+
+        Returns
+        -------
+        list of str
+            The vertex holding it on each GPU, by index.
+        """
         return [source if g == owner else self.send(source, g) for g in range(self.gpus)]
 
     def send(self, source: str, gpu: int) -> str:
-        """A transfer vertex copying ``source`` to ``gpu``."""
+        """A transfer vertex copying ``source`` to ``gpu``.
+
+        Parameters
+        ----------
+        source, gpu
+            The vertex copied and the GPU it goes to.
+
+        Returns
+        -------
+        str
+            The transfer's id.
+        """
         t = self.g.add_transfer(f"{source}>gpu{gpu}", source, gpu_name(gpu))
         self.shapes[t.id] = self.shapes[source]
         return t.id
 
     def reduce(self, id: str, residual: str, partials: list[str], owner: int) -> str:
-        """``residual + sum(partials)`` on ``owner``, the other GPUs' partials sent there."""
+        """``residual + sum(partials)`` on ``owner``, the other GPUs' partials sent there.
+
+        Parameters
+        ----------
+        id, residual
+            The sum's vertex and the residual stream.
+        partials, owner
+            Each GPU's partial sum, by index, and the sum's GPU.
+
+        Returns
+        -------
+        str
+            ``id``.
+        """
         inputs = [residual]
         for g, p in enumerate(partials):
             inputs.append(p if g == owner else self.send(p, owner))
@@ -196,10 +296,28 @@ class LlamaBuilder:
         return [(s, i) for s in range(self.batch) for i in range(len(self.starts))]
 
     def owner(self, r: int) -> int:
+        """The GPU that holds row block ``r``'s residual stream.
+
+        Parameters
+        ----------
+        r : int
+            The row block.
+
+        Returns
+        -------
+        int
+            Its GPU's index (``r`` modulo the GPUs).
+        """
         return r % self.gpus
 
     def embed(self) -> tuple[dict[int, str], dict[int, list[str]]]:
-        """Each row block's embedding (the residual stream) and its normalised copies."""
+        """Each row block's embedding (the residual stream) and its normalised copies.
+
+        Returns
+        -------
+        tuple of (dict, dict)
+            By row block, the embedding's vertex and the normalised input's vertex on each GPU.
+        """
         x: dict[int, str] = {}            # row block -> residual stream, on its owner
         xn: dict[int, list[str]] = {}     # row block -> normalised input, per GPU
         for r, (_, i) in enumerate(self.rows):
@@ -211,15 +329,33 @@ class LlamaBuilder:
         return x, xn
 
     def build(self) -> TaskGraph:
+        """The whole graph: the embeddings, then :meth:`forward` on every row block.
+
+        Returns
+        -------
+        TaskGraph
+            The graph built.
+        """
         x, xn = self.embed()
         self.forward(list(range(len(self.rows))), x, xn)
         return self.g
 
     def forward(self, rows: list[int], x: dict[int, str], xn: dict[int, list[str]]
                 ) -> dict[int, str]:
-        """Every layer on row blocks ``rows`` (residuals ``x``, normalised ``xn``), layer by
-        layer, then the final norm and the logits of each sequence's last row block; returns
-        the logits by sequence.  Each layer's keys and values stay in ``self.keys``."""
+        """Every layer on row blocks ``rows``, layer by layer, then the final norm and the logits
+        of each sequence's last row block.  Each layer's keys and values stay in ``self.keys``.
+
+        Parameters
+        ----------
+        rows, x, xn
+            The row blocks, and by row block its residual stream and its normalised input on each
+            GPU (both updated in place).
+
+        Returns
+        -------
+        dict of int to str
+            The logits' vertex by sequence.
+        """
         c, nb, P = self.c, len(self.starts), self.prefix
         logits: dict[int, str] = {}
         for layer in range(c.layers):
@@ -242,24 +378,61 @@ class LlamaBuilder:
 
     def block(self, layer: int, r: int, x: str, xn: list[str],
               keys: dict[tuple[int, int], tuple[str, str]]) -> str:
-        """Layer ``layer`` on row block ``r`` (residual ``x``, normalised ``xn`` per GPU):
-        attention, its all-reduce into the residual, the MLP and its; returns the output."""
+        """Layer ``layer`` on row block ``r``: attention, its all-reduce into the residual, the MLP
+        and its.
+
+        Parameters
+        ----------
+        layer, r, x, xn
+            The layer, the row block, its residual stream and its normalised input on each GPU.
+        keys : dict
+            The layer's rotated keys and values by (head, row block), added to.
+
+        Returns
+        -------
+        str
+            The layer's output.
+        """
         s, i = self.rows[r]
         owner, L = self.owner(r), f"{self.prefix}L{layer}"
         partials = [self.attention(layer, r, s, i, g, xn[g], keys) for g in range(self.gpus)]
         x = self.reduce(f"{L}.attn_res.b{r}", x, partials, owner)
         h = self.norm(f"{L}.mlp_in.b{r}", x, f"L{layer}.mlp_norm", owner)
-        partials = [self.mlp(layer, r, g, h[g]) for g in range(self.gpus)]
+        partials = [self._mlp(layer, r, g, h[g]) for g in range(self.gpus)]
         return self.reduce(f"{L}.mlp_res.b{r}", x, partials, owner)
 
     def project(self, id: str, layer: int, kind: str, part: str, r: int, x: str, w: str,
                 g: int, shape: Shape) -> str:
         """``x W^T`` on GPU ``g``: projection ``kind`` (q, k, v, gate, up, down) of head or
-        GPU slice ``part`` on row block ``r``."""
+        GPU slice ``part`` (``h3``, ``g1``) on row block ``r``.
+
+        Parameters
+        ----------
+        id, layer, kind, part, r
+            The vertex, the layer, the projection, its head or slice and the row block.
+        x, w, g, shape
+            The input, the weight, the GPU and the output's shape.
+
+        Returns
+        -------
+        str
+            ``id``.
+        """
         return self.compute(id, "linear", [x, w], g, shape)
 
     def norm(self, id: str, x: str, gain: str, owner: int) -> list[str]:
-        """RMSNorm of ``x`` on its owner, then on every GPU."""
+        """RMSNorm of ``x`` on its owner, then on every GPU.
+
+        Parameters
+        ----------
+        id, x, gain, owner
+            The norm's vertex, its input, the gain's weight and the GPU of ``x``.
+
+        Returns
+        -------
+        list of str
+            The normalised vertex on each GPU (:meth:`gather`).
+        """
         y = self.compute(id, "rmsnorm", [x, self.weight(gain, (self.c.dim,))], owner,
                          self.shapes[x])
         return self.gather(y, owner)
@@ -267,7 +440,22 @@ class LlamaBuilder:
     def attention(self, layer: int, r: int, s: int, i: int, g: int, xn: str,
                   keys: dict[tuple[int, int], tuple[str, str]]) -> str:
         """GPU ``g``'s heads on row block ``r`` (block ``i`` of sequence ``s``): their
-        projections, blocked causal attention, and the partial output projection."""
+        projections, blocked causal attention, and the partial output projection.
+
+        Parameters
+        ----------
+        layer, r, s, i, g : int
+            The layer, the row block, its sequence and block there, and the GPU.
+        xn : str
+            The normalised input on ``g``.
+        keys : dict
+            The layer's rotated keys and values by (head, row block), added to.
+
+        Returns
+        -------
+        str
+            The partial output projection.
+        """
         nb, q0 = len(self.starts), self.starts[i]
         queries = self.qkv(layer, r, g, xn, self.sizes[i], q0)
         for h, (_, kr, v) in queries.items():
@@ -280,8 +468,21 @@ class LlamaBuilder:
 
     def qkv(self, layer: int, r: int, g: int, xn: str, rows: int, q0: int
             ) -> dict[int, tuple[str, str, str]]:
-        """GPU ``g``'s heads' projections of row block ``r`` (``rows`` tokens from position
-        ``q0``): per head, the rotated query and key and the value."""
+        """GPU ``g``'s heads' projections of row block ``r``: per head, the rotated query and key
+        and the value.
+
+        Parameters
+        ----------
+        layer, r, g, xn
+            The layer, the row block, the GPU and the normalised input there.
+        rows, q0 : int
+            The row block's tokens and its first position.
+
+        Returns
+        -------
+        dict of int to tuple of (str, str, str)
+            The vertices by head.
+        """
         c = self.c
         dh, per_gpu = c.head_dim, c.heads // self.gpus
         W, L = f"L{layer}", f"{self.prefix}L{layer}"
@@ -300,9 +501,26 @@ class LlamaBuilder:
 
     def attend(self, layer: int, r: int, g: int, h: int, query: str, q0: int,
                blocks: list[tuple[str, int, str, str]]) -> str:
-        """Head ``h``'s attention of ``query`` (from position ``q0``) over the key blocks
-        ``(name, first position, keys, values)``, contiguous from position 0: scores, the
-        softmax's statistics and probabilities, and ``sum_j P_j V_j``."""
+        """Head ``h``'s attention of ``query`` over the key blocks: scores, the softmax's
+        statistics and probabilities, and ``sum_j P_j V_j``.
+
+        Parameters
+        ----------
+        layer, r, g, h : int
+            The layer, the row block, the GPU and the head.
+        query : str
+            The rotated query.
+        q0 : int
+            Its first position.
+        blocks : list of tuple of (str, int, str, str)
+            ``(name, first position, keys, values)`` of each key block, contiguous from
+            position 0.
+
+        Returns
+        -------
+        str
+            The head's output.
+        """
         L, rows = f"{self.prefix}L{layer}", self.shapes[query][0]
         scores = [self.compute(f"{L}.S.h{h}.b{r}.{kb}", "attn_scores", [query, k], g,
                                (rows, self.shapes[k][0]))
@@ -318,13 +536,24 @@ class LlamaBuilder:
                             (rows, self.c.head_dim))
 
     def attn_out(self, layer: int, r: int, g: int, outs: list[str]) -> str:
-        """GPU ``g``'s heads' outputs ``outs`` times its columns of ``W_o``: a partial sum."""
+        """GPU ``g``'s heads' outputs ``outs`` times its columns of ``W_o``: a partial sum.
+
+        Parameters
+        ----------
+        layer, r, g, outs
+            The layer, the row block, the GPU and the heads' outputs there.
+
+        Returns
+        -------
+        str
+            The partial sum's vertex.
+        """
         c = self.c
         wo = self.weight(f"L{layer}.wo.g{g}", (c.dim, c.heads // self.gpus * c.head_dim))
         return self.compute(f"{self.prefix}L{layer}.attn_out.g{g}.b{r}", "linear", [*outs, wo],
                             g, (self.shapes[outs[0]][0], c.dim))
 
-    def mlp(self, layer: int, r: int, g: int, xn: str) -> str:
+    def _mlp(self, layer: int, r: int, g: int, xn: str) -> str:
         """GPU ``g``'s slice of the SwiGLU MLP on row block ``r``: a partial sum."""
         act = self.mlp_hidden(layer, r, g, xn)
         c, W, L = self.c, f"L{layer}", f"{self.prefix}L{layer}"
@@ -333,7 +562,18 @@ class LlamaBuilder:
                             (self.shapes[xn][0], c.dim))
 
     def mlp_hidden(self, layer: int, r: int, g: int, xn: str) -> str:
-        """GPU ``g``'s slice of the MLP's hidden layer ``silu(x W_gate^T) * x W_up^T``."""
+        """GPU ``g``'s slice of the MLP's hidden layer ``silu(x W_gate^T) * x W_up^T``.
+
+        Parameters
+        ----------
+        layer, r, g, xn
+            The layer, the row block, the GPU and the normalised input there.
+
+        Returns
+        -------
+        str
+            The hidden layer's vertex.
+        """
         c, W, L = self.c, f"L{layer}", f"{self.prefix}L{layer}"
         hidden = c.ffn // self.gpus
         rows = self.shapes[xn][0]

@@ -23,7 +23,7 @@ from .llama import (
 from .registry import workload
 
 
-def generate_vertices(o: dict) -> int:
+def _generate_vertices(o: dict) -> int:
     """The prefill's vertices (:func:`.llama.llama_vertices`) and each decode step's: per
     layer, sequence and head the projections, rotations, statistics and output (7) and a
     score and probability block per key block (the prompt's and one per token so far), each
@@ -39,12 +39,31 @@ def generate_vertices(o: dict) -> int:
             + batch * (gen + 1) * (6 + gpus))
 
 
-@workload("llama-generate", vertices=generate_vertices)
+@workload("llama-generate", vertices=_generate_vertices)
 def llama_generate(model: str = "7b", seq: int = 1024, gen: int = 16, batch: int = 1,
                    gpus: int = 1, block: int = DEFAULT_BLOCK, dtype: str = "") -> TaskGraph:
     """Greedy generation with LLaMA ``model``: the prefill of ``batch`` prompts of ``seq``
     tokens (as ``llama-prefill``), then ``gen`` decode steps, each one token per sequence
-    through every layer attending to the KV cache; options as ``llama-prefill``'s."""
+    through every layer attending to the KV cache; options as ``llama-prefill``'s.
+
+    Parameters
+    ----------
+    model, seq, batch, gpus, block, dtype
+        As :func:`~offloadlab.core.workloads.llama.llama_prefill`'s.
+    gen : int
+        Decode steps: tokens generated per sequence.
+
+    Returns
+    -------
+    TaskGraph
+        The prefill, then the decode steps.
+
+    Raises
+    ------
+    SpecError
+        A bad option, as ``llama-prefill`` refuses it, or a ``gen`` that is not a positive
+        integer.
+    """
     config, dtype = check_options("llama-generate", model, seq, batch, gpus, block, dtype)
     if type(gen) is not int or gen <= 0:
         raise SpecError(f"llama-generate: gen must be a positive integer, got {gen!r}")
@@ -65,6 +84,14 @@ class GenerateBuilder(LlamaBuilder):
         """Per (layer, head, sequence), the key blocks of the tokens decoded so far."""
 
     def build(self) -> TaskGraph:
+        """The prefill, then each decode step: every sequence's next token (``argmax`` of its
+        logits), its embedding and every layer on it.
+
+        Returns
+        -------
+        TaskGraph
+            The graph built.
+        """
         c, nb = self.c, len(self.starts)
         x, xn = self.embed()
         logits = self.forward(list(range(len(self.rows))), x, xn)
@@ -85,7 +112,18 @@ class GenerateBuilder(LlamaBuilder):
                   keys: dict[tuple[int, int], tuple[str, str]]) -> str:
         """In a decode step, GPU ``g``'s heads on sequence ``s``'s token (row ``r``): its
         projections at position ``seq + step - 1`` and attention over the prompt's key
-        blocks, the earlier steps' tokens and its own."""
+        blocks, the earlier steps' tokens and its own.
+
+        Parameters
+        ----------
+        layer, r, s, i, g, xn, keys
+            As :meth:`LlamaBuilder.attention` takes them.
+
+        Returns
+        -------
+        str
+            The partial output projection.
+        """
         if not self.step:
             return super().attention(layer, r, s, i, g, xn, keys)
         nb, q0 = len(self.starts), self.seq + self.step - 1

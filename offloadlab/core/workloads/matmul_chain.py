@@ -8,13 +8,13 @@ from ..taskgraph import TaskGraph
 from .registry import workload
 
 
-def vertices(o: dict) -> int:
+def _vertices(o: dict) -> int:
     """An upper bound of the vertices :func:`matmul_chain` builds with options ``o``
     (tests/test_adversarial.py checks it against the graphs built)."""
     return o["gpus"] + o["layers"] * o["gpus"] * (o["gpus"] + 1)
 
 
-@workload("matmul-chain", vertices=vertices)
+@workload("matmul-chain", vertices=_vertices)
 def matmul_chain(layers: int = 8, gpus: int = 2, batch: int = 1024, hidden: int = 4096,
                  dtype_bytes: int = 4) -> TaskGraph:
     """``layers`` levels of ``X(i+1) = X(i) x Y(i)``, tensor-parallel over ``gpus`` GPUs.

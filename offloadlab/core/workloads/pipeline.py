@@ -14,17 +14,39 @@ from ..taskgraph import TaskGraph
 def pipeline(graph: TaskGraph, gpus: int) -> TaskGraph:
     """``graph`` (its compute vertices on one GPU, in a topological insertion order) placed on
     ``gpus`` GPUs as a pipeline: the compute vertices, in insertion order, are cut into
-    ``gpus`` contiguous non-empty stages of about equal flops, stage i on ``gpu{i}``.  A vertex
-    reading a tensor made on another GPU reads it through a transfer vertex ``"{tensor}>gpu{i}"``
-    (one per tensor and destination, added just before its first reader); tensors in host RAM
-    are read directly (the planner loads them).
+    ``gpus`` contiguous non-empty stages of about equal flops, stage i on ``gpu{i}``.
+
+    A vertex reading a tensor made on another GPU reads it through a transfer vertex
+    ``"{tensor}>gpu{i}"`` (one per tensor and destination, added just before its first
+    reader); tensors in host RAM are read directly (the planner loads them).
 
     A training step says in ``graph.meta["forward"]`` how many of its first compute vertices
     are the forward pass (and the loss); only those are cut into stages, and every later
     vertex (the backward pass, the updates) runs where the forward tensors and weights it
     reads live (the last stage among them; a vertex reading neither, where its inputs were
     made), so that a layer's backward runs on its forward's GPU as in pipeline-parallel
-    training."""
+    training.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The one-GPU graph.
+    gpus : int
+        The stages.
+
+    Returns
+    -------
+    TaskGraph
+        A new graph, placed; ``graph`` is unchanged.
+
+    Raises
+    ------
+    SpecError
+        ``gpus`` is not a positive integer, or more than the compute vertices.
+    GraphError
+        ``graph`` computes on several GPUs, has transfers, is not in a topological insertion
+        order, or has a bad ``forward`` count.
+    """
     if type(gpus) is not int or gpus < 1:
         raise SpecError(f"pipeline: gpus must be a positive integer, got {gpus!r}")
     compute = [t for t in graph if t.kind == "compute"]
@@ -73,7 +95,20 @@ def pipeline(graph: TaskGraph, gpus: int) -> TaskGraph:
 def stages(flops: list[float], n: int) -> list[int]:
     """The stage of each vertex: ``n`` contiguous non-empty runs of about equal flops (a
     vertex belongs to the stage its flops' midpoint falls in; when no vertex has flops, each
-    counts as one)."""
+    counts as one).
+
+    Parameters
+    ----------
+    flops : list of float
+        Each vertex's flops, in order.
+    n : int
+        The stages, at most the vertices.
+
+    Returns
+    -------
+    list of int
+        Each vertex's stage.
+    """
     if not any(flops):
         flops = [1.0] * len(flops)
     total = sum(flops)

@@ -17,12 +17,12 @@ Builder = TypeVar("Builder", bound=Callable[..., TaskGraph])
 Estimate = Callable[[dict], int]
 
 
-def signature_options(fn: Callable[..., object]) -> dict[str, object]:
+def _signature_options(fn: Callable[..., object]) -> dict[str, object]:
     """A builder's options: its keyword arguments with their defaults."""
     return {p.name: p.default for p in inspect.signature(fn).parameters.values()}
 
 
-WORKLOADS: Registry[Callable[..., TaskGraph]] = Registry("workload", options=signature_options)
+WORKLOADS: Registry[Callable[..., TaskGraph]] = Registry("workload", options=_signature_options)
 """The workload builders by name, in the order ``offloadlab list`` shows them."""
 
 VERTICES: dict[str, Estimate] = {}

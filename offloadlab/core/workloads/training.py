@@ -29,14 +29,14 @@ def _chain_layers(o: dict) -> int:
     return os.stat(o["csv_path"]).st_size // 8
 
 
-def chain_vertices(layers: int, iterations: int) -> int:
+def _chain_vertices(layers: int, iterations: int) -> int:
     """An upper bound of the vertices of a chain of ``layers`` unrolled over ``iterations``
     (tests/test_adversarial.py checks it against the graphs built)."""
     return layers + iterations * (1 + 4 * layers)
 
 
 @workload("training-chain",
-          vertices=lambda o: chain_vertices(_chain_layers(o), o["iterations"]))
+          vertices=lambda o: _chain_vertices(_chain_layers(o), o["iterations"]))
 def training_chain(uF: str = "0.1;0.1;0.1;0.1", uB: str = "0.2;0.2;0.2;0.2",
                    w: str = "400MB;400MB;400MB;400MB", a: str = "20MB;20MB;20MB;20MB",
                    csv_path: str = "", a0: int = 0, iterations: int = 3) -> TaskGraph:
@@ -99,9 +99,31 @@ def transformer_chain(name: str, depth: int, batch: int, seq: int, hidden: int =
     """A Megatron-LM transformer stack priced by the cost model of ``machine`` (default v100).
 
     Per layer: 12h^2 + 13h parameters; forward 24bsh^2 + 4bs^2h flop; backward recomputes the
-    forward then takes twice its flops (3x); the saved activation a^i is b*s*h values.  Weights
-    and activations take ``dtype_bytes`` each (2: Megatron-LM's fp16 mixed precision), unless
-    ``weight_bytes`` (> 0) sets the bytes a layer's weights take and move.
+    forward then takes twice its flops (3x); the saved activation a^i is b*s*h values.
+
+    Parameters
+    ----------
+    name : str
+        The workload's name, which the chain's name and an error start with.
+    depth, batch, seq, hidden, heads : int
+        Layers, sequences, tokens per sequence, the hidden size and the attention heads.
+    dtype_bytes : int, default 2
+        Bytes per value of the weights and activations (Megatron-LM's fp16 mixed precision).
+    weight_bytes : int, default 0
+        If > 0, the bytes a layer's weights take and move instead.
+    machine : Machine, optional
+        Prices the layers (default the ``v100`` preset).
+
+    Returns
+    -------
+    TrainingChain
+        The chain.
+
+    Raises
+    ------
+    SpecError
+        A size that is not positive, a negative ``weight_bytes``, or a chain too large for the
+        RAM available.
     """
     m = machine or PRESETS["v100"]
     if min(depth, batch, seq, hidden, heads) <= 0 or weight_bytes < 0:
@@ -124,7 +146,20 @@ def transformer_workspace(batch: int, seq: int, hidden: int = 3072, heads: int =
     """Bytes of intermediate activations a transformer layer rebuilds during its backward
     (recomputation): about 14 b·s·h values (QKV, attention output, the 4h MLP in and out,
     layer norms) plus 3 b·heads·s² (scores, softmax, dropout).  Beaumont et al. set M_GPU
-    below 16 GB by such a batch-dependent amount (Sec. 7)."""
+    below 16 GB by such a batch-dependent amount (Sec. 7).
+
+    Parameters
+    ----------
+    batch, seq, hidden, heads : int
+        Sequences, tokens per sequence, the hidden size and the attention heads.
+    dtype_bytes : int, default 2
+        Bytes per value.
+
+    Returns
+    -------
+    int
+        The bytes.
+    """
     return dtype_bytes * (14 * batch * seq * hidden + 3 * batch * heads * seq * seq)
 
 
@@ -138,7 +173,7 @@ GPT2_SEQ, BERT_SEQ = 168, 68
 GPT2_WEIGHT_BYTES, BERT_WEIGHT_BYTES = 432_000_000, 160_000_000
 
 
-@workload("gpt2-train", vertices=lambda o: chain_vertices(o["depth"], o["iterations"]))
+@workload("gpt2-train", vertices=lambda o: _chain_vertices(o["depth"], o["iterations"]))
 def gpt2_train(depth: int = 38, batch: int = 16, seq: int = GPT2_SEQ, weight_bytes: int = 0,
                iterations: int = 3) -> TaskGraph:
     """GPT-2 with Megatron-LM hyperparameters (hidden 3072, 24 heads, fp16) on the v100 preset;
@@ -172,7 +207,7 @@ def gpt2_train(depth: int = 38, batch: int = 16, seq: int = GPT2_SEQ, weight_byt
                              weight_bytes=weight_bytes).to_taskgraph(iterations)
 
 
-@workload("bert-train", vertices=lambda o: chain_vertices(o["depth"], o["iterations"]))
+@workload("bert-train", vertices=lambda o: _chain_vertices(o["depth"], o["iterations"]))
 def bert_train(depth: int = 96, batch: int = 16, seq: int = BERT_SEQ, weight_bytes: int = 0,
                iterations: int = 3) -> TaskGraph:
     """BERT with Megatron-LM hyperparameters (hidden 3072, 24 heads, fp16) on the v100 preset;
