@@ -23,7 +23,8 @@ node-link JSON file as written, which also fixes the order of the vertices and e
 ``--deployed`` fingerprints the deployed schemes instead (docs/deployed.md): each with its
 defaults and with the options that change its moves, and ``buildmemgraph``, on
 bench_deployed.py's problems at its memories and at 64x BuildMemGraph's least, where
-ZeRO-Offload, FSDP and Accelerate plan the LoRA 7B step to its end (the SHA-1 of the
+ZeRO-Offload, FSDP and Accelerate plan the LoRA 7B step to its end, then on two small
+``llama-generate`` problems at those multiples of BuildMemGraph's least (the SHA-1 of the
 node-link JSON, or the planner's error in full; about 15 minutes; the traced models need
 torch).
 ``--gemini`` fingerprints ``gemini`` instead (docs/gemini.md): the training workloads of
@@ -76,6 +77,9 @@ DEPLOYED = ("torch-compile-offload",
             "fsdp-cpu-offload", "fsdp-cpu-offload:min_num_params=1000000,limit_all_gathers=false",
             "accelerate-offload", "flexgen", "flexgen:w_gpu_percent=50,cache_gpu_percent=100,"
             "act_gpu_percent=100", "buildmemgraph")
+GENERATION = ("llama-generate:model=tiny,seq=32,gen=3",
+              "llama-generate:model=tiny,seq=48,block=16,batch=2,gen=2")
+"""Generations the deployed schemes fingerprint on one GPU of ``a100x8`` (``--deployed``)."""
 GEMINI = (
     ("model:name=mlp,mode=train,gpus=1", "gemini:chunk_size=2MiB"),
     ("model:name=gpt2,mode=train,gpus=2", "gemini:chunk_size=4MiB"),
@@ -138,7 +142,8 @@ def deployed() -> None:
     (the SHA-1 of the node-link JSON as written), or its error in full."""
     from bench_deployed import PROBLEMS, taskgraph  # beside this script
 
-    for label, (workload, machine) in PROBLEMS.items():
+    problems = list(PROBLEMS.items()) + [(w, (w, "a100x8:gpus=1")) for w in GENERATION]
+    for label, (workload, machine) in problems:
         graph = taskgraph(workload)
         least = min_capacity(graph)
         for factor, planner in itertools.product(DEPLOYED_FACTORS, DEPLOYED):
