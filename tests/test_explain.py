@@ -12,6 +12,7 @@ from test_cli import fails, run
 from test_properties import SETTINGS, machine_for, task_graphs
 from test_simulator import add, machine
 
+from offloadlab.core.dispatch import POLICIES
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import MemGraph
 from offloadlab.core.memory import memory_over_time
@@ -49,7 +50,7 @@ def _adds_up(table, trace) -> None:
 @settings(max_examples=150, **SETTINGS)
 @given(graph=task_graphs(), slack=st.sampled_from([0.0, 0.05, 1.0]),
        planner=st.sampled_from(["buildmemgraph", "levelwise"]),
-       policy=st.sampled_from(["dynamic", "fixed", "random"]), noise=st.sampled_from([0, 0.3]))
+       policy=st.sampled_from(list(POLICIES)), noise=st.sampled_from([0, 0.3]))
 def test_busy_and_attributed_idle_add_up_to_the_makespan_on_every_gpu(graph, slack, planner,
                                                                      policy, noise):
     m = machine_for(graph, 4, slack)
