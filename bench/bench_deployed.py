@@ -167,9 +167,12 @@ def main(argv: list[str] | None = None) -> int:
                     "replace")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     args = ap.parse_args(argv)
-    factors = tuple(float(f) for f in args.factors.split(","))
-    if not all(math.isfinite(f) and f >= 1 for f in factors):
-        ap.error("--factors: numbers >= 1")
+    try:
+        factors = tuple(float(f) for f in args.factors.split(","))
+    except ValueError:
+        factors = ()
+    if not factors or not all(math.isfinite(f) and f >= 1 for f in factors):
+        ap.error(f"--factors: numbers >= 1 separated by commas, got {args.factors!r}")
     points = [(label, f) for label in args.only or PROBLEMS for f in factors]
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = [row for part in pool.map(one, *zip(*points)) for row in part]
@@ -186,4 +189,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("bench_deployed: interrupted", file=sys.stderr)
+        sys.exit(130)

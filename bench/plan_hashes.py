@@ -43,6 +43,7 @@ import hashlib
 import itertools
 import json
 import os
+import sys
 import tempfile
 
 from offloadlab.core import formats
@@ -194,4 +195,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("plan_hashes: interrupted", file=sys.stderr)
+        sys.exit(130)

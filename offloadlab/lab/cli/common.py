@@ -240,6 +240,12 @@ def phases(args: argparse.Namespace):
     return Phases(progress_shown(args))
 
 
+def refusal(planner: str, error: str) -> str:
+    """A planner's failure in one line, naming the planner once (an error that already starts
+    with its name keeps it as it is)."""
+    return error if error.startswith(f"{planner.split(':')[0]}: ") else f"{planner}: {error}"
+
+
 def json_text(data: object) -> str:
     """Strict JSON for stdout: a value that is not a finite number becomes ``null``."""
     return json.dumps(_finite_or_none(data), allow_nan=False)
