@@ -26,7 +26,7 @@ bench_deployed.py's problems at its memories and at 64x BuildMemGraph's least, w
 ZeRO-Offload, FSDP and Accelerate plan the LoRA 7B step to its end, then on two small
 ``llama-generate`` problems at those multiples of BuildMemGraph's least (the SHA-1 of the
 node-link JSON, or the planner's error in full; about 15 minutes; the traced models need
-torch).
+torch); ``--only PROBLEM`` (repeatable) fingerprints only those problems.
 ``--gemini`` fingerprints ``gemini`` instead (docs/gemini.md): the training workloads of
 ``tests/test_gemini.py`` and this grid's, on ``p100x4`` at 1.0x, 1.1x, 1.5x, 4x and 10x,
 with a chunk size of a few parameters (the test's), and with ``eviction=lru``,
@@ -138,13 +138,22 @@ def file_fingerprint(graph: TaskGraph, machine: str, planner: str) -> str:
     return digest.hexdigest()[:12]
 
 
-def deployed() -> None:
-    """Print the fingerprint of every deployed scheme's plan on bench_deployed.py's problems
-    (the SHA-1 of the node-link JSON as written), or its error in full."""
-    from bench_deployed import PROBLEMS, taskgraph  # beside this script
+def deployed_problems() -> dict[str, tuple[str, str]]:
+    """bench_deployed.py's problems and the generations: label -> (workload, machine)."""
+    from bench_deployed import PROBLEMS  # beside this script
 
-    problems = list(PROBLEMS.items()) + [(w, (w, "a100x8:gpus=1")) for w in GENERATION]
-    for label, (workload, machine) in problems:
+    return PROBLEMS | {w: (w, "a100x8:gpus=1") for w in GENERATION}
+
+
+def deployed(only: list[str] | None = None) -> None:
+    """Print the fingerprint of every deployed scheme's plan on bench_deployed.py's problems
+    and the generations, or those ``only`` names (the SHA-1 of the node-link JSON as written),
+    or its error in full."""
+    from bench_deployed import taskgraph  # beside this script
+
+    for label, (workload, machine) in deployed_problems().items():
+        if only and label not in only:
+            continue
         graph = taskgraph(workload)
         least = min_capacity(graph)
         for factor, planner in itertools.product(DEPLOYED_FACTORS, DEPLOYED):
@@ -166,10 +175,18 @@ def main() -> None:
                         help="fingerprint TURNIP's LoRA points instead (minutes each)")
     parser.add_argument("--deployed", action="store_true",
                         help="fingerprint the deployed schemes on bench_deployed's problems")
+    parser.add_argument("--only", action="append", metavar="PROBLEM",
+                        help="with --deployed: only this problem (a label of bench_deployed.py "
+                        "or a generation of GENERATION; repeatable)")
     parser.add_argument("--gemini", action="store_true", help="fingerprint gemini instead")
     args = parser.parse_args()
+    if args.only:
+        unknown = [p for p in args.only if p not in deployed_problems()]
+        if not args.deployed or unknown:
+            parser.error(f"--only needs --deployed and one of {sorted(deployed_problems())}, "
+                         f"got {args.only!r}")
     if args.deployed:
-        deployed()
+        deployed(args.only)
         return
     if args.gemini:
         for workload, spec in GEMINI:
