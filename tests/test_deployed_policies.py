@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_explain import _adds_up
+from test_explain import adds_up
 from test_properties import SETTINGS
 
 from offloadlab.core.dispatch import POLICIES
@@ -90,4 +90,4 @@ def test_busy_and_attributed_idle_add_up_on_random_plans_of_every_scheme(data, s
         assert "memory" in str(exc) or "bytes" in str(exc), str(exc)
         return
     trace = simulate(mg, m, policy, noise=noise, seed=1).trace
-    _adds_up(explain(trace, mg), trace)
+    adds_up(explain(trace, mg), trace)

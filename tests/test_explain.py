@@ -34,7 +34,7 @@ from offloadlab.planner.buildmemgraph import min_capacity
 from offloadlab.simulator import simulate
 
 
-def _adds_up(table, trace) -> None:
+def adds_up(table, trace) -> None:
     for row in table.itertuples():
         idle = sum(getattr(row, f"idle_{c}") for c in CAUSES)
         assert row.busy + idle == pytest.approx(row.makespan, abs=1e-9)
@@ -56,7 +56,7 @@ def test_busy_and_attributed_idle_add_up_to_the_makespan_on_every_gpu(graph, sla
     m = machine_for(graph, 4, slack)
     mg = plan(graph, m, planner)
     trace = simulate(mg, m, policy, noise=noise, seed=1).trace
-    _adds_up(explain(trace, mg), trace)
+    adds_up(explain(trace, mg), trace)
 
 
 @settings(max_examples=15, **SETTINGS)
@@ -65,7 +65,7 @@ def test_a_measured_trace_adds_up_too(graph, slack):
     m = machine_for(graph, 4, slack)
     mg = plan(graph, m)
     trace = execute(mg, m, rate_limit=False).trace
-    _adds_up(explain(trace, mg), trace)
+    adds_up(explain(trace, mg), trace)
 
 
 def test_interval_helpers():
