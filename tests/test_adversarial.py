@@ -694,7 +694,7 @@ def test_compare_names_each_failed_planner_once(capsys, tmp_path):
 
 def test_compare_lists_a_refusal_beside_plans_naming_its_planner_once(capsys):
     """compare on a generation: levelwise plans, accelerate-offload (its error starting with its
-    name) and zero-offload (with an option) refuse, each in one line naming it once."""
+    name) and zero-offload (with an option) refuse, each in one line naming it once, as given."""
     code = main(["compare", "-q", "--workload", "llama-generate:model=tiny,seq=8,gen=2",
                  "--machine", "v100:gpu_memory=60KB", "--planner", "accelerate-offload",
                  "--planner", "levelwise", "--planner", "zero-offload:dpu=true"])

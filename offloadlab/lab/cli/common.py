@@ -241,9 +241,9 @@ def phases(args: argparse.Namespace):
 
 
 def refusal(planner: str, error: str) -> str:
-    """A planner's failure in one line, naming the planner once (an error that already starts
-    with its name keeps it as it is)."""
-    return error if error.startswith(f"{planner.split(':')[0]}: ") else f"{planner}: {error}"
+    """A planner's failure in one line, naming the planner (with its options) once: an error
+    that already starts with its name loses that prefix."""
+    return f"{planner}: {error.removeprefix(planner.split(':')[0] + ': ')}"
 
 
 def json_text(data: object) -> str:
