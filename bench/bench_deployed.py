@@ -8,7 +8,8 @@
         --docs docs/results/deployed.md          # that problem's part of the page only
 
 Each problem is a TaskGraph and a machine: ``gpt2-train`` on a V100, ``llama-lora-train``
-(7B) on ``a100x8``'s GPUs, ``llama-prefill`` (13B) on ``a100x8``'s GPUs, and three models
+(7B) on ``a100x8``'s GPUs, ``llama-prefill`` (13B) and ``llama-generate`` (7B, a prompt of 128
+tokens and two decode steps) on one of ``a100x8``'s GPUs, and three models
 traced from PyTorch for one training step (what ``offloadlab import-torch --train`` does: the
 MLP, the ResNet-18-shaped CNN and the GPT-2-shaped transformer of
 ``offloadlab/data/models/export.py``; needs torch) on a V100.  Its GPUs get ``factor`` times
@@ -42,6 +43,7 @@ PROBLEMS: dict[str, tuple[str, str]] = {
     "gpt2-train": ("gpt2-train", "v100"),
     "llama-lora-train 7B": ("llama-lora-train:model=7b", "a100x8:gpus=1"),
     "llama-prefill 13B": ("llama-prefill:model=13b", "a100x8:gpus=1"),
+    "llama-generate 7B": ("llama-generate:model=7b,seq=128,gen=2", "a100x8:gpus=1"),
     "mlp": ("torch:mlp", "v100"),
     "resnet18": ("torch:resnet18", "v100"),
     "gpt2 (traced)": ("torch:gpt2", "v100"),
@@ -165,9 +167,12 @@ def main(argv: list[str] | None = None) -> int:
                     "replace")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     args = ap.parse_args(argv)
-    factors = tuple(float(f) for f in args.factors.split(","))
-    if not all(math.isfinite(f) and f >= 1 for f in factors):
-        ap.error("--factors: numbers >= 1")
+    try:
+        factors = tuple(float(f) for f in args.factors.split(","))
+    except ValueError:
+        factors = ()
+    if not factors or not all(math.isfinite(f) and f >= 1 for f in factors):
+        ap.error(f"--factors: numbers >= 1 separated by commas, got {args.factors!r}")
     points = [(label, f) for label in args.only or PROBLEMS for f in factors]
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = [row for part in pool.map(one, *zip(*points)) for row in part]
@@ -184,4 +189,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("bench_deployed: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -23,9 +23,10 @@ node-link JSON file as written, which also fixes the order of the vertices and e
 ``--deployed`` fingerprints the deployed schemes instead (docs/deployed.md): each with its
 defaults and with the options that change its moves, and ``buildmemgraph``, on
 bench_deployed.py's problems at its memories and at 64x BuildMemGraph's least, where
-ZeRO-Offload, FSDP and Accelerate plan the LoRA 7B step to its end (the SHA-1 of the
+ZeRO-Offload, FSDP and Accelerate plan the LoRA 7B step to its end, then on two small
+``llama-generate`` problems at those multiples of BuildMemGraph's least (the SHA-1 of the
 node-link JSON, or the planner's error in full; about 15 minutes; the traced models need
-torch).
+torch); ``--only PROBLEM`` (repeatable) fingerprints only those problems.
 ``--gemini`` fingerprints ``gemini`` instead (docs/gemini.md): the training workloads of
 ``tests/test_gemini.py`` and this grid's, on ``p100x4`` at 1.0x, 1.1x, 1.5x, 4x and 10x,
 with a chunk size of a few parameters (the test's), and with ``eviction=lru``,
@@ -42,6 +43,7 @@ import hashlib
 import itertools
 import json
 import os
+import sys
 import tempfile
 
 from offloadlab.core import formats
@@ -76,6 +78,9 @@ DEPLOYED = ("torch-compile-offload",
             "fsdp-cpu-offload", "fsdp-cpu-offload:min_num_params=1000000,limit_all_gathers=false",
             "accelerate-offload", "flexgen", "flexgen:w_gpu_percent=50,cache_gpu_percent=100,"
             "act_gpu_percent=100", "buildmemgraph")
+GENERATION = ("llama-generate:model=tiny,seq=32,gen=3",
+              "llama-generate:model=tiny,seq=48,block=16,batch=2,gen=2")
+"""Generations the deployed schemes fingerprint on one GPU of ``a100x8`` (``--deployed``)."""
 GEMINI = (
     ("model:name=mlp,mode=train,gpus=1", "gemini:chunk_size=2MiB"),
     ("model:name=gpt2,mode=train,gpus=2", "gemini:chunk_size=4MiB"),
@@ -133,12 +138,22 @@ def file_fingerprint(graph: TaskGraph, machine: str, planner: str) -> str:
     return digest.hexdigest()[:12]
 
 
-def deployed() -> None:
-    """Print the fingerprint of every deployed scheme's plan on bench_deployed.py's problems
-    (the SHA-1 of the node-link JSON as written), or its error in full."""
-    from bench_deployed import PROBLEMS, taskgraph  # beside this script
+def deployed_problems() -> dict[str, tuple[str, str]]:
+    """bench_deployed.py's problems and the generations: label -> (workload, machine)."""
+    from bench_deployed import PROBLEMS  # beside this script
 
-    for label, (workload, machine) in PROBLEMS.items():
+    return PROBLEMS | {w: (w, "a100x8:gpus=1") for w in GENERATION}
+
+
+def deployed(only: list[str] | None = None) -> None:
+    """Print the fingerprint of every deployed scheme's plan on bench_deployed.py's problems
+    and the generations, or those ``only`` names (the SHA-1 of the node-link JSON as written),
+    or its error in full."""
+    from bench_deployed import taskgraph  # beside this script
+
+    for label, (workload, machine) in deployed_problems().items():
+        if only and label not in only:
+            continue
         graph = taskgraph(workload)
         least = min_capacity(graph)
         for factor, planner in itertools.product(DEPLOYED_FACTORS, DEPLOYED):
@@ -160,10 +175,18 @@ def main() -> None:
                         help="fingerprint TURNIP's LoRA points instead (minutes each)")
     parser.add_argument("--deployed", action="store_true",
                         help="fingerprint the deployed schemes on bench_deployed's problems")
+    parser.add_argument("--only", action="append", metavar="PROBLEM",
+                        help="with --deployed: only this problem (a label of bench_deployed.py "
+                        "or a generation of GENERATION; repeatable)")
     parser.add_argument("--gemini", action="store_true", help="fingerprint gemini instead")
     args = parser.parse_args()
+    if args.only:
+        unknown = [p for p in args.only if p not in deployed_problems()]
+        if not args.deployed or unknown:
+            parser.error(f"--only needs --deployed and one of {sorted(deployed_problems())}, "
+                         f"got {args.only!r}")
     if args.deployed:
-        deployed()
+        deployed(args.only)
         return
     if args.gemini:
         for workload, spec in GEMINI:
@@ -189,4 +212,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("plan_hashes: interrupted", file=sys.stderr)
+        sys.exit(130)

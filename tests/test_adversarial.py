@@ -773,3 +773,18 @@ def test_compare_names_each_failed_planner_once(capsys, tmp_path):
                                             "accelerate-offload", "--planner", "levelwise"])
     assert "accelerate-offload: accelerate-offload:" not in err
     assert "every planner failed: accelerate-offload: " in err and "; levelwise: " in err
+
+
+def test_compare_lists_a_refusal_beside_plans_naming_its_planner_once(capsys):
+    """compare on a generation: levelwise plans, accelerate-offload (its error starting with its
+    name) and zero-offload (with an option) refuse, each in one line naming it once, as given."""
+    code = main(["compare", "-q", "--workload", "llama-generate:model=tiny,seq=8,gen=2",
+                 "--machine", "v100:gpu_memory=60KB", "--planner", "accelerate-offload",
+                 "--planner", "levelwise", "--planner", "zero-offload:dpu=true"])
+    out = capsys.readouterr().out
+    assert code == 0
+    refused = [line for line in out.splitlines()
+               if line.startswith(("accelerate-offload", "zero-offload"))]
+    assert refused[0].startswith("accelerate-offload: the deployed scheme runs out of memory")
+    assert refused[1].startswith("zero-offload:dpu=true: zero-offload plans training steps")
+    assert len(refused) == 2

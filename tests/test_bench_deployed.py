@@ -4,12 +4,21 @@ page has them."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from bench_deployed import BEGIN, END, markdown, page_sections, sections  # noqa: E402
+from bench_deployed import (  # noqa: E402
+    BEGIN,
+    DEPLOYED,
+    END,
+    PROBLEMS,
+    markdown,
+    page_sections,
+    sections,
+)
 
 PAGE = (ROOT / "docs" / "results" / "deployed.md").read_text()
 
@@ -55,3 +64,29 @@ def test_one_problem_replaces_its_part_and_a_new_one_follows_the_others():
     assert "| mlp | 4x | zero-offload 0.80 (OOM: flexgen) | 1.05 |" in text
     assert "| llama-lora-train 7B | 1.5x | zero-offload 0.80 | 1.05 |" in text
     assert page_sections(f"{BEGIN}\n{text}\n{END}") == merged
+
+
+def test_the_page_lists_every_deployed_scheme_the_bound_and_the_gains_for_every_problem():
+    """Issue 45's goal: for each of bench_deployed's problems the page's table has a row for
+    every deployed scheme (a makespan, OOM, or - where it does not apply) and the bound, and
+    the summary states BuildMemGraph's makespan over each scheme that planned and over the
+    bound at every memory."""
+    parts = page_sections(PAGE)
+    assert set(parts) == set(PROBLEMS)
+    for label, (table, summary) in parts.items():
+        rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in table
+                if line.startswith("| ") and not line.startswith("| ---")}
+        assert set(DEPLOYED) | {"buildmemgraph", "lower bound"} <= set(rows), label
+        factors = [cell.split("x:")[0] for cell in rows["planner"]]
+        assert [row.split(" | ")[1] for row in summary] == [f"{f}x" for f in factors], label
+        for k, row in enumerate(summary):
+            gains = row.split(" | ")[2]
+            for p in DEPLOYED:
+                cell = rows[p][k].strip(" |")
+                if cell == "-":
+                    assert p not in gains, (label, row)
+                elif cell == "OOM":
+                    assert re.search(rf"OOM: [^)]*\b{p}\b", gains), (label, row)
+                else:
+                    assert re.search(rf"\b{p} \d+\.\d\d\b", gains), (label, row)
+            assert re.fullmatch(r"\d+\.\d\d \|", row.split(" | ")[3]), (label, row)

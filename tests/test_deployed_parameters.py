@@ -32,6 +32,7 @@ GPT2 = "model:name=gpt2,mode=train,gpus=2"
 LORA = "llama-lora-train:model=tiny,seq=16,block=8"
 CHAIN = "training-chain:w=1MB;1MB;1MB;1MB,a=64KB;64KB;64KB;64KB,iterations=3"
 PREFILL = "llama-prefill:model=tiny,seq=16,block=8,gpus=2"
+GENERATE = "llama-generate:model=tiny,seq=12,block=4,batch=2,gen=3"
 TRAINING = (MLP, GPT2, LORA, CHAIN)
 SPECS = {"accelerate-offload": ["accelerate-offload"],
          "zero-offload": ["zero-offload", "zero-offload:reduce_bucket_size=20000",
@@ -40,7 +41,7 @@ SPECS = {"accelerate-offload": ["accelerate-offload"],
          "fsdp-cpu-offload": ["fsdp-cpu-offload", "fsdp-cpu-offload:min_num_params=3000",
                               "fsdp-cpu-offload:min_num_params=3000,limit_all_gathers=false"]}
 CASES = [(w, s) for w in TRAINING for name in DEPLOYED for s in SPECS[name]] \
-    + [(PREFILL, "accelerate-offload")]
+    + [(PREFILL, "accelerate-offload"), (GENERATE, "accelerate-offload")]
 
 
 def machine(graph, spec="p100x4"):
@@ -90,6 +91,29 @@ def test_accelerate_loads_each_weight_on_demand_and_drops_it_after_its_module():
     # dropped after their module: never all of them on the GPU at once
     weights = sum(v.bytes for v in loads)
     assert simulate(mg, m).peak_memory["gpu0"] < weights
+
+def test_accelerate_loads_every_weight_again_for_each_forward_call_of_a_generation():
+    """AlignDevicesHook's post_forward drops a module's weights after every call and each
+    decode step calls the model: modules x forward calls loads, each within its call."""
+    graph = build_workload(GENERATE)
+    m = machine(graph)
+    mg = plan(graph, m, "accelerate-offload")
+    verify(mg, graph, m)
+    calls = 1 + graph.meta["gen"]
+    weights = {t.id for t in graph if t.kind == "input" and t.category == "weights"}
+    loads = [v for v in mg if v.kind == "load"]
+    assert len([v for v in loads if v.of in weights]) == len(weights) * calls
+    assert all(sum(v.of == w for v in loads) == calls for w in weights)
+    batch = [t.id for t in graph if t.kind == "input" and t.id not in weights]
+    assert batch and all(sum(v.of == u for v in loads) == 1 for u in batch)
+    # the embedding's loads: one before each call's first embedding, none running ahead of
+    # the token it embeds
+    order = {v.id: v.order for v in mg}
+    embeds = sorted(order[v.id] for v in loads if v.of == "embed")
+    tokens = [order[t] for t in ("token.s1", "d1.token.s1", "d2.token.s1")]
+    assert embeds[0] < tokens[0] < embeds[1] < tokens[1] < embeds[2] < tokens[2] < embeds[3]
+    assert simulate(mg, m).peak_memory["gpu0"] < sum(graph[w].bytes for w in weights)
+
 
 def test_accelerate_under_checkpointing_loads_weights_again_for_the_recomputation():
     """LoRA with checkpointing: the recomputed forward calls each module again, so its base

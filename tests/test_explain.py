@@ -12,6 +12,7 @@ from test_cli import fails, run
 from test_properties import SETTINGS, machine_for, task_graphs
 from test_simulator import add, machine
 
+from offloadlab.core.dispatch import POLICIES
 from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import MemGraph
 from offloadlab.core.memory import memory_over_time
@@ -33,7 +34,7 @@ from offloadlab.planner.buildmemgraph import min_capacity
 from offloadlab.simulator import simulate
 
 
-def _adds_up(table, trace) -> None:
+def adds_up(table, trace) -> None:
     for row in table.itertuples():
         idle = sum(getattr(row, f"idle_{c}") for c in CAUSES)
         assert row.busy + idle == pytest.approx(row.makespan, abs=1e-9)
@@ -49,13 +50,13 @@ def _adds_up(table, trace) -> None:
 @settings(max_examples=150, **SETTINGS)
 @given(graph=task_graphs(), slack=st.sampled_from([0.0, 0.05, 1.0]),
        planner=st.sampled_from(["buildmemgraph", "levelwise"]),
-       policy=st.sampled_from(["dynamic", "fixed", "random"]), noise=st.sampled_from([0, 0.3]))
+       policy=st.sampled_from(list(POLICIES)), noise=st.sampled_from([0, 0.3]))
 def test_busy_and_attributed_idle_add_up_to_the_makespan_on_every_gpu(graph, slack, planner,
                                                                      policy, noise):
     m = machine_for(graph, 4, slack)
     mg = plan(graph, m, planner)
     trace = simulate(mg, m, policy, noise=noise, seed=1).trace
-    _adds_up(explain(trace, mg), trace)
+    adds_up(explain(trace, mg), trace)
 
 
 @settings(max_examples=15, **SETTINGS)
@@ -64,7 +65,7 @@ def test_a_measured_trace_adds_up_too(graph, slack):
     m = machine_for(graph, 4, slack)
     mg = plan(graph, m)
     trace = execute(mg, m, rate_limit=False).trace
-    _adds_up(explain(trace, mg), trace)
+    adds_up(explain(trace, mg), trace)
 
 
 def test_interval_helpers():

@@ -240,6 +240,12 @@ def phases(args: argparse.Namespace):
     return Phases(progress_shown(args))
 
 
+def refusal(planner: str, error: str) -> str:
+    """A planner's failure in one line, naming the planner (with its options) once: an error
+    that already starts with its name loses that prefix."""
+    return f"{planner}: {error.removeprefix(planner.split(':')[0] + ': ')}"
+
+
 def json_text(data: object) -> str:
     """Strict JSON for stdout: a value that is not a finite number becomes ``null``."""
     return json.dumps(_finite_or_none(data), allow_nan=False)

@@ -13,6 +13,7 @@ from .common import (
     measured_options,
     planners_problem,
     problem_options,
+    refusal,
     table_options,
     write_table_and_plot,
 )
@@ -31,8 +32,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     failed = table["error"].notna()
     if failed.all():
         raise PlanError("every planner failed: " + "; ".join(
-            row["error"] if row["error"].startswith(f"{row['planner']}: ") else
-            f"{row['planner']}: {row['error']}" for _, row in table.iterrows()))
+            refusal(row["planner"], row["error"]) for _, row in table.iterrows()))
     written = write_table_and_plot(args, table, "compare_plot",
                                     f"{graph.name} on {args.machine} ({args.policy} dispatch)")
     if args.json:
@@ -48,7 +48,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             shown[column] = shown[column].map(lambda b: fmt_bytes(int(b)))
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     for _, row in table[failed].iterrows():
-        print(f"{row['planner']}: {row['error']}")
+        print(refusal(row["planner"], row["error"]))
     if machine.host_memory is not None and (table["outcome"] == "OOM").any():
         print(f"OOM: a host peak above the machine's host_memory "
               f"({fmt_bytes(machine.host_memory)}) does not fit in host RAM")

@@ -13,6 +13,7 @@ from .common import (
     positive_float,
     positive_int,
     problem_options,
+    refusal,
     table_options,
     write_table,
 )
@@ -28,7 +29,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                      precision=args.precision, progress=say)
     if found.smallest["error"].notna().all():
         raise PlanError("no planner can plan it at any GPU memory: " + "; ".join(
-            f"{row['planner']}: {row['error']}" for _, row in found.smallest.iterrows()))
+            refusal(row["planner"], row["error"]) for _, row in found.smallest.iterrows()))
     title = f"{graph.name} on {args.machine}"
     written = write_table(args, found.curve)
     if args.plot:
@@ -53,7 +54,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "makespan": "makespan there (s)"}).to_string(index=False,
                                                     float_format=lambda x: f"{x:.4g}"))
     for _, row in found.smallest[found.smallest["error"].notna()].iterrows():
-        print(f"{row['planner']}: {row['error']}")
+        print(refusal(row["planner"], row["error"]))
     wide = curve_table(found)
     wide["gpu_memory"] = wide["gpu_memory"].map(lambda b: fmt_bytes(int(b)))
     print("makespan (s) against GPU memory:")

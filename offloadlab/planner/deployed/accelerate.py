@@ -2,10 +2,11 @@
 
 Source: huggingface/accelerate@16cb6eb80dd9aa8b4df1a63ef57863e455d53b83,
 ``src/accelerate/big_modeling.py`` (``cpu_offload``) and ``src/accelerate/hooks.py``
-(``attach_align_device_hook``, ``AlignDevicesHook``).  Model (:class:`~.emit.Emitter`): each
-weight is loaded on demand just before its reader and dropped after its module's forward, kept
-for the backward where autograd saves it, loaded again under activation checkpointing.  What the
-hooks do and how they are modelled: docs/deployed.md ("accelerate-offload").
+(``attach_align_device_hook``, ``AlignDevicesHook``: ``pre_forward`` and ``post_forward``).
+Model (:class:`~.emit.Emitter`): each weight is loaded on demand just before its reader and
+dropped after its module's forward, on every forward call (each token of a generation), kept
+for the backward where autograd saves it, loaded again under activation checkpointing.  What
+the hooks do and how they are modelled: docs/deployed.md ("accelerate-offload").
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def accelerate_offload(graph: TaskGraph, machine: Machine, options: Options,
                        hooks: Hooks) -> MemGraph:
     """Hugging Face Accelerate's cpu_offload (an offloading AlignDevicesHook on every module):
     each module's weights are copied to its GPU just before its forward, with no prefetch, and
-    dropped after it (kept for the backward where autograd saved them).
+    dropped after it (kept for the backward where autograd saved them), on every call: a
+    generation's decode steps each call the model, and so load every weight again
+    (``AlignDevicesHook.pre_forward`` and ``post_forward``, accelerate ``src/accelerate/hooks.py``).
 
     Parameters
     ----------
@@ -76,6 +79,9 @@ def accelerate_offload(graph: TaskGraph, machine: Machine, options: Options,
     schedule = [t for t in serial_order(graph, "given") if graph[t].kind != "input"]
     em = Emitter(NAME, graph, machine, schedule)
     drops = _recomputed(graph, em)
+    for i, slots in _calls(graph, em).items():
+        mine = drops.setdefault(i, [])
+        mine += [s for s in slots if s not in mine]
     for i, t in enumerate(schedule):
         em.run(t)
         for slot in drops.get(i, ()):
@@ -101,4 +107,26 @@ def _recomputed(graph: TaskGraph, em: Emitter) -> dict[int, list[Slot]]:
         forward = [i for i in positions if em.schedule[i] not in backward]
         if forward and len(forward) < len(positions):
             drops.setdefault(forward[-1], []).append(slot)
+    return drops
+
+
+def _calls(graph: TaskGraph, em: Emitter) -> dict[int, list[Slot]]:
+    """On a generation: for each position, the host weights whose reading in the model's
+    current forward call ends there and that a later call reads again.
+
+    A forward call ends where the next token is chosen (an ``argmax`` vertex: greedy decoding
+    picks it outside the model); a vertex's call is the most token choices on a path to it."""
+    if not any(t.op == "argmax" for t in graph):
+        return {}
+    call: dict[str, int] = {}                       # the schedule is topological
+    for t in em.schedule:
+        call[t] = max((call.get(u, 0) + (graph[u].op == "argmax") for u in graph[t].inputs),
+                      default=0)
+    drops: dict[int, list[Slot]] = {}
+    for slot, positions in em.readers.items():
+        if graph[slot[0]].kind != "input" or graph[slot[0]].device != HOST:
+            continue
+        for i, j in zip(positions, positions[1:]):
+            if call[em.schedule[i]] != call[em.schedule[j]]:
+                drops.setdefault(i, []).append(slot)
     return drops
