@@ -55,10 +55,11 @@ def package():
     return loaded
 
 
-def _rendered_functions(module):
-    """The public functions a module's page shows, and the public methods of its classes."""
+def _rendered_functions(module, own=False):
+    """The public functions a module's page shows, and the public methods of its classes;
+    ``own``: only those the module defines (by name, not the names it re-exports)."""
     for name, member in module.members.items():
-        if name.startswith("_") or not member.is_public:
+        if name.startswith("_") or (member.is_alias if own else not member.is_public):
             continue
         target = member.final_target if member.is_alias else member
         if target.is_function:
@@ -92,6 +93,24 @@ def _docstring_gaps(function) -> list[str]:
 def test_api_reference_functions_document_parameters_and_returns(package, name):
     gaps = [f"{function.path} ({function.relative_filepath}:{function.lineno}): {gap}"
             for function in _rendered_functions(package[name.removeprefix("offloadlab.")])
+            for gap in _docstring_gaps(function)]
+    if gaps:
+        pytest.fail("\n".join(gaps), pytrace=False)
+
+
+# Every other public function and method of the covered packages: the module's own members,
+# public by name, document their parameters and results the same way.
+COVERED = ("offloadlab.lab", "offloadlab.planner", "offloadlab.executor", "offloadlab.simulator",
+           "offloadlab.ilp")
+MODULES = sorted(".".join(path.parent.parts if path.name == "__init__.py"
+                          else path.with_suffix("").parts)
+                 for path in (p.relative_to(REPO) for p in (REPO / "offloadlab").rglob("*.py")))
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if m.startswith(COVERED)])
+def test_every_public_function_documents_parameters_and_returns(package, name):
+    gaps = [f"{function.path} ({function.relative_filepath}:{function.lineno}): {gap}"
+            for function in _rendered_functions(package[name.removeprefix("offloadlab.")], own=True)
             for gap in _docstring_gaps(function)]
     if gaps:
         pytest.fail("\n".join(gaps), pytrace=False)

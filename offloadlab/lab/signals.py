@@ -37,9 +37,16 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 @contextmanager
 def sigterm_stops() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` while the block runs (where Python runs signal
-    handlers: in the main thread; elsewhere signals are left alone); the previous handler is
-    back after it."""
+    """SIGTERM raises :class:`Terminated` while the block runs; the previous handler is back
+    after it.
+
+    Only where Python runs signal handlers, in the main thread; elsewhere signals are left alone.
+
+    Yields
+    ------
+    None
+        While the block runs.
+    """
     global _pending
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -56,7 +63,13 @@ def sigterm_stops() -> Iterator[None]:
 @contextmanager
 def deferred() -> Iterator[None]:
     """A SIGTERM while the block runs stops the command (:class:`Terminated`) only once the
-    block has ended."""
+    block has ended.
+
+    Yields
+    ------
+    None
+        While the block runs.
+    """
     global _deferring, _pending
     _deferring += 1
     try:
