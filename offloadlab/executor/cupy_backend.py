@@ -197,6 +197,7 @@ class CupyBackend:
         Returns
         -------
         numpy.ndarray
+            A view of freshly pinned memory.
         """
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         return self._pinned(nbytes).view(dtype).reshape(shape)
@@ -253,9 +254,9 @@ class CupyBackend:
         Parameters
         ----------
         dst : Array
-            A view of an arena.
+            A view of an arena on its GPU.
         value : numpy.ndarray
-            The input's value.
+            The input's value, in host memory.
         """
         with self.cuda.Device(dst.device.id):
             dst.set(value)

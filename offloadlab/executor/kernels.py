@@ -80,9 +80,9 @@ def initial_value(vertex: str, shape: tuple[int, ...], dtype: str) -> np.ndarray
     vertex : str
         The input vertex.
     shape : tuple of int
-        Its shape.
+        The shape of its value.
     dtype : str
-        Its dtype.
+        Its dtype (floating or integer).
 
     Returns
     -------

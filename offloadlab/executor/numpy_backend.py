@@ -162,9 +162,9 @@ class NumpyBackend:
         Parameters
         ----------
         shape : tuple of int
-            The output's shape.
+            The output's shape, as its vertex gives it.
         dtype : str
-            Its dtype.
+            The output's dtype.
 
         Returns
         -------

@@ -64,7 +64,7 @@ def verifying(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | N
     Yields
     ------
     None
-        While the block runs.
+        While the block runs, beside the child.
 
     Raises
     ------

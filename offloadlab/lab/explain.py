@@ -197,12 +197,12 @@ def text(table: pd.DataFrame) -> str:
     Parameters
     ----------
     table : DataFrame
-        What :func:`explain` returned.
+        A table :func:`explain` made.
 
     Returns
     -------
     str
-        The table's lines.
+        Its lines, aligned.
     """
     lines = ["why, per GPU: busy, idle by cause, host copies and the share of them hidden "
              "under compute (seconds)"]

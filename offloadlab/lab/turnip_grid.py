@@ -205,12 +205,12 @@ def run(experiment: Experiment, points: Iterable[Point] | None = None, *,
     points : iterable of Point, optional
         The points; ``experiment.grid`` when None.
     progress : bool
-        Print a line per point.
+        Print a line as each point is done.
 
     Returns
     -------
     DataFrame
-        The table.
+        A row per point and planner.
     """
     import pandas as pd
     from tqdm import tqdm

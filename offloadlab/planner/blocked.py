@@ -90,7 +90,7 @@ class Blocked:
         Parameters
         ----------
         size : int
-            The item's size.
+            Its size, as added.
         key : int
             Its key.
         """

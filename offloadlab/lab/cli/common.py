@@ -42,7 +42,7 @@ def progress_shown(args: argparse.Namespace) -> bool:
     Parameters
     ----------
     args : argparse.Namespace
-        The command's arguments.
+        The command's ``--quiet`` and ``--progress``.
 
     Returns
     -------
@@ -143,7 +143,7 @@ def read_taskgraph(args: argparse.Namespace):
     Parameters
     ----------
     args : argparse.Namespace
-        The command's arguments.
+        Its ``workload`` or ``taskgraph``.
 
     Returns
     -------

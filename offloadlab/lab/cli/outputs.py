@@ -334,9 +334,9 @@ def write_table_and_plot(args: argparse.Namespace, table: pd.DataFrame, plot: st
     Parameters
     ----------
     args : argparse.Namespace
-        The command's arguments and its outputs.
+        Its ``--out``, ``--plot`` and outputs.
     table : DataFrame
-        The table.
+        The rows to write and draw.
     plot : str
         The function of :mod:`offloadlab.lab.plots` that draws it.
     title : str
