@@ -63,7 +63,25 @@ def _no_allocation(nbytes: int) -> NoReturn:
          "streams and events", tolerance=(1e-3, 1e-4))
 def make(machine: Machine, rate_limit: bool = True) -> Backend:
     """A fresh cupy backend (needs an NVIDIA GPU and the ``gpu`` extra); copies run at the
-    hardware's speed whatever ``rate_limit`` says."""
+    hardware's speed whatever ``rate_limit`` says.
+
+    Parameters
+    ----------
+    machine : Machine
+        The machine, whose GPUs must be visible.
+    rate_limit : bool
+        Ignored.
+
+    Returns
+    -------
+    Backend
+        A :class:`CupyBackend`.
+
+    Raises
+    ------
+    SpecError
+        CuPy is not installed, or no CUDA device is visible.
+    """
     return CupyBackend(machine)
 
 
@@ -118,7 +136,27 @@ class CupyBackend:
     # -- memory ---------------------------------------------------------------------------
     def arena(self, gpu: str, nbytes: int) -> Array:
         """One ``cudaMalloc`` of ``nbytes`` on ``gpu`` (or on the GPU of a workspace named
-        ``"gpu0:scratch3"``), as a 1-D ``uint8`` array."""
+        ``"gpu0:scratch3"``), as a 1-D ``uint8`` array.
+
+        Parameters
+        ----------
+        gpu : str
+            The GPU, or a workspace on it.
+        nbytes : int
+            The size.
+
+        Returns
+        -------
+        Array
+            The CuPy array.
+
+        Raises
+        ------
+        SpecError
+            The GPU is not visible.
+        MemoryError
+            ``cudaMalloc`` failed.
+        """
         cuda = self.cuda
         with cuda.Device(self._device(gpu.partition(":")[0])):
             try:
@@ -131,17 +169,51 @@ class CupyBackend:
 
     def free_memory(self, gpu: str) -> int:
         """Bytes ``cudaMalloc`` may still take on ``gpu`` (its free memory, the CUDA context
-        already made)."""
+        already made).
+
+        Parameters
+        ----------
+        gpu : str
+            The GPU, e.g. ``gpu0``.
+
+        Returns
+        -------
+        int
+            The bytes.
+        """
         with self.cuda.Device(self._device(gpu)):
             return int(self.cuda.runtime.memGetInfo()[0])
 
     def host_array(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-        """A pinned host array (an output's copy, which :meth:`download` fills asynchronously)."""
+        """A pinned host array (an output's copy, which :meth:`download` fills asynchronously).
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The output's shape.
+        dtype : str
+            Its dtype.
+
+        Returns
+        -------
+        numpy.ndarray
+            A view of freshly pinned memory.
+        """
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         return self._pinned(nbytes).view(dtype).reshape(shape)
 
     def host_block(self, nbytes: int) -> np.ndarray:
-        """One pinned, portable (pinned for every GPU) block of ``nbytes``, as NumPy bytes."""
+        """One pinned, portable (pinned for every GPU) block of ``nbytes``, as NumPy bytes.
+
+        Parameters
+        ----------
+        nbytes : int
+            The bytes to pin.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         block = self._pinned(nbytes)
         if nbytes:
             self.pinned = (block.ctypes.data, block.ctypes.data + nbytes)
@@ -162,20 +234,47 @@ class CupyBackend:
         """Set every byte of ``buffer``, on its own device, and wait (outside the run, or
         inside a job for a tensor on another GPU than the job's stream: a peer copy's
         destination, which a kernel launched on the source device could not reach without
-        peer access)."""
+        peer access).
+
+        Parameters
+        ----------
+        buffer : Array
+            A CuPy array.
+        byte : int
+            The value.
+        """
         cuda = self.cuda
         with cuda.Device(buffer.device.id), cuda.Stream.null:
             buffer.reshape(-1).view(self.xp.uint8).fill(byte)
             cuda.Stream.null.synchronize()
 
     def upload(self, dst: Array, value: np.ndarray) -> None:
+        """Set the GPU tensor ``dst`` to ``value`` and wait.
+
+        Parameters
+        ----------
+        dst : Array
+            A view of an arena on its GPU.
+        value : numpy.ndarray
+            The input's value, in host memory.
+        """
         with self.cuda.Device(dst.device.id):
             dst.set(value)
             self.cuda.get_current_stream().synchronize()
 
     def download(self, stream: Slot | None, src: Array, dst: np.ndarray) -> None:
         """Copy ``src`` into the host array ``dst`` on ``stream`` (after the job that wrote
-        it) and wait for it."""
+        it) and wait for it.
+
+        Parameters
+        ----------
+        stream : Slot or None
+            The slot of the lane that downloads; None copies on the device's current stream.
+        src : Array
+            A view of an arena.
+        dst : numpy.ndarray
+            What :meth:`host_array` made.
+        """
         if src.nbytes != dst.nbytes:
             raise ValueError(f"download of {src.nbytes} bytes into {dst.nbytes}")
         if stream is None:
@@ -190,7 +289,20 @@ class CupyBackend:
     # -- streams --------------------------------------------------------------------------
     def stream(self, resource: str, slot: int) -> Slot | None:
         """A new non-blocking stream for a GPU's compute slot or a copy engine; None for the
-        ``cpu``, whose jobs run NumPy on their lane."""
+        ``cpu``, whose jobs run NumPy on their lane.
+
+        Parameters
+        ----------
+        resource : str
+            ``gpu0``, ``h2d:gpu0``, ``gpu0->gpu1``, ``cpu``...
+        slot : int
+            The slot's index (each slot its own stream).
+
+        Returns
+        -------
+        Slot or None
+            The stream, with its device and timing events.
+        """
         if resource == "cpu":
             return None
         if "->" in resource:
@@ -220,7 +332,15 @@ class CupyBackend:
 
     # -- running --------------------------------------------------------------------------
     def untimed(self, stream: Slot | None, work: Callable[[], None]) -> None:
-        """Run ``work`` with ``stream`` current and wait for it (the warm-up)."""
+        """Run ``work`` with ``stream`` current and wait for it (the warm-up).
+
+        Parameters
+        ----------
+        stream : Slot or None
+            The slot; None runs ``work`` on the host.
+        work : callable
+            The work (kernel launches).
+        """
         if stream is None:
             work()
             return
@@ -249,7 +369,20 @@ class CupyBackend:
     def timed(self, stream: Slot | None, work: Callable[[], None]) -> tuple[float, float]:
         """Run ``work`` with ``stream`` current, between two events, and sleep until it is
         done; its start and end in seconds since :meth:`begin`, measured from the slot's
-        anchor (the module's docstring)."""
+        anchor (the module's docstring).
+
+        Parameters
+        ----------
+        stream : Slot or None
+            The slot; None times ``work`` on the host's clock.
+        work : callable
+            The work (kernel launches or a copy).
+
+        Returns
+        -------
+        tuple of float
+            ``(start, end)``.
+        """
         if stream is None:
             start = time.perf_counter()
             work()
@@ -272,7 +405,15 @@ class CupyBackend:
         return start, end
 
     def copy(self, stream: Slot, dst: Array, src: Array) -> None:
-        """``cudaMemcpyAsync`` on ``stream``: pinned host <-> arena, or arena -> arena."""
+        """``cudaMemcpyAsync`` on ``stream``: pinned host <-> arena, or arena -> arena.
+
+        Parameters
+        ----------
+        stream : Slot
+            The copy engine's slot.
+        dst, src : Array
+            Tensors of the same size: views of arenas, or of the pinned host block.
+        """
         if dst.nbytes != src.nbytes:
             raise ValueError(f"copy of {src.nbytes} bytes into {dst.nbytes}")
         runtime = self.cuda.runtime

@@ -13,7 +13,15 @@ FILL_CHUNK = 64 * 2**20   # bytes written at once: Python sees Ctrl-C between tw
 
 def fill(buffer: np.ndarray, byte: int) -> None:
     """Set every byte of a host buffer to ``byte``, a chunk at a time (a gigabyte arena takes
-    seconds to fault in on first touch; a single ``fill`` would not let Ctrl-C through)."""
+    seconds to fault in on first touch; a single ``fill`` would not let Ctrl-C through).
+
+    Parameters
+    ----------
+    buffer : numpy.ndarray
+        A host array.
+    byte : int
+        The value.
+    """
     flat = buffer.reshape(-1).view(np.uint8)
     for start in range(0, flat.size, FILL_CHUNK):
         flat[start:start + FILL_CHUNK].fill(byte)
@@ -29,7 +37,18 @@ class HostAllocator:
         self.used = 0
 
     def alloc(self, nbytes: int) -> int | None:
-        """The offset of ``nbytes`` free bytes, or None if no free range is long enough."""
+        """The offset of ``nbytes`` free bytes, or None if no free range is long enough.
+
+        Parameters
+        ----------
+        nbytes : int
+            The size.
+
+        Returns
+        -------
+        int or None
+            The offset.
+        """
         if nbytes == 0:
             return 0
         for i, (start, end) in enumerate(zip(self.starts, self.ends)):
@@ -43,7 +62,20 @@ class HostAllocator:
         return None
 
     def free(self, offset: int, nbytes: int) -> None:
-        """Return ``[offset, offset + nbytes)``, merging it with free neighbours."""
+        """Return ``[offset, offset + nbytes)``, merging it with free neighbours.
+
+        Parameters
+        ----------
+        offset : int
+            Where the range starts.
+        nbytes : int
+            Its size.
+
+        Raises
+        ------
+        ValueError
+            Part of the range is free already.
+        """
         if nbytes == 0:
             return
         i = bisect.bisect(self.starts, offset)

@@ -26,14 +26,46 @@ __all__ = ["KERNELS", "Kernel", "KernelError", "check_runnable", "initial_value"
 
 
 def tensor_shape(shape: Sequence[int] | None, dtype: str, nbytes: int) -> tuple[int, ...]:
-    """The shape a tensor of ``nbytes`` is viewed with: its own, or flat."""
+    """The shape a tensor of ``nbytes`` is viewed with: its own, or flat.
+
+    Parameters
+    ----------
+    shape : sequence of int or None
+        The vertex's shape, if it has one.
+    dtype : str
+        Its dtype.
+    nbytes : int
+        Its bytes.
+
+    Returns
+    -------
+    tuple of int
+        The shape.
+    """
     if shape is None:
         return (nbytes // np.dtype(dtype).itemsize,)
     return tuple(int(n) for n in shape)
 
 
 def view(buffer: Array, offset: int, shape: tuple[int, ...], dtype: str) -> Array:
-    """The tensor at byte ``offset`` of the 1-D byte array ``buffer``."""
+    """The tensor at byte ``offset`` of the 1-D byte array ``buffer``.
+
+    Parameters
+    ----------
+    buffer : Array
+        An arena or the host block.
+    offset : int
+        Where the tensor starts.
+    shape : tuple of int
+        Its shape.
+    dtype : str
+        Its dtype.
+
+    Returns
+    -------
+    Array
+        A view of ``buffer``.
+    """
     size = math.prod(shape) * np.dtype(dtype).itemsize
     return buffer[offset:offset + size].view(dtype).reshape(shape)
 
@@ -41,7 +73,27 @@ def view(buffer: Array, offset: int, shape: tuple[int, ...], dtype: str) -> Arra
 def initial_value(vertex: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """The value of input ``vertex``, seeded by the vertex id so that every run and the
     reference see the same inputs: uniform in [-1, 1), matrices scaled to variance 1/rows so
-    that a chain of matmuls keeps its scale (integers in [-8, 8))."""
+    that a chain of matmuls keeps its scale (integers in [-8, 8)).
+
+    Parameters
+    ----------
+    vertex : str
+        The input vertex.
+    shape : tuple of int
+        The shape of its value.
+    dtype : str
+        Its dtype (floating or integer).
+
+    Returns
+    -------
+    numpy.ndarray
+        The value.
+
+    Raises
+    ------
+    KernelError
+        A dtype it cannot make values of.
+    """
     rng = np.random.default_rng(zlib.crc32(vertex.encode()))
     kind = np.dtype(dtype).kind
     if kind == "f":
@@ -77,8 +129,25 @@ def check_runnable(vertices: Iterable[Any]) -> None:
 
 
 def kernel(op: str | None, vertex: str) -> Kernel:
-    """The kernel of ``op`` (its parameters bound, for ``NAME:key=value`` ops); KernelError
-    naming ``vertex`` and the known ops if there is none."""
+    """The kernel of ``op``, its parameters bound for ``NAME:key=value`` ops.
+
+    Parameters
+    ----------
+    op : str or None
+        The vertex's op.
+    vertex : str
+        The vertex, named by the error.
+
+    Returns
+    -------
+    Kernel
+        The kernel.
+
+    Raises
+    ------
+    KernelError
+        No kernel for ``op``; the message names ``vertex`` and the known ops.
+    """
     found = KERNELS.get(op or "")
     if found is not None:
         return found

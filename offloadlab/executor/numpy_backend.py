@@ -55,7 +55,20 @@ class CopyEngine:
 @backend("numpy", doc="threads on the CPU (any machine): arenas in host RAM, copies paced to "
          "the machine's links", tolerance=(1e-5, 1e-6))
 def make(machine: Machine, rate_limit: bool = True) -> Backend:
-    """A fresh numpy backend, its copies paced to ``machine``'s bandwidths if ``rate_limit``."""
+    """A fresh numpy backend, its copies paced to ``machine``'s bandwidths if ``rate_limit``.
+
+    Parameters
+    ----------
+    machine : Machine
+        Its links' bandwidths and duplex factor.
+    rate_limit : bool
+        Pace the copies; else they run at memcpy speed.
+
+    Returns
+    -------
+    Backend
+        A :class:`NumpyBackend`.
+    """
     return NumpyBackend(machine, rate_limit)
 
 
@@ -80,34 +93,127 @@ class NumpyBackend:
 
     # -- memory ---------------------------------------------------------------------------
     def arena(self, gpu: str, nbytes: int) -> np.ndarray:
+        """A GPU's arena: a byte array in RAM, its pages touched.
+
+        Parameters
+        ----------
+        gpu : str
+            The GPU it stands for.
+        nbytes : int
+            Its size.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return _touched(nbytes)
 
     def host_block(self, nbytes: int) -> np.ndarray:
+        """The host block: a byte array in RAM, its pages touched.
+
+        Parameters
+        ----------
+        nbytes : int
+            Its size.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return _touched(nbytes)
 
     def fill(self, buffer: Array, byte: int) -> None:
+        """Set every byte of ``buffer`` to ``byte`` (:func:`.hostblock.fill`).
+
+        Parameters
+        ----------
+        buffer : Array
+            An arena or a workspace.
+        byte : int
+            The value.
+        """
         fill(buffer, byte)
 
     def upload(self, dst: Array, value: np.ndarray) -> None:
+        """Copy ``value`` into the arena's tensor ``dst``.
+
+        Parameters
+        ----------
+        dst : Array
+            A view of an arena.
+        value : numpy.ndarray
+            The input's value.
+        """
         np.copyto(dst, value)
 
     def free_memory(self, gpu: str) -> None:
-        """No GPU memory: the arenas are in RAM, which the event loop checks."""
+        """No GPU memory: the arenas are in RAM, which the event loop checks.
+
+        Parameters
+        ----------
+        gpu : str
+            The GPU.
+        """
         return None
 
     def host_array(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """An empty array an output is copied into.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The output's shape, as its vertex gives it.
+        dtype : str
+            The output's dtype.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return np.empty(shape, dtype)
 
     def download(self, stream: Any, src: Array, dst: np.ndarray) -> None:
+        """Copy the arena's tensor ``src`` into ``dst``, at once (no stream to wait for).
+
+        Parameters
+        ----------
+        stream : Any
+            Unused.
+        src : Array
+            A view of an arena.
+        dst : numpy.ndarray
+            What :meth:`host_array` made.
+        """
         np.copyto(dst, src)
 
     def untimed(self, stream: Any, work: Callable[[], None]) -> None:
+        """Run ``work`` in the calling thread.
+
+        Parameters
+        ----------
+        stream : Any
+            Unused.
+        work : callable
+            The work.
+        """
         work()
 
     # -- streams --------------------------------------------------------------------------
     def stream(self, resource: str, slot: int) -> CopyEngine | None:
-        """A copy engine carries its pacing; kernels need no stream (their lane is the
-        GPU's core)."""
+        """A copy engine carries its pacing; kernels need no stream (their lane is the GPU's core).
+
+        Parameters
+        ----------
+        resource : str
+            A GPU, a link direction (``h2d:gpu0``, ``gpu0->gpu1``) or the CPU.
+        slot : int
+            The slot (a link direction's slots share its engine).
+
+        Returns
+        -------
+        CopyEngine or None
+            The link direction's engine, or None.
+        """
         if resource.startswith(("h2d:", "d2h:")) or "->" in resource:
             if resource not in self.engines:
                 self.engines[resource] = self._engine(resource)
@@ -134,11 +240,39 @@ class NumpyBackend:
 
     def timed(self, stream: CopyEngine | None,
               work: Callable[[], None]) -> tuple[float, float]:
+        """Run ``work`` in the calling thread and time it.
+
+        Parameters
+        ----------
+        stream : CopyEngine or None
+            Unused: the thread is the lane.
+        work : callable
+            The work.
+
+        Returns
+        -------
+        tuple of float
+            Its start and end, in seconds since :meth:`begin`.
+        """
         start = time.perf_counter()
         work()
         return start - self.origin, time.perf_counter() - self.origin
 
     def copy(self, stream: CopyEngine | None, dst: Array, src: Array) -> None:
+        """Copy ``src``'s bytes into ``dst``, paced to ``stream``'s rate when it has one.
+
+        Parameters
+        ----------
+        stream : CopyEngine or None
+            The link direction's engine.
+        dst, src : Array
+            Views of the same size in arenas or the host block.
+
+        Raises
+        ------
+        Cancelled
+            The run stopped during a paced copy.
+        """
         d, s = dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)
         if stream is None or stream.rate is None:
             np.copyto(d, s)

@@ -67,7 +67,17 @@ class RaceError(ExecutionError):
 
 def checksum(xp: Any, data: Array, out: Array) -> None:
     """Set the 0-d ``uint64`` array ``out`` to the checksum of the 1-D byte array ``data``
-    (both on one device, ``xp``'s: NumPy or CuPy), allocating nothing on a GPU."""
+    (both on one device, ``xp``'s: NumPy or CuPy), allocating nothing on a GPU.
+
+    Parameters
+    ----------
+    xp : module
+        NumPy or CuPy.
+    data : Array
+        The bytes.
+    out : Array
+        The 0-d ``uint64`` result, set in place.
+    """
     if xp is np:
         whole = data.size & ~3
         np.add.reduce(data[:whole].view("<u4"), dtype=np.uint64, out=out)
@@ -189,10 +199,27 @@ class RaceDetector:
 
     # -- the loop's hooks --------------------------------------------------------------------
     def launched(self, i: int, work: Callable[[], None]) -> Callable[[], None]:
-        """Vertex ``i`` is being launched: raise :class:`RaceError` if a vertex was launched
-        over one of its inputs after the input's writer, or if ``i`` overwrites bytes that a
-        vertex still running writes; record ``i`` as the last writer of its bytes; ``work``
-        with the checksums of the run around it."""
+        """Vertex ``i`` is being launched: check it, record it as the last writer of its bytes, and
+        wrap ``work`` with the checksums of the run around it.
+
+        Parameters
+        ----------
+        i : int
+            The vertex, by position.
+        work : callable
+            Its work.
+
+        Returns
+        -------
+        callable
+            ``work`` between the checksums.
+
+        Raises
+        ------
+        RaceError
+            A vertex was launched over one of ``i``'s inputs after the input's writer, or ``i``
+            overwrites bytes that a vertex still running writes.
+        """
         for u in self.reads[i]:
             self._check_writers(i, u, "before it started")
         mine = self.bytes[i]
@@ -222,9 +249,19 @@ class RaceDetector:
         return checked
 
     def completed(self, i: int) -> None:
-        """Vertex ``i`` completed: its output's checksum is known; raise :class:`RaceError`
-        if an input it read changed before or during its work, or a vertex was launched over
-        one while it ran."""
+        """Vertex ``i`` completed: its output's checksum is known.
+
+        Parameters
+        ----------
+        i : int
+            The vertex, by position.
+
+        Raises
+        ------
+        RaceError
+            An input it read changed before or during its work, or a vertex was launched over one
+            while it ran.
+        """
         reads, after = self.reads[i], self.after[i]
         measured = self.measured[i]
         self.finished[i] = 1
@@ -280,9 +317,24 @@ def _overlap(a: tuple[str, int, int] | None, b: tuple[str, int, int] | None) -> 
 
 
 def racy_edges(mg: MemGraph, machine: Machine | None = None) -> list[tuple[str, str]]:
-    """The memory edges ``(u, v)`` of ``mg`` whose removal alone breaks rule 3 (v may then
-    overwrite bytes that u, or a vertex only u orders before v, still reads or writes): each
-    is a plan with a race a runtime must catch.  ``mg`` is left as it was."""
+    """The memory edges ``(u, v)`` of ``mg`` whose removal alone breaks rule 3: each is a plan with
+    a race a runtime must catch.
+
+    Without the edge, v may overwrite bytes that u, or a vertex only u orders before v, still
+    reads or writes.  ``mg`` is left as it was.
+
+    Parameters
+    ----------
+    mg : MemGraph
+        A correct plan.
+    machine : Machine, optional
+        What it runs on, for the rules that depend on it.
+
+    Returns
+    -------
+    list of (str, str)
+        The edges.
+    """
     found = []
     for u, v, kind in list(mg.edges()):
         if kind != "memory":

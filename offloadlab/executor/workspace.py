@@ -29,7 +29,29 @@ class Needs:
 def needs(vertices: list[MemVertex], shape: list[tuple[int, ...]], inputs: list[list[int]],
           engines: list[str | None]) -> Needs:
     """The :class:`Needs` of ``vertices``, whose tensors have ``shape``, read ``inputs`` (by
-    position) and run on ``engines``."""
+    position) and run on ``engines``.
+
+    Parameters
+    ----------
+    vertices : list of MemVertex
+        The MemGraph's vertices, by position.
+    shape : list of tuple of int
+        Each one's tensor shape.
+    inputs : list of list of int
+        Each one's inputs, by position.
+    engines : list of str or None
+        The engine each runs on (None: a move, or the CPU).
+
+    Returns
+    -------
+    Needs
+        What they need.
+
+    Raises
+    ------
+    KernelError
+        A vertex's kernel refuses its shapes; the message names it.
+    """
     n = len(vertices)
     out = Needs([None] * n, [False] * n, [None] * n, {})
     sized: dict[tuple, int] = {}     # (op, output and input shapes and dtypes) -> bytes
@@ -41,13 +63,13 @@ def needs(vertices: list[MemVertex], shape: list[tuple[int, ...]], inputs: list[
                      *((shape[u], vertices[u].dtype) for u in inputs[i]))
         nbytes = sized.get(signature, -1)
         if nbytes < 0:
-            result = stand_in(shape[i], v.dtype)
-            args = [stand_in(shape[u], vertices[u].dtype) for u in inputs[i]]
+            result = _stand_in(shape[i], v.dtype)
+            args = [_stand_in(shape[u], vertices[u].dtype) for u in inputs[i]]
             try:
                 nbytes = sized[signature] = k.scratch(result, args)
             except (ValueError, TypeError, IndexError) as exc:
                 raise KernelError(f"vertex {v.id!r} ({v.op}): {exc}") from None
-        out.aliased[i] = v.loc is not None and any(overlap(v, vertices[u]) for u in inputs[i])
+        out.aliased[i] = v.loc is not None and any(_overlap(v, vertices[u]) for u in inputs[i])
         if out.aliased[i]:
             nbytes += aligned(math.prod(shape[i]) * np.dtype(v.dtype).itemsize)
         out.kernel[i] = k
@@ -58,7 +80,7 @@ def needs(vertices: list[MemVertex], shape: list[tuple[int, ...]], inputs: list[
     return out
 
 
-def stand_in(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+def _stand_in(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """A C-contiguous array of ``shape`` and ``dtype`` that takes no memory (for sizing
     scratch: its flags and its slices' flags are those of the real tensor's, never read)."""
     item = np.dtype(dtype).itemsize
@@ -66,7 +88,7 @@ def stand_in(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, strides, writeable=False)
 
 
-def overlap(v: MemVertex, u: MemVertex) -> bool:
+def _overlap(v: MemVertex, u: MemVertex) -> bool:
     """Whether the GPU locations of ``v`` and ``u`` share a byte."""
     a, b = v.loc, u.loc
     return b is not None and a is not None and a.device == b.device \

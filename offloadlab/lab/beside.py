@@ -39,17 +39,39 @@ def verifying(mg: MemGraph, graph: TaskGraph | None = None, machine: Machine | N
               beside: bool = True,
               shown: Callable[[], AbstractContextManager[object]] = nullcontext
               ) -> Iterator[None]:
-    """``verify(mg, graph, machine)`` while the ``with`` block runs, in a child process where
-    it can and ``beside`` (module docstring), else before the block, inside ``shown()`` (a
-    progress bar).  The child checks the rules of the MemGraph alone; rule 2, against
-    ``graph``, is checked here after the block (:func:`verify_against`), so that the two
-    processes share the work (after the block, which has touched the graph, this process
-    copies fewer of the pages it shares with the child); the child's verdict is reported
-    first, as :func:`verify` orders them.  A failed verification raises its
-    :class:`VerificationError` when the block ends, or instead of the block's own exception
-    (a simulation of an incorrect plan may fail first, with a less telling message).  Ctrl-C
-    stops the child.  The block must not change ``mg`` or ``graph``: the child verifies them
-    as they were when it forked, this process checks rule 2 as they are after the block."""
+    """``verify(mg, graph, machine)`` while the ``with`` block runs, in a child process where it
+    can and ``beside`` (module docstring), else before the block, inside ``shown()``.
+
+    The child checks the rules of the MemGraph alone; rule 2, against ``graph``, is checked
+    here after the block (:func:`verify_against`), so that the two processes share the work;
+    the child's verdict is reported first, as :func:`verify` orders them.  Ctrl-C stops the
+    child.  The block must not change ``mg`` or ``graph``: the child verifies them as they were
+    when it forked, this process checks rule 2 as they are after the block.
+
+    Parameters
+    ----------
+    mg : MemGraph
+        The plan.
+    graph : TaskGraph, optional
+        What it was planned from (rule 2).
+    machine : Machine, optional
+        What it runs on.
+    beside : bool
+        Whether it may verify in a child process.
+    shown : callable
+        Makes the context (a progress bar) verifying runs in.
+
+    Yields
+    ------
+    None
+        While the block runs, beside the child.
+
+    Raises
+    ------
+    VerificationError
+        When the block ends, or instead of the block's own exception (a simulation of an
+        incorrect plan may fail first, with a less telling message).
+    """
     child = _Child.start(mg, machine) if beside and _room_to_fork(len(mg)) else None
     if child is None:
         with shown():

@@ -61,18 +61,53 @@ class Diff:
     parting: Parting | None = None
 
     def moved_bytes(self, side: str) -> int:
-        """Bytes of the moves only plan ``side`` (``"a"`` or ``"b"``) makes."""
+        """Bytes of the moves only plan ``side`` (``"a"`` or ``"b"``) makes.
+
+        Parameters
+        ----------
+        side : str
+            ``"a"`` or ``"b"``.
+
+        Returns
+        -------
+        int
+            The bytes.
+        """
         return sum(m.bytes * m.count for m in (self.only_a if side == "a" else self.only_b))
 
 
 def moves(memgraph: MemGraph) -> Counter:
-    """Each ``(kind, tensor, device, bytes)`` the plan moves, with how often."""
+    """Each ``(kind, tensor, device, bytes)`` the plan moves, with how often.
+
+    Parameters
+    ----------
+    memgraph : MemGraph
+        One side of the diff.
+
+    Returns
+    -------
+    Counter
+        ``(kind, tensor, device, bytes)`` -> how often.
+    """
     return Counter((v.kind, v.of or "", v.device, v.bytes) for v in memgraph if v.kind in MOVES)
 
 
 def check_same_taskgraph(a: MemGraph, b: MemGraph, names: tuple[str, str]) -> None:
     """Refuse two MemGraphs planned from different TaskGraphs (by their recorded content hash,
-    else by their TaskGraph vertices)."""
+    else by their TaskGraph vertices).
+
+    Parameters
+    ----------
+    a, b : MemGraph
+        The two plans.
+    names : tuple of str
+        Their names in the message (their files).
+
+    Raises
+    ------
+    SpecError
+        They were planned from different TaskGraphs.
+    """
     ha, hb = a.graph.get("taskgraph_hash"), b.graph.get("taskgraph_hash")
     if ha and hb:
         if ha != hb:
@@ -160,7 +195,20 @@ def _waited(memgraph: MemGraph, trace: pd.DataFrame, vertex: str) -> str | None:
 
 
 def text(d: Diff, names: tuple[str, str]) -> str:
-    """:func:`diff`'s findings as printed lines."""
+    """:func:`diff`'s findings as printed lines.
+
+    Parameters
+    ----------
+    d : Diff
+        What :func:`diff` found.
+    names : tuple of str
+        The two plans' names.
+
+    Returns
+    -------
+    str
+        The lines.
+    """
     from ..core.util import fmt_bytes
     a, b = names
     lines = [f"makespan: {a} {d.makespan_a:.6g} s, {b} {d.makespan_b:.6g} s"]

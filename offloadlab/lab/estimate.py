@@ -58,9 +58,30 @@ def _attempt(graph: TaskGraph, machine: Machine, planner: str, memory: int
 def smallest_memory(graph: TaskGraph, machine: Machine, planner: str, low: int, high: int,
                     precision: float = 0.01, progress: Callable[[], None] | None = None
                     ) -> tuple[int | None, int, str]:
-    """The smallest GPU memory in ``(low, high]`` at which ``planner`` plans ``graph`` (to
-    within ``precision`` of it), how many plans the search made, and the last refusal (empty
-    if none); None if it cannot plan at ``high``."""
+    """The smallest GPU memory in ``(low, high]`` at which ``planner`` plans ``graph``, to within
+    ``precision`` of it.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The computation.
+    machine : Machine
+        The machine; its GPU memory is what the search changes.
+    planner : str
+        The planner spec.
+    low, high : int
+        The bytes the search starts between.
+    precision : float
+        The relative precision of the answer.
+    progress : callable, optional
+        Called after each plan the search makes.
+
+    Returns
+    -------
+    tuple
+        The smallest memory (None if it cannot plan at ``high``), how many plans the search
+        made, and the last refusal (empty if none).
+    """
     probes, error = 1, ""
     found = _attempt(graph, machine, planner, high)
     if isinstance(found, str):
@@ -176,7 +197,18 @@ def estimate(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None 
 
 def curve_table(found: Estimate) -> pd.DataFrame:
     """The curve with a column per planner (makespans in seconds) and the bound, a row per
-    GPU memory."""
+    GPU memory.
+
+    Parameters
+    ----------
+    found : Estimate
+        What :func:`estimate` found.
+
+    Returns
+    -------
+    DataFrame
+        The table.
+    """
     wide = found.curve.pivot(index="gpu_memory", columns="planner", values="makespan")
     wide = wide[list(dict.fromkeys(found.curve["planner"]))]
     wide["bound"] = found.bound

@@ -32,7 +32,18 @@ UNKNOWN = "unknown"
 
 
 def union(intervals: Sequence[tuple[float, float]]) -> Intervals:
-    """The disjoint, sorted intervals covering ``intervals`` (empty ones dropped)."""
+    """The disjoint, sorted intervals covering ``intervals`` (empty ones dropped).
+
+    Parameters
+    ----------
+    intervals : sequence of (float, float)
+        ``(start, end)`` pairs, in any order, overlapping or not.
+
+    Returns
+    -------
+    Intervals
+        The union.
+    """
     merged: Intervals = []
     for start, end in sorted(i for i in intervals if i[1] > i[0]):
         if merged and start <= merged[-1][1]:
@@ -43,12 +54,23 @@ def union(intervals: Sequence[tuple[float, float]]) -> Intervals:
     return merged
 
 
-def length(intervals: Intervals) -> float:
+def _length(intervals: Intervals) -> float:
     return sum(end - start for start, end in intervals)
 
 
 def overlap(a: Intervals, b: Intervals) -> float:
-    """The length of the intersection of two disjoint sorted interval lists."""
+    """The length of the intersection of two disjoint sorted interval lists.
+
+    Parameters
+    ----------
+    a, b : Intervals
+        The lists.
+
+    Returns
+    -------
+    float
+        The length.
+    """
     total, i, j = 0.0, 0, 0
     while i < len(a) and j < len(b):
         low, high = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
@@ -121,8 +143,8 @@ def explain(trace: pd.DataFrame, memgraph: MemGraph) -> pd.DataFrame:
                 _attribute(idle, at, s, v, memgraph, end)
             at = max(at, e)
         idle["done"] += max(makespan - at, 0.0)
-        transfer, hidden = length(moved), overlap(busy, moved)
-        rows.append({"gpu": gpu, "makespan": makespan, "busy": length(busy),
+        transfer, hidden = _length(moved), overlap(busy, moved)
+        rows.append({"gpu": gpu, "makespan": makespan, "busy": _length(busy),
                      "transfer": transfer, "hidden": hidden,
                      "overlap": hidden / transfer if transfer > 0 else float("nan"),
                      **{f"idle_{c}": t for c, t in idle.items()}})
@@ -153,13 +175,35 @@ def _cause(memgraph: MemGraph, u: str, edge: str) -> str:
 
 
 def records(table: pd.DataFrame) -> list[dict]:
-    """The rows of :func:`explain` as JSON-ready dicts (an undefined overlap is None)."""
+    """The rows of :func:`explain` as JSON-ready dicts (an undefined overlap is None).
+
+    Parameters
+    ----------
+    table : DataFrame
+        What :func:`explain` returned.
+
+    Returns
+    -------
+    list of dict
+        A dict per row.
+    """
     return [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
             for row in table.to_dict("records")]
 
 
 def text(table: pd.DataFrame) -> str:
-    """The rows of :func:`explain` as a printed table: seconds, and shares of the makespan."""
+    """The rows of :func:`explain` as a printed table: seconds, and shares of the makespan.
+
+    Parameters
+    ----------
+    table : DataFrame
+        A table :func:`explain` made.
+
+    Returns
+    -------
+    str
+        Its lines, aligned.
+    """
     lines = ["why, per GPU: busy, idle by cause, host copies and the share of them hidden "
              "under compute (seconds)"]
     shown = table.copy()
@@ -172,10 +216,23 @@ def text(table: pd.DataFrame) -> str:
 
 def memory_by_category(trace: pd.DataFrame, memgraph: MemGraph,
                        graph: TaskGraph | None = None) -> pd.DataFrame:
-    """GPU memory in use over time per category: a step function with columns ``time, device,
-    category, bytes`` (the use from then on), one row per device, category and time where it
-    changes, sorted by time.  ``graph`` is the TaskGraph ``memgraph`` was planned from; without
-    it every byte is :data:`UNKNOWN`."""
+    """GPU memory in use over time per category: a step function, sorted by time.
+
+    Parameters
+    ----------
+    trace : DataFrame
+        The run's Trace.
+    memgraph : MemGraph
+        The plan it ran.
+    graph : TaskGraph, optional
+        What ``memgraph`` was planned from; without it every byte is :data:`UNKNOWN`.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``time, device, category, bytes`` (the use from then on), one row per device,
+        category and time where it changes.
+    """
     import pandas as pd
 
     from ..core.memory import gpu_lifetimes
@@ -198,9 +255,20 @@ def memory_by_category(trace: pd.DataFrame, memgraph: MemGraph,
 
 
 def category_table(series: pd.DataFrame) -> pd.DataFrame:
-    """Per GPU and category of :func:`memory_by_category`'s ``series``: its ``peak``, and the
-    bytes it holds at the GPU's peak (``at_gpu_peak``, the first instant of the highest total)
-    with their ``share`` of that peak."""
+    """Per GPU and category of :func:`memory_by_category`'s ``series``: its peak, and what it
+    holds at the GPU's peak.
+
+    Parameters
+    ----------
+    series : DataFrame
+        What :func:`memory_by_category` returned.
+
+    Returns
+    -------
+    DataFrame
+        Per GPU and category, its ``peak``, the bytes it holds at the GPU's peak
+        (``at_gpu_peak``, the first instant of the highest total) and their ``share`` of it.
+    """
     import pandas as pd
 
     rows = []
@@ -230,7 +298,18 @@ def _category_order(column: pd.Series) -> pd.Series:
 
 
 def category_text(table: pd.DataFrame) -> str:
-    """:func:`category_table` printed: bytes, and the share of the GPU's peak."""
+    """:func:`category_table` printed: bytes, and the share of the GPU's peak.
+
+    Parameters
+    ----------
+    table : DataFrame
+        What :func:`category_table` returned.
+
+    Returns
+    -------
+    str
+        The table's lines.
+    """
     from ..core.util import fmt_bytes
     lines = ["memory by category, per GPU: each category's peak, and what it holds at the "
              "GPU's peak (its share of it)"]

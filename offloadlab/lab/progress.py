@@ -29,8 +29,14 @@ _ran_out: str | None = None         # the innermost phase that ran out of memory
 
 
 def ran_out_while() -> str | None:
-    """What the innermost phase was doing (``"building random:..."``) when it ran out of
-    memory (a ``MemoryError`` left it), or None; forgotten once asked."""
+    """What the innermost phase was doing when it ran out of memory (a ``MemoryError`` left it);
+    forgotten once asked.
+
+    Returns
+    -------
+    str or None
+        E.g. ``"building random:..."``, or None.
+    """
     global _ran_out
     what, _ran_out = _ran_out, None
     return what
@@ -50,8 +56,23 @@ class Phases:
     @contextmanager
     def phase(self, name: str, total: int | None = None, unit: str = "vertex"
               ) -> Iterator[Report]:
-        """A bar named ``name`` for the duration of the ``with`` block; the block gets a
-        ``report(done)`` callback (a no-op when disabled or without a ``total``)."""
+        """A bar named ``name`` for the duration of the ``with`` block.
+
+        Parameters
+        ----------
+        name : str
+            What the phase does (``"planning with buildmemgraph"``).
+        total : int, optional
+            How many units the phase does, if known.
+        unit : str
+            What it counts.
+
+        Yields
+        ------
+        Report
+            ``report(done)``, which the block calls with how many units are done (a no-op when
+            disabled or without a ``total``).
+        """
         with _kept(name):
             if not self.enabled:
                 yield _ignore
@@ -68,9 +89,23 @@ class Phases:
 
     @contextmanager
     def steps(self, name: str, total: int) -> Iterator[Step]:
-        """A bar of ``total`` steps for the ``with`` block, which calls ``step(line)`` as each
-        step starts: the bar shows ``line``, how many steps are done, and the time left at
-        the pace so far (tqdm's estimate)."""
+        """A bar of ``total`` steps for the ``with`` block.
+
+        The bar shows the line of the step running, how many steps are done, and the time left at
+        the pace so far (tqdm's estimate).
+
+        Parameters
+        ----------
+        name : str
+            What the steps do.
+        total : int
+            How many there are.
+
+        Yields
+        ------
+        Step
+            ``step(line)``, which the block calls as each step starts.
+        """
         with _kept(name):
             if not self.enabled:
                 yield lambda line: _set_doing(f"{name}: {line}")

@@ -40,9 +40,16 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 @contextmanager
 def sigterm_stops() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` while the block runs (where Python runs signal
-    handlers: in the main thread; elsewhere signals are left alone); the previous handler is
-    back after it."""
+    """SIGTERM raises :class:`Terminated` while the block runs; the previous handler is back
+    after it.
+
+    Only where Python runs signal handlers, in the main thread; elsewhere signals are left alone.
+
+    Yields
+    ------
+    None
+        While the block runs.
+    """
     global _pending
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -61,7 +68,13 @@ def deferred() -> Iterator[None]:
     """A SIGTERM while the block runs stops the command (:class:`Terminated`) only once the
     block has ended, and so does a SIGINT: its handler (Python's raises
     ``KeyboardInterrupt``) runs then, once.  A SIGINT ignored, or left to its default
-    action, stays so."""
+    action, stays so.
+
+    Yields
+    ------
+    None
+        While the block runs.
+    """
     global _deferring, _pending
     interrupted: list[FrameType | None] = []
     handler = _hold_sigint(interrupted)
@@ -101,7 +114,13 @@ def sigint_blocked() -> Iterator[None]:
     inherited by a thread and kept through fork and exec, and Python leaves it as it is.  A
     terminal's Ctrl-C, sent to the whole process group, so never reaches worker processes
     started here; this process sees it once the block ends (run in :func:`deferred`, where
-    another thread may take it meanwhile)."""
+    another thread may take it meanwhile).
+
+    Yields
+    ------
+    None
+        While the block runs.
+    """
     from multiprocessing import resource_tracker
 
     # started here first: the thread that starts multiprocessing's resource tracker has

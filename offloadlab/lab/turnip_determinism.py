@@ -68,14 +68,14 @@ COLUMNS = ["scope", "experiment", "workload", "machine", "model", "seq", "batch"
            "plan_s", "verify_s", "simulate_s", "version"]
 
 
-def cell_of(experiment: str, point: Point) -> Cell:
+def _cell_of(experiment: str, point: Point) -> Cell:
     """The cell a point of ``experiment`` counts in (by its server's preset name)."""
     machine = point.machine.partition(":")[0]
     return next(c for c in CELLS if (c.experiment, c.machine) == (experiment, machine))
 
 
-def evaluate(experiment: str, point: Point, noises: Sequence[float], seeds: int,
-             fixed: str = "planned") -> tuple[list[dict], dict[float, list[float]]]:
+def _evaluate(experiment: str, point: Point, noises: Sequence[float], seeds: int,
+              fixed: str = "planned") -> tuple[list[dict], dict[float, list[float]]]:
     """A row per noise level for one point (an ``OOM: why`` row if BuildMemGraph finds no
     plan), and each noise level's speedups, one per seed."""
     from .. import __version__
@@ -85,7 +85,7 @@ def evaluate(experiment: str, point: Point, noises: Sequence[float], seeds: int,
     from ..planner import plan
     from .ablate import mean_ci, pair, simulated, speedups
     machine = machine_from_spec(point.machine)
-    cell = cell_of(experiment, point)
+    cell = _cell_of(experiment, point)
     workload = f"{EXPERIMENTS[experiment].workload}:model={point.model},seq={point.seq}," \
                f"batch={point.batch},gpus={machine.gpus}"
     base = dict(scope="point", experiment=experiment, workload=workload,
@@ -129,11 +129,32 @@ def _blank(base: dict, noise: float, status: str, **times: float) -> dict:
 
 def run(points: Mapping[str, Sequence[Point]] | None = None, noises: Iterable[float] = NOISES,
         seeds: int = SEEDS, fixed: str = "planned", *, progress: bool = True) -> pd.DataFrame:
-    """Each experiment's points (:data:`POINTS` unless ``points``), a row per point and noise
-    level, then a row per cell of Figure 14 and noise level (``scope`` ``cell``; its
-    ``workload`` lists the points', ``points`` counts those planned): the mean over seeds of
-    the mean over its points, with a 95% bootstrap interval over seeds.  A cell with no
-    point planned has an empty speedup and says so in ``status``."""
+    """Each experiment's points, a row per point and noise level, then a row per cell of
+    Figure 14 and noise level.
+
+    A cell's row (``scope`` ``cell``; its ``workload`` lists the points', ``points`` counts
+    those planned) holds the mean over seeds of the mean over its points, with a 95% bootstrap
+    interval over seeds.  A cell with no point planned has an empty speedup and says so in
+    ``status``.
+
+    Parameters
+    ----------
+    points : mapping of str to sequence of Point, optional
+        Experiment -> its points; :data:`POINTS` when None.
+    noises : iterable of float
+        The noise levels.
+    seeds : int
+        Seeds per noise level.
+    fixed : str
+        The fixed order: ``"planned"`` or ``"replay"``.
+    progress : bool
+        Print a line per point.
+
+    Returns
+    -------
+    DataFrame
+        The table.
+    """
     import pandas as pd
     from tqdm import tqdm
 
@@ -147,9 +168,9 @@ def run(points: Mapping[str, Sequence[Point]] | None = None, noises: Iterable[fl
     found: dict[tuple[Cell, float], list[list[float]]] = {}
     workloads: dict[Cell, list[str]] = {}
     for experiment, point in tqdm(todo, disable=not progress, unit="point", desc="points"):
-        point_rows, speedups = evaluate(experiment, point, levels, seeds, fixed)
+        point_rows, speedups = _evaluate(experiment, point, levels, seeds, fixed)
         rows += point_rows
-        cell = cell_of(experiment, point)
+        cell = _cell_of(experiment, point)
         workloads.setdefault(cell, []).append(point_rows[0]["workload"])
         for noise, values in speedups.items():
             found.setdefault((cell, noise), []).append(values)
@@ -180,7 +201,15 @@ def run(points: Mapping[str, Sequence[Point]] | None = None, noises: Iterable[fl
 
 def plot(table: pd.DataFrame, path) -> None:
     """Each cell's speedup at each noise level (bars with their intervals) beside the
-    paper's (black)."""
+    paper's (black).
+
+    Parameters
+    ----------
+    table : DataFrame
+        What :func:`run` returned.
+    path : str or Path
+        The image file.
+    """
     from .plots import figure
     cells = table[table["scope"] == "cell"]
     noises = list(dict.fromkeys(cells["noise"]))

@@ -63,17 +63,46 @@ class Experiment:
                 "paper", "paper_outcome", "ratio", "version"]
 
     def paper_outcome(self, point: Point) -> str | None:
-        """``"ok"`` where the paper gives the point's seconds, ``"OOM"`` where it says TURNIP
-        ran out of memory, None where its text says nothing of the point."""
+        """What the paper says of ``point``.
+
+        Parameters
+        ----------
+        point : Point
+            A point of the grid.
+
+        Returns
+        -------
+        str or None
+            ``"ok"`` where the paper gives the point's seconds, ``"OOM"`` where it says TURNIP ran
+            out of memory, None where its text says nothing of the point.
+        """
         if point in self.paper:
             return "ok"
         return "OOM" if point in self.paper_oom else None
 
 
 def parse_points(experiment: Experiment, text: str) -> list[Point]:
-    """``"7b-1024,65b-1024x8@a100x8"`` -> points (batch 1 unless ``xB``); without
-    ``@MACHINE``, on both servers.  A point whose model cannot be cut over the server's GPUs
-    is the builder's one error."""
+    """``"7b-1024,65b-1024x8@a100x8"`` -> points (batch 1 unless ``xB``); without ``@MACHINE``, on
+    both servers.
+
+    Parameters
+    ----------
+    experiment : Experiment
+        Whose models and servers.
+    text : str
+        The points, separated by commas.
+
+    Returns
+    -------
+    list of Point
+        The points.
+
+    Raises
+    ------
+    SpecError
+        A malformed point, or an unknown model or server; a point whose model cannot be cut over
+        the server's GPUs is the builder's one error.
+    """
     from ..core.machine import machine_from_spec
     from ..core.workloads.llama import CONFIGS, DEFAULT_BLOCK, check_options
     points = []
@@ -97,9 +126,26 @@ def parse_points(experiment: Experiment, text: str) -> list[Point]:
 
 def evaluate(experiment: Experiment, point: Point,
              planners: Iterable[str] = PLANNERS) -> list[dict]:
-    """A row per planner: the simulated seconds (NaN and ``OOM: why`` if there is no plan,
-    or if the run's host peak exceeds the machine's ``host_memory``), the host peak, graph
-    sizes, the seconds of each stage and the paper's outcome."""
+    """A row per planner: the simulated seconds, the host peak, graph sizes, the seconds of each
+    stage and the paper's outcome.
+
+    The seconds are NaN and the status ``OOM: why`` if there is no plan, or if the run's host
+    peak exceeds the machine's ``host_memory``.
+
+    Parameters
+    ----------
+    experiment : Experiment
+        The experiment.
+    point : Point
+        Its point.
+    planners : iterable of str
+        The planner specs.
+
+    Returns
+    -------
+    list of dict
+        The rows.
+    """
     from .. import __version__
     from ..core.machine import machine_from_spec
     from ..core.verify import verify
@@ -150,7 +196,22 @@ def evaluate(experiment: Experiment, point: Point,
 
 def run(experiment: Experiment, points: Iterable[Point] | None = None, *,
         progress: bool = True) -> pd.DataFrame:
-    """The grid (``experiment.grid`` unless ``points``): a row per point and planner."""
+    """The grid (``experiment.grid`` unless ``points``): a row per point and planner.
+
+    Parameters
+    ----------
+    experiment : Experiment
+        The experiment.
+    points : iterable of Point, optional
+        The points; ``experiment.grid`` when None.
+    progress : bool
+        Print a line as each point is done.
+
+    Returns
+    -------
+    DataFrame
+        A row per point and planner.
+    """
     import pandas as pd
     from tqdm import tqdm
     rows: list[dict] = []
@@ -165,7 +226,17 @@ def run(experiment: Experiment, points: Iterable[Point] | None = None, *,
 def plot(experiment: Experiment, table: pd.DataFrame, path) -> None:
     """Simulated seconds against sequence length, a panel per server with its legend below, a
     line per model, batch and planner; OOM points as crosses on the panel's top edge, the
-    paper's seconds as stars and its OOM points as black crosses above them."""
+    paper's seconds as stars and its OOM points as black crosses above them.
+
+    Parameters
+    ----------
+    experiment : Experiment
+        The experiment.
+    table : DataFrame
+        What :func:`run` returned.
+    path : str or Path
+        The image file.
+    """
     from .plots import figure
     machines = list(dict.fromkeys(table["machine"]))
     fig = figure(figsize=(6.5 * len(machines), 6))

@@ -79,10 +79,32 @@ class Victims(Protocol):
 
     def badness(self, owner: Owner) -> int:
         """How bad evicting ``owner`` is, from :data:`LEAST` up; :data:`PINNED` if it must
-        stay."""
+        stay.
+
+        Parameters
+        ----------
+        owner : Owner
+            An occupant.
+
+        Returns
+        -------
+        int
+            Its badness.
+        """
 
     def moved(self, owner: Owner) -> int:
-        """The bytes evicting ``owner`` moves (asked only when it is not pinned)."""
+        """The bytes evicting ``owner`` moves (asked only when it is not pinned).
+
+        Parameters
+        ----------
+        owner : Owner
+            An occupant that is not pinned.
+
+        Returns
+        -------
+        int
+            The bytes.
+        """
 
 
 class GpuMemory:
@@ -125,7 +147,18 @@ class GpuMemory:
         Where that key is a run's open step and the window reaches past the segments its
         value is known for, the run's steps are found up to the window's end
         (:meth:`_reach`) and the query asked again: every other item's key is at most that
-        of the step it stands for, so the least key that is exact is the answer."""
+        of the step it stands for, so the least key that is exact is the answer.
+
+        Parameters
+        ----------
+        size : int
+            The bytes wanted.
+
+        Returns
+        -------
+        int or None
+            The offset.
+        """
         if size >= self._no_fit:
             return None
         if self._indexed != (len(self._at) >= (INDEX_AT // 4 if self._indexed else INDEX_AT)):
@@ -181,7 +214,20 @@ class GpuMemory:
         can be emptied), the last ties go to the window nearest after the hand, and the hand
         stops after the chosen window.  An eviction so costs a constant instead of the
         number of residents, and successive evictions cycle through memory, so that a new
-        occupant's memory edges reach back to old frees rather than to the latest."""
+        occupant's memory edges reach back to old frees rather than to the latest.
+
+        Parameters
+        ----------
+        size : int
+            The bytes wanted.
+        cost : Victims
+            How bad evicting each occupant is, and what it moves.
+
+        Returns
+        -------
+        tuple or None
+            ``(offset, occupants)``, or None if every window holds a pinned occupant.
+        """
         n = len(self._at)
         k = min(n, VICTIM_SCAN)
         best, walked = self._slide(self._hand_at, k, size, cost, None)
@@ -264,12 +310,34 @@ class GpuMemory:
         return best, walked
 
     def owners(self) -> list[Owner]:
+        """Every occupant, by offset.
+
+        Returns
+        -------
+        list of Owner
+            The occupants.
+        """
         return [s.owner for s in self.segments if s.owner is not None]
 
     # -- updates --------------------------------------------------------------------------
     def place(self, offset: int, size: int, owner: Owner) -> list[Segment]:
         """Occupy ``[offset, offset + size)``, which must be free; return the free segments it
-        covered (their guards become memory edges; :meth:`restore` puts them back)."""
+        covered (their guards become memory edges; :meth:`restore` puts them back).
+
+        Parameters
+        ----------
+        offset : int
+            Where.
+        size : int
+            How many bytes.
+        owner : Owner
+            What occupies them.
+
+        Returns
+        -------
+        list of Segment
+            The free segments covered.
+        """
         end = offset + size
         first = self._at.get(offset)
         if first is None:                       # not a segment boundary: split there
@@ -321,7 +389,19 @@ class GpuMemory:
         return covered
 
     def release(self, owner: Owner, offset: int, guard: tuple[str, ...], now: int) -> None:
-        """Free ``owner``'s segment; new writers there must wait for ``guard``."""
+        """Free ``owner``'s segment; new writers there must wait for ``guard``.
+
+        Parameters
+        ----------
+        owner : Owner
+            The occupant leaving.
+        offset : int
+            Its segment's offset.
+        guard : tuple of str
+            The vertices the next writers there wait for.
+        now : int
+            When it is freed (the planner's clock), for :meth:`find_free`.
+        """
         s = self._at[offset]
         assert s.owner == owner
         s.owner, s.guard, s.freed_at = None, guard, now
@@ -329,7 +409,17 @@ class GpuMemory:
         self._freed(s, s)
 
     def restore(self, owner: Owner, offset: int, covered: list[Segment]) -> None:
-        """Undo ``place``: the bytes get back the guards they had (retraction)."""
+        """Undo ``place``: the bytes get back the guards they had (retraction).
+
+        Parameters
+        ----------
+        owner : Owner
+            The occupant :meth:`place` placed.
+        offset : int
+            Where it was placed.
+        covered : list of Segment
+            What :meth:`place` returned.
+        """
         s = self._at[offset]
         assert s.owner == owner
         self.free += s.end - s.start

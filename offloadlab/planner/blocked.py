@@ -31,7 +31,13 @@ class Blocked:
         return sum([len(keys) for keys in self.keys])
 
     def items(self) -> list[tuple[int, int]]:
-        """Every item ``(size, key)``, by key."""
+        """Every item ``(size, key)``, by key.
+
+        Returns
+        -------
+        list of (int, int)
+            The items.
+        """
         return [(s, k) for sizes, keys in zip(self.sizes, self.keys) for s, k in zip(sizes, keys)]
 
     def clear(self) -> None:
@@ -39,6 +45,15 @@ class Blocked:
             kept.clear()
 
     def add(self, size: int, key: int) -> None:
+        """Add the item ``(size, key)``, whose key must not be there.
+
+        Parameters
+        ----------
+        size : int
+            The item's size.
+        key : int
+            Its key.
+        """
         if not self.keys:
             self.keys.append([key])
             self.sizes.append([size])
@@ -70,7 +85,15 @@ class Blocked:
             self._measure(k + 1)
 
     def remove(self, size: int, key: int) -> None:
-        """Remove the item ``(size, key)``, which must be there."""
+        """Remove the item ``(size, key)``, which must be there.
+
+        Parameters
+        ----------
+        size : int
+            Its size, as added.
+        key : int
+            Its key.
+        """
         k = _first_at_least(self.last, key)
         assert k < len(self.last), "no such item"
         keys, sizes = self.keys[k], self.sizes[k]
@@ -96,7 +119,18 @@ class Blocked:
         self.largest[k], self.at_largest[k] = largest, sizes.count(largest)
 
     def least(self, size: int) -> int:
-        """The least key among the items of at least ``size``, or -1 if there is none."""
+        """The least key among the items of at least ``size``, or -1 if there is none.
+
+        Parameters
+        ----------
+        size : int
+            The size wanted.
+
+        Returns
+        -------
+        int
+            The key, or -1.
+        """
         largest = self.largest
         for k in range(len(largest)):
             if largest[k] >= size:

@@ -31,7 +31,7 @@ NO_USES: list[int] = []  # the uses of a tensor not read on its GPU (shared, nev
 class Numbered:
     """A TaskGraph as the planner reads it: vertices numbered in insertion order, devices
     numbered in ``gpus`` order with ``len(gpus)`` for host RAM and the CPU (and any GPU not
-    in ``gpus``), and each field a list by vertex number (:func:`number`)."""
+    in ``gpus``), and each field a list by vertex number (:func:`_number`)."""
 
     ids: list[str]
     index: dict[str, int]
@@ -44,7 +44,7 @@ class Numbered:
     inputs: list[tuple[int, ...]]   # in argument order
 
 
-def number(graph: TaskGraph, gpus: list[str]) -> Numbered:
+def _number(graph: TaskGraph, gpus: list[str]) -> Numbered:
     """``graph`` numbered for planning on ``gpus`` (:class:`Numbered`)."""
     ids, tasks = list(graph.tasks), list(graph.tasks.values())
     index = {t: i for i, t in enumerate(ids)}
@@ -86,7 +86,7 @@ class BuildMemGraph:
         self.reserve = reserve
         self.gpus = machine.gpu_names()
         with no_gc():                            # a tuple per vertex
-            self.n = n = number(graph, self.gpus)
+            self.n = n = _number(graph, self.gpus)
         self.host = len(self.gpus)              # the device number of host RAM and the CPU
         self.stride = self.host + 1             # slot = vertex * stride + device
         slots = len(n.ids) * self.stride
@@ -128,7 +128,16 @@ class BuildMemGraph:
         self.progress = progress    # hears how many TaskGraph vertices are planned
 
     def names(self, slot: Slot) -> tuple[str, str]:
-        """The TaskGraph vertex and the device (a GPU, or ``"host"``) of ``slot``."""
+        """The TaskGraph vertex and the device (a GPU, or ``"host"``) of ``slot``.
+
+        Parameters
+        ----------
+        slot : Slot
+
+        Returns
+        -------
+        tuple of str
+        """
         d = slot % self.stride
         return self.n.ids[slot // self.stride], HOST if d == self.host else self.gpus[d]
 
@@ -185,6 +194,18 @@ class BuildMemGraph:
 
     # -- Figure 8 -------------------------------------------------------------------------
     def run(self) -> MemGraph:
+        """Plan: TURNIP's Fig. 8, allocating ahead and executing each vertex in the serial order.
+
+        Returns
+        -------
+        MemGraph
+            The plan, not yet stamped (:func:`~offloadlab.planner.plan` does).
+
+        Raises
+        ------
+        PlanError
+            A vertex with its inputs, or a GPU's resident inputs, do not fit its memory.
+        """
         with no_gc():
             return self._run()
 
@@ -193,8 +214,8 @@ class BuildMemGraph:
         self._check_fits()
         self._place_gpu_inputs()
         n, allocated, ahead = len(self.items), self.allocated, self.ahead
-        sim_malloc_item, execute, progress = self.sim_malloc_item, self.execute, self.progress
-        has_room = self.has_room
+        sim_malloc_item, execute, progress = self.sim_malloc_item, self._execute, self.progress
+        has_room = self._has_room
         total = len(self.g)
         while self.exec_hzn < n:
             a, e = self.alloc_hzn, self.exec_hzn
@@ -202,7 +223,7 @@ class BuildMemGraph:
                                            and sim_malloc_item(a))):
                 self.alloc_hzn = a + 1       # allocated space for a future result
             elif a == e:
-                self.sim_malloc_offload_item(a)   # cannot allocate for the next execution
+                self._sim_malloc_offload_item(a)   # cannot allocate for the next execution
                 self.alloc_hzn = a + 1
             else:
                 execute(e)                   # simulate execution of the next item
@@ -225,7 +246,7 @@ class BuildMemGraph:
             if t >= 0:
                 room[dev] = max(room[dev], int(self.reserve * nbytes))
 
-    def has_room(self, i: int) -> bool:
+    def _has_room(self, i: int) -> bool:
         """Whether item ``i`` may be allocated ahead of execution: its GPU keeps at least its
         room free after it (the bound on looking ahead; room 0 is the paper's "as far as
         memory allows")."""
@@ -250,42 +271,42 @@ class BuildMemGraph:
                                  materialized=True)
 
     # -- Figure 9: the malloc variants -----------------------------------------------------
-    def sim_malloc(self, slot: Slot, nbytes: int, writer_for, item: int) -> Resident | None:
+    def _sim_malloc(self, slot: Slot, nbytes: int, writer_for, item: int) -> Resident | None:
         """Find free memory for ``slot``; add memory edges from the guards it overwrites."""
         offset = self.memory[slot % self.stride].find_free(nbytes)
         if offset is None:
             return None
         return self._occupy(slot, nbytes, offset, writer_for, item)
 
-    def sim_malloc_offload(self, slot: Slot, nbytes: int, writer_for, item: int,
-                           pinned: set[Slot]) -> Resident:
+    def _sim_malloc_offload(self, slot: Slot, nbytes: int, writer_for, item: int,
+                            pinned: set[Slot]) -> Resident:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
         memory = self.memory[slot % self.stride]
         found = memory.find_victims(nbytes, self._costs(pinned))
         # If the pinned tensors fragment memory, clear the GPU and repack from offset 0
-        # (execute() then brings back whatever pinned tensor this evicted).
+        # (_execute() then brings back whatever pinned tensor this evicted).
         offset, victims = found or (0, memory.owners())
         if found is None:
             self.repacks += 1
             self.repacked += sum(res.size for res in victims)
         for res in victims:
-            self.sim_free(res, evict=True)
+            self._sim_free(res, evict=True)
         return self._occupy(slot, nbytes, offset, writer_for, item)
 
-    def sim_malloc_force_reload(self, slot: Slot, pinned: set[Slot]) -> Resident:
+    def _sim_malloc_force_reload(self, slot: Slot, pinned: set[Slot]) -> Resident:
         """Bring an evicted tensor back for the vertex about to run (a reload or a load)."""
         t = slot // self.stride
         source = self.host_copy[t]
         kind = "reload" if self.mg[source].kind == "offload" else "load"
         nbytes = self.n.bytes[t]
         self.refetched += nbytes
-        res = self.sim_malloc(slot, nbytes, (kind, source), -1)
+        res = self._sim_malloc(slot, nbytes, (kind, source), -1)
         if res is None:
-            res = self.sim_malloc_offload(slot, nbytes, (kind, source), -1, pinned)
+            res = self._sim_malloc_offload(slot, nbytes, (kind, source), -1, pinned)
         return res
 
-    def sim_free(self, res: Resident, evict: bool = False) -> None:
+    def _sim_free(self, res: Resident, evict: bool = False) -> None:
         """Free (or, with ``evict``, evict) a resident copy.  A materialized copy that is not
         yet in host RAM and is needed later is offloaded first; a copy whose writer has not
         run yet is retracted and its item re-allocated later."""
@@ -304,6 +325,17 @@ class BuildMemGraph:
 
     # -- items ------------------------------------------------------------------------------
     def sim_malloc_item(self, i: int) -> bool:
+        """Allocate item ``i`` without evicting (Fig. 8's simMalloc of an output or a load).
+
+        Parameters
+        ----------
+        i : int
+
+        Returns
+        -------
+        bool
+            Whether it found room.
+        """
         slot = self.items[i]
         t = slot // self.stride
         if slot % self.stride == self.host:
@@ -312,13 +344,13 @@ class BuildMemGraph:
             return True
         if self.item_load[i] and not self.host_copy[t]:
             return False                           # a CPU result cannot load before it exists
-        return self.sim_malloc(slot, self.item_bytes[i], self._writer_for(i), i) is not None
+        return self._sim_malloc(slot, self.item_bytes[i], self._writer_for(i), i) is not None
 
-    def sim_malloc_offload_item(self, i: int) -> None:
+    def _sim_malloc_offload_item(self, i: int) -> None:
         slot = self.items[i]
         if slot % self.stride != self.host:
-            self.sim_malloc_offload(slot, self.item_bytes[i], self._writer_for(i), i,
-                                    self._pinned(i))
+            self._sim_malloc_offload(slot, self.item_bytes[i], self._writer_for(i), i,
+                                     self._pinned(i))
         else:
             self.sim_malloc_item(i)
 
@@ -331,7 +363,7 @@ class BuildMemGraph:
         """What evictions for item ``i`` must spare: its output and its inputs."""
         return {self.items[i], *self.item_reads[i]}
 
-    def execute(self, i: int) -> None:
+    def _execute(self, i: int) -> None:
         """Simulate item ``i``: reload evicted inputs, add data edges, free dead tensors."""
         if self.item_load[i]:         # a load: it ran when its memory was allocated
             return
@@ -342,10 +374,10 @@ class BuildMemGraph:
             pinned = self._pinned(i)
             while True:               # reloads evict each other only through the repack path
                 if not allocated[i]:
-                    self.sim_malloc_offload_item(i)
+                    self._sim_malloc_offload_item(i)
                 for slot in reads:
                     if resident[slot] is None:
-                        self.sim_malloc_force_reload(slot, pinned)
+                        self._sim_malloc_force_reload(slot, pinned)
                 if allocated[i] and all([resident[slot] is not None for slot in reads]):
                     break
         tid = n.ids[t]
@@ -375,7 +407,7 @@ class BuildMemGraph:
             assert res is not None
             u = res.task
             if res.uses[-1] == i and not outputs[u] and (host_copy[u] or not host_read[u]):
-                self.sim_free(res)                 # its last reader has run
+                self._sim_free(res)                 # its last reader has run
 
     # -- helpers ----------------------------------------------------------------------------
     def _occupy(self, slot: Slot, nbytes: int, offset: int, writer_for, item: int,
@@ -465,15 +497,14 @@ class BuildMemGraph:
 
 
 def _writer(res: Resident | None) -> str:
-    """The MemGraph vertex that writes a resident copy (one that execute() made sure of)."""
+    """The MemGraph vertex that writes a resident copy (one that _execute() made sure of)."""
     assert res is not None
     return res.writer
 
 
 def _needs(n: Numbered) -> Iterator[tuple[int, int, int]]:
-    """What must fit on one GPU at once: ``(vertex, gpu, bytes)`` for each vertex with its
-    inputs, and ``(-1, gpu, bytes)`` for each GPU's resident inputs together (they exist
-    before the run), by number (:class:`Numbered`)."""
+    """What :func:`memory_needs` yields, by number (:class:`Numbered`), ``-1`` for the
+    inputs."""
     host, size = len(n.gpus), n.bytes
     inputs: dict[int, int] = {}
     for t, dst in enumerate(n.out):
@@ -495,22 +526,57 @@ def _needs(n: Numbered) -> Iterator[tuple[int, int, int]]:
 
 
 def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
-    """What must fit on one GPU at once: ``(vertex, gpu, bytes)`` for each vertex with its
-    inputs, and ``(None, gpu, bytes)`` for each GPU's resident inputs together (they exist
-    before the run)."""
-    n = number(graph, graph.gpus())
+    """What must fit on one GPU at once.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+
+    Yields
+    ------
+    tuple
+        ``(vertex, gpu, bytes)`` for each vertex with its inputs, and ``(None, gpu, bytes)``
+        for each GPU's resident inputs together (they exist before the run).
+    """
+    n = _number(graph, graph.gpus())
     for t, dev, nbytes in _needs(n):
         yield (n.ids[t] if t >= 0 else None), n.gpus[dev], nbytes
 
 
 def min_capacity(graph: TaskGraph) -> int:
-    """The smallest GPU memory in which BuildMemGraph can plan ``graph``."""
+    """The smallest GPU memory in which BuildMemGraph can plan ``graph``.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+
+    Returns
+    -------
+    int
+    """
     return max((nbytes for _, _, nbytes in memory_needs(graph)), default=0)
 
 
 def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
     """The serial order V: ``given`` (insertion order, which must be topological),
-    ``topological`` (any valid order, networkx), or an explicit list of vertex ids."""
+    ``topological`` (any valid order, networkx), or an explicit list of vertex ids.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+    order : str or sequence of str
+        ``"given"``, ``"topological"`` or the vertex ids.
+
+    Returns
+    -------
+    list of str
+        The vertex ids in order.
+
+    Raises
+    ------
+    PlanError
+        An unknown order, or not every vertex once in a topological order.
+    """
     graph.validate()
     if isinstance(order, str) and order == "topological":
         import networkx as nx

@@ -47,7 +47,18 @@ class Resident:
 
 
 def check_victim(victim: str) -> None:
-    """Raise :class:`PlanError` unless ``victim`` is one of :data:`VICTIMS`."""
+    """Raise :class:`PlanError` unless ``victim`` is one of :data:`VICTIMS`.
+
+    Parameters
+    ----------
+    victim : str
+        The policy's name.
+
+    Raises
+    ------
+    PlanError
+        An unknown policy.
+    """
     if victim not in VICTIMS:
         raise PlanError(f"unknown victim policy {victim!r}; use {', '.join(VICTIMS)}")
 
@@ -71,6 +82,18 @@ class Eviction:
         self.now, self.stamp, self.kept, self.horizon = now, stamp, kept, horizon
 
     def badness(self, owner: Resident) -> int:
+        """How bad evicting ``owner`` is now (the class docstring's rules); :data:`PINNED` if it is.
+
+        Parameters
+        ----------
+        owner : Resident
+            An occupant.
+
+        Returns
+        -------
+        int
+            Its badness.
+        """
         if owner.pin == self.stamp:
             return PINNED
         if self.by_cost:
@@ -83,6 +106,18 @@ class Eviction:
         return LEAST if nxt == NEVER else -nxt
 
     def moved(self, owner: Resident) -> int:
+        """The bytes evicting ``owner`` makes move now, weighed by its next use under ``cost``.
+
+        Parameters
+        ----------
+        owner : Resident
+            An occupant that is not pinned.
+
+        Returns
+        -------
+        int
+            The bytes (shifted by :data:`SCALE` under ``cost``).
+        """
         if not owner.materialized:
             return 0
         offload = 0 if owner.clean else owner.size
@@ -97,7 +132,18 @@ class Eviction:
 
     def next_use(self, res: Resident) -> int:
         """The first item after ``now`` that reads ``res`` (:data:`NEVER` if none), cached
-        on it until that item has passed."""
+        on it until that item has passed.
+
+        Parameters
+        ----------
+        res : Resident
+            An occupant.
+
+        Returns
+        -------
+        int
+            The item.
+        """
         nxt = res.next_use
         if nxt <= self.now:
             used = res.uses

@@ -69,19 +69,19 @@ class Model:
         queues = Queues(policy, self.vertices, self.succ, seed)
 
         def queue(name):
-            return queues.new(sequences[name], lambda: self.mark(self.resources[name]))
+            return queues.new(sequences[name], lambda: self._mark(self.resources[name]))
 
         engines: dict[str, Engine] = {}
         buses: dict[str, Bus] = {}
         for name in sequences:
             if is_bus(name):
                 buses[name] = Bus(self.env, name, queue(name), granted=self._begin,
-                                  changed=self.mark)
+                                  changed=self._mark)
             else:
                 n = slots(name, streams)
                 engines[name] = Engine(self.env, name, n, queue(name), taken=self._taken,
                                        began=self._began, released=self._released,
-                                       finished=self.finish, changed=self.mark,
+                                       finished=self._finish, changed=self._mark,
                                        fifo=n > 1 and machine.engine == "fifo")
         self.resources: dict[str, Resource] = {**engines, **buses}
         self.engine = [engines[held[0]] if held else None for held in structure.holds]
@@ -102,7 +102,7 @@ class Model:
     # -- running ------------------------------------------------------------------------
     def run(self) -> None:
         for i in [i for i, count in enumerate(self.waiting) if count == 0]:
-            self.ready(i, 0.0)
+            self._ready(i, 0.0)
         env, dirty = self.env, self._dirty
         step, peek = env.step, env.peek
         while True:
@@ -118,16 +118,16 @@ class Model:
         if self.finished < len(self.vertices):
             raise DeadlockError(self._stuck())
 
-    def ready(self, vertex: int, now: float) -> None:
+    def _ready(self, vertex: int, now: float) -> None:
         engine = self.engine[vertex]
         if engine is None:
             self.start[vertex] = now
-            self.finish(vertex, now)
+            self._finish(vertex, now)
         else:
             engine.queue.push(now, vertex)
-            self.mark(engine)
+            self._mark(engine)
 
-    def finish(self, vertex: int, now: float) -> None:
+    def _finish(self, vertex: int, now: float) -> None:
         self.end[vertex] = now
         self.finished += 1
         if self.progress is not None and not self.finished & 4095:
@@ -136,7 +136,7 @@ class Model:
         for w in self.succ[vertex]:
             waiting[w] -= 1
             if not waiting[w]:
-                self.ready(w, now)
+                self._ready(w, now)
 
     def _taken(self, vertex: int, slot: int) -> None:
         """``vertex`` holds a slot of its engine: start it, or first wait for its bus."""
@@ -158,7 +158,7 @@ class Model:
         if bus is not None:
             bus.release(now)
 
-    def mark(self, resource: Resource) -> None:
+    def _mark(self, resource: Resource) -> None:
         """Have ``resource`` dispatch in this instant's dispatch pass."""
         if not resource.dirty:
             resource.dirty = True

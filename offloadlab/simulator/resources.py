@@ -73,7 +73,15 @@ class Engine:
 
     def start(self, vertex: int, seconds: float) -> None:
         """Run ``vertex``, which holds a slot, for ``seconds`` at full speed (on a ``fifo``
-        engine once the jobs started before it are done)."""
+        engine once the jobs started before it are done).
+
+        Parameters
+        ----------
+        vertex : int
+            The vertex, by position.
+        seconds : float
+            Its duration at full speed.
+        """
         if self.fifo and (self.jobs or self.launched):
             self.launched.append((vertex, seconds))
             return
@@ -85,10 +93,10 @@ class Engine:
             self.updated = self.busy_since = now
         self.jobs[vertex] = seconds
         if len(self.jobs) == 1 and self.partner is not None:
-            self.partner.set_speed(now, self.duplex)
+            self.partner._set_speed(now, self.duplex)
         self._schedule()
 
-    def set_speed(self, now: float, speed: float) -> None:
+    def _set_speed(self, now: float, speed: float) -> None:
         """The partner direction started or stopped: change speed from ``now`` on."""
         if self.jobs:
             self._progress(now)
@@ -136,7 +144,7 @@ class Engine:
             self.timer = None
             self.busy += now - self.busy_since
             if self.partner is not None:
-                self.partner.set_speed(now, 1.0)
+                self.partner._set_speed(now, 1.0)
         self.changed(self)
         for vertex in finishing:
             self.finished(vertex, now)
@@ -157,6 +165,13 @@ class Bus:
         self.dirty = False
 
     def request(self, vertex: int) -> None:
+        """Queue ``vertex``'s transfer for the bus.
+
+        Parameters
+        ----------
+        vertex : int
+            The vertex, by position.
+        """
         self.queue.push(self.env.now, vertex)
         self.changed(self)
 
@@ -169,6 +184,13 @@ class Bus:
                 self.granted(vertex)
 
     def release(self, now: float) -> None:
+        """The transfer holding the bus has ended.
+
+        Parameters
+        ----------
+        now : float
+            When.
+        """
         self.holder = None
         self.busy += now - self.busy_since
         self.changed(self)

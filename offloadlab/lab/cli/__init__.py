@@ -4,9 +4,10 @@ list.
 Every user error ends with one line ``offloadlab: error: ...`` and exit status 2 (Ctrl-C 130,
 SIGTERM 143), never a traceback; outputs are checked before any work and renamed into place
 together only on success (:class:`Outputs`).  Each command is a module of this package that
-owns its parser (``add_parser``) and its handler (``cmd_NAME``); :mod:`.common` holds what
-several share and :mod:`.parser` puts them together.  This module runs a command and ends the
-process.  The conventions: docs/commands/index.md.
+owns its parser (``add_parser``) and its handler (``cmd_NAME``); :mod:`.common`,
+:mod:`.outputs` and :mod:`.options` hold what several share and :mod:`.parser` puts them
+together.  This module runs a command and ends the process.
+The conventions: docs/commands/index.md.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from typing import NoReturn, TextIO
 
 from ...core.errors import OffloadlabError
-from .common import Outputs
+from .outputs import Outputs
 from .parser import build_parser
 
 __all__ = ["build_parser", "main", "run"]
@@ -32,7 +33,13 @@ _left: list[object] | None = None
 def leave(*objects: object) -> None:
     """Keep a command's large objects (its graphs) alive until :func:`run` ends the process,
     which returns their memory at once instead of freeing them one object at a time as the
-    command returns; nothing when :func:`main` runs in a process that goes on."""
+    command returns; nothing when :func:`main` runs in a process that goes on.
+
+    Parameters
+    ----------
+    *objects : object
+        The objects to keep.
+    """
     if _left is not None:
         _left.extend(objects)
 
@@ -127,10 +134,20 @@ _exit = os._exit                           # and what ends the process (tests re
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status: 0, 2 for any user error (one line
-    ``offloadlab: error: ...`` on stderr, running out of memory too), 130 on Ctrl-C
-    (``offloadlab: interrupted``), 143 on SIGTERM (``offloadlab: terminated``), or what a
-    command returns (1 for a failed ``--check``)."""
+    """Run the CLI and return its exit status, never raising for a user error.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments; ``sys.argv[1:]`` when None.
+
+    Returns
+    -------
+    int
+        0; 2 for any user error (one line ``offloadlab: error: ...`` on stderr, running out of
+        memory too); 130 on Ctrl-C (``offloadlab: interrupted``); 143 on SIGTERM
+        (``offloadlab: terminated``); or what a command returns (1 for a failed ``--check``).
+    """
     from ..signals import Terminated, sigterm_stops
     try:
         with sigterm_stops():

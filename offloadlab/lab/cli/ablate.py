@@ -7,29 +7,27 @@ import argparse
 from ...core.dispatch import POLICIES
 from ...core.errors import SpecError
 from ...core.util import fmt_bytes
-from .common import (
-    DEMO_PLANNERS,
-    FIXED_SHOWN,
-    AddCommand,
-    check_table_suffix,
-    check_writable,
-    json_text,
-    measured_options,
-    noise_levels,
-    phases,
-    positive_int,
-    problem_options,
-    read_taskgraph,
-    table_options,
-    write_table_and_plot,
-)
+from .common import DEMO_PLANNERS, FIXED_SHOWN, AddCommand, json_text, phases, read_taskgraph
+from .options import measured_options, noise_levels, positive_int, problem_options, table_options
+from .outputs import check_table_suffix, check_writable, write_table_and_plot
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     """``determinism``: TURNIP's ablation, the same MemGraph under dynamic dispatch and in a
     fixed order (``--fixed``: each GPU's kernels in the planner's order, or a replay of the
     noiseless dynamic run), many noisy seeds per noise level (and on the executor with
-    --measured); ``parts``: BuildMemGraph with one part changed at a time."""
+    --measured); ``parts``: BuildMemGraph with one part changed at a time.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``ablate`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the table is printed or written.
+    """
     from ...core.machine import machine_from_spec
     from ...planner.registry import check_spec
     from ..ablate import ablate_determinism
@@ -96,7 +94,13 @@ def _ablate_parts(args: argparse.Namespace, graph, machine) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``ablate`` command and its options."""
+    """The ``ablate`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``ablate`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("ablate", cmd_ablate, "determinism: dynamic dispatch against a fixed order "
             "(TURNIP's ablation: each GPU's kernels in the planner's order) under noise, with "
             "confidence intervals; parts: BuildMemGraph with one part changed at a time")

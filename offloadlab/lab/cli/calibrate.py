@@ -7,12 +7,24 @@ import sys
 from pathlib import Path
 
 from ...core.backends import backend_names
-from .common import AddCommand, check_writable, progress_shown
+from .common import AddCommand, progress_shown
+from .outputs import check_writable
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure a backend's kernel rates, copy bandwidths, duplex factor and dispatch overhead
-    through the executor and write them as a Machine JSON file."""
+    through the executor and write them as a Machine JSON file.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``calibrate`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the Machine file is written.
+    """
     from ...core.machine import machine_from_spec
     from ...executor.calibrate import calibrate
 
@@ -48,7 +60,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``calibrate`` command and its options."""
+    """The ``calibrate`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``calibrate`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("calibrate", cmd_calibrate, "measure a backend's kernel rates, copy bandwidths, "
             "duplex factor and dispatch overhead through the executor; write a Machine JSON")
     p.add_argument("--backend", choices=backend_names(), default="numpy",

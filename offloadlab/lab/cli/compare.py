@@ -7,21 +7,25 @@ import argparse
 from ...core.dispatch import POLICIES
 from ...core.errors import PlanError
 from ...core.util import fmt_bytes
-from .common import (
-    AddCommand,
-    json_text,
-    measured_options,
-    planners_problem,
-    problem_options,
-    refusal,
-    table_options,
-    write_table_and_plot,
-)
+from .common import AddCommand, json_text, planners_problem, refusal
+from .options import measured_options, problem_options, table_options
+from .outputs import write_table_and_plot
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Every planner on one problem, simulated: a row each with its makespan, traffic, memory,
-    planning time, its plan's lower bound and its gap to the problem's."""
+    planning time, its plan's lower bound and its gap to the problem's.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``compare`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the table is printed or written.
+    """
     from ..compare import compare_planners
 
     graph, machine, say = planners_problem(args)
@@ -58,7 +62,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``compare`` command and its options."""
+    """The ``compare`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``compare`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("compare", cmd_compare, "every planner on one problem, simulated: makespan, "
             "traffic, memory, planning time, and the gap to the problem's lower bound")
     problem_options(p)

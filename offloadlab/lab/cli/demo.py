@@ -5,11 +5,24 @@ from __future__ import annotations
 import argparse
 
 from ...core.util import fmt_bytes
-from .common import DEMO_PLANNERS, AddCommand, check_out_dir, positive_int, write_plots_and_traces
+from .common import DEMO_PLANNERS, AddCommand
+from .options import positive_int
+from .outputs import check_out_dir, write_plots_and_traces
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The DISCO example: level-wise vs. buildMemGraph planning, simulated side by side."""
+    """The DISCO example: level-wise vs. buildMemGraph planning, simulated side by side.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``demo`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the plots and traces are written.
+    """
     from ...core.machine import machine_from_spec
     from ...core.workloads import build_workload
     from ..compare import run_all, table
@@ -49,7 +62,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``demo`` command and its options."""
+    """The ``demo`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``demo`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("demo", cmd_demo, "the DISCO example: level-wise vs. buildMemGraph planning, "
             "simulated; prints a table, writes a Gantt chart and Chrome traces")
     p.add_argument("--layers", type=positive_int, default=8, help="matmul-chain layers (8)")

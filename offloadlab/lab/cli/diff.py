@@ -10,7 +10,18 @@ from .common import AddCommand, json_text, leave, phases, stored_machine, verify
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Two MemGraph files of one TaskGraph: the moves only one makes, both simulated makespans,
-    and where the timelines part."""
+    and where the timelines part.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``diff`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the differences are printed.
+    """
     from ...core.formats import read_memgraph
     from ...core.machine import machine_from_spec
     from ..diff import check_same_taskgraph, diff, text
@@ -39,7 +50,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``diff`` command and its options."""
+    """The ``diff`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``diff`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("diff", cmd_diff, "two MemGraphs of one TaskGraph: what each moves that the other "
             "does not, and where their simulated timelines part")
     p.add_argument("a", metavar="A", help="a MemGraph file")

@@ -6,22 +6,25 @@ import argparse
 
 from ...core.errors import PlanError
 from ...core.util import fmt_bytes
-from .common import (
-    AddCommand,
-    json_text,
-    planners_problem,
-    positive_float,
-    positive_int,
-    problem_options,
-    refusal,
-    table_options,
-    write_table,
-)
+from .common import AddCommand, json_text, planners_problem, refusal
+from .options import positive_float, positive_int, problem_options, table_options
+from .outputs import write_table
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     """The smallest GPU memory each planner needs, the host RAM it then needs, and makespan
-    against GPU memory beside the lower bound."""
+    against GPU memory beside the lower bound.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``estimate`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the estimates are printed or written.
+    """
     from ..estimate import curve_table, estimate
 
     graph, machine, say = planners_problem(args)
@@ -65,7 +68,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``estimate`` command and its options."""
+    """The ``estimate`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``estimate`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("estimate", cmd_estimate, "the smallest GPU memory each planner can plan a "
             "problem in, the host RAM it then needs, and makespan against GPU memory beside "
             "the lower bound")

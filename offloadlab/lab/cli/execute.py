@@ -14,28 +14,40 @@ from .common import (
     check_makespan,
     check_planned_from,
     check_streams,
-    check_writable,
-    executor_options,
-    explain_options,
     explained,
     json_text,
     leave,
-    nonnegative_int,
     phases,
     plan_graph,
     planned,
-    positive_float,
-    positive_int,
     read_memgraph,
     read_taskgraph,
     verifying,
-    write_plots_and_traces,
 )
+from .options import (
+    executor_options,
+    explain_options,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
+from .outputs import check_writable, write_plots_and_traces
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Execute a MemGraph for real (planning a workload first), print a summary or one JSON
-    object, optionally check the outputs against a NumPy reference and write plots/traces."""
+    object, optionally check the outputs against a NumPy reference and write plots/traces.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``run`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 1 when ``--check`` finds an output wrong.
+    """
     from ...executor import RaceError, check_outputs, execute, expected_outputs, taskgraph_of
 
     if args.memgraph and args.planner:
@@ -137,7 +149,13 @@ def _source(args: argparse.Namespace):
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``run`` command and its options."""
+    """The ``run`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``run`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("run", cmd_run, "execute a MemGraph for real (planning a workload or TaskGraph "
             "first) on the numpy or cupy backend and measure it")
     p.add_argument("memgraph", metavar="MEMGRAPH", nargs="?",

@@ -11,12 +11,25 @@ from pathlib import Path
 from ...core.errors import SpecError
 from ...core.ops import GENERIC, op_name
 from ...core.util import fmt_bytes
-from .common import AddCommand, check_writable, phases, positive_int
+from .common import AddCommand, phases
+from .options import positive_int
+from .outputs import check_writable
 
 
 def cmd_import_torch(args: argparse.Namespace) -> int:
     """Trace a PyTorch module (built by ``MODULE:FACTORY`` on the meta device, no weights
-    allocated) into a TaskGraph file."""
+    allocated) into a TaskGraph file.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``import-torch`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the TaskGraph file is written.
+    """
     check_writable(args, "out")
     try:
         import torch
@@ -117,7 +130,13 @@ TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``import-torch`` command and its options."""
+    """The ``import-torch`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``import-torch`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("import-torch", cmd_import_torch, "trace a PyTorch module (on the meta device, "
             "no weights allocated) into a TaskGraph: its forward pass, or with --train one "
             "training step")

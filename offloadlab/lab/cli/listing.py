@@ -10,7 +10,18 @@ from .common import AddCommand
 
 def cmd_list(args: argparse.Namespace) -> int:
     """List workloads, machine presets and planners with their options (``all``), or the
-    dispatch policies, backends or ops."""
+    dispatch policies, backends or ops.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``list`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the list is printed.
+    """
     what = args.what
     if what in ("all", "workloads"):
         from ...core.workloads import WORKLOADS
@@ -74,7 +85,13 @@ def _list_names(what: str) -> None:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``list`` command and its options."""
+    """The ``list`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``list`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("list", cmd_list, "list workloads, machine presets and planners (all), or the "
             "dispatch policies, backends or ops")
     p.add_argument("what", nargs="?", default="all",

@@ -33,7 +33,13 @@ COMMANDS = (demo, taskgraph, plan, compare, estimate, ablate, sweep, import_torc
 
 
 def version() -> str:
-    """The installed distribution's version (the package's own when not installed)."""
+    """The installed distribution's version (the package's own when not installed).
+
+    Returns
+    -------
+    str
+        The version, e.g. ``1.2.0``.
+    """
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
     try:
@@ -70,6 +76,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``offloadlab`` parser: every command of :data:`COMMANDS` and the options they all take.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The parser; each command's ``func`` is its handler.
+    """
     parser = _Parser(
         prog="offloadlab", epilog=SPECS, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Plan and simulate CPU-RAM offload of GPU computations.")

@@ -5,21 +5,25 @@ from __future__ import annotations
 import argparse
 
 from ...core.util import fmt_bytes
-from .common import (
-    AddCommand,
-    check_writable,
-    leave,
-    phases,
-    plan_graph,
-    problem_options,
-    read_taskgraph,
-    verifying,
-)
+from .common import AddCommand, leave, phases, plan_graph, read_taskgraph, verifying
+from .options import problem_options
+from .outputs import check_writable
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan a workload or TaskGraph file on a machine, verify the MemGraph, write it (node-link
-    JSON, or a Parquet table for ``--out *.parquet``)."""
+    JSON, or a Parquet table for ``--out *.parquet``).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``plan`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the MemGraph is written.
+    """
     check_writable(args, "out")
     from ...core.formats import write_memgraph
     from ...core.formats.nodelink import parquet_name
@@ -43,7 +47,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``plan`` command and its options."""
+    """The ``plan`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``plan`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("plan", cmd_plan, "plan a workload on a machine, verify the MemGraph, write it")
     problem_options(p)
     p.add_argument("--machine", required=True, metavar="SPEC", help="e.g. disco-example")

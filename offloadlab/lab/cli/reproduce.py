@@ -14,20 +14,24 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-from .common import (
-    FIXED_SHOWN,
-    AddCommand,
-    check_out_dir,
-    json_text,
-    noise_levels,
-    nonnegative_float,
-    positive_int,
-    progress_shown,
-)
+from .common import FIXED_SHOWN, AddCommand, json_text, progress_shown
+from .options import noise_levels, nonnegative_float, positive_int
+from .outputs import check_out_dir
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    """Recreate a figure or table of a paper from our cost model: a CSV table and a plot."""
+    """Recreate a figure or table of a paper from our cost model: a CSV table and a plot.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``reproduce`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the table and plot are written.
+    """
     from ..reproduce import COLUMNS, REPRODUCTIONS, parse_setting, shape_checks
 
     if args.what != "turnip-determinism":
@@ -171,7 +175,13 @@ def _reproduce_determinism(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``reproduce`` command and its options."""
+    """The ``reproduce`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``reproduce`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("reproduce", cmd_reproduce, "recreate a paper's table or figure from our cost model "
             "(beaumont-table1: Table 1; beaumont-bandwidth: Figure 4; turnip-prefill: "
             "TURNIP's LLaMA prefill grid, Figs. 10-12; turnip-lora: its LoRA training grid, "

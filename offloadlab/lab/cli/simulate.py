@@ -13,26 +13,33 @@ from .common import (
     check_makespan,
     check_planned_from,
     check_streams,
-    check_writable,
-    explain_options,
     explained,
     json_text,
     leave,
-    nonnegative_float,
-    nonnegative_int,
     phases,
-    positive_int,
     print_summary,
     read_memgraph,
     read_taskgraph,
     verifying,
-    write_plots_and_traces,
 )
+from .options import explain_options, nonnegative_float, nonnegative_int, positive_int
+from .outputs import check_writable, write_plots_and_traces
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Verify and simulate a MemGraph file; print a summary (or one JSON object), write plots
-    and traces."""
+    and traces.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``simulate`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 1 when the run holds more in host RAM than ``host_memory``.
+    """
     from ...simulator import simulate
 
     check_writable(args, "gantt", "memory", "chrome", "categories")
@@ -89,7 +96,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``simulate`` command and its options."""
+    """The ``simulate`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``simulate`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("simulate", cmd_simulate, "verify and simulate a MemGraph file (exit 1 if the run "
             "holds more in host RAM than the machine's host_memory)")
     p.add_argument("memgraph", metavar="MEMGRAPH",

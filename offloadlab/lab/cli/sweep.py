@@ -7,23 +7,25 @@ import sys
 
 from ...core.dispatch import POLICIES
 from ...core.util import fmt_bytes
-from .common import (
-    DEMO_PLANNERS,
-    AddCommand,
-    check_table_suffix,
-    check_writable,
-    json_text,
-    nonnegative_int,
-    phases,
-    problem_options,
-    table_options,
-    write_table_and_plot,
-)
+from .common import DEMO_PLANNERS, AddCommand, json_text, phases
+from .options import nonnegative_int, problem_options, table_options
+from .outputs import check_table_suffix, check_writable, write_table_and_plot
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plan, verify and simulate every point of a grid on dask.distributed; finished points
-    are kept in ``--store`` and never rerun."""
+    are kept in ``--store`` and never rerun.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``sweep`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once every point is done.
+    """
     import pandas as pd
 
     from ..sweep import Store, grid, sweep
@@ -70,7 +72,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``sweep`` command and its options."""
+    """The ``sweep`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``sweep`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("sweep", cmd_sweep, "plan and simulate a grid of workload, machine, planner and "
             "policy parameters on dask.distributed; resumable")
     problem_options(p)

@@ -6,14 +6,27 @@ import argparse
 
 from ...core.backends import backend_names
 from ...core.errors import SpecError
-from .common import AddCommand, check_writable, phases, positive_int, read_taskgraph
+from .common import AddCommand, phases, read_taskgraph
+from .options import positive_int
+from .outputs import check_writable
 
 REPEATS = 5     # executor/profile.py's default, not imported: the CLI starts without NumPy
 
 
 def cmd_taskgraph(args: argparse.Namespace) -> int:
     """Write a workload's TaskGraph as node-link JSON (the file ``plan --taskgraph`` reads and
-    ``run MEMGRAPH --check --taskgraph`` takes as the reference)."""
+    ``run MEMGRAPH --check --taskgraph`` takes as the reference).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``taskgraph`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the TaskGraph file is written.
+    """
     from ...core.formats import to_json
     from ...core.formats.nodelink import parquet_name
     if parquet_name(args.out):
@@ -22,7 +35,7 @@ def cmd_taskgraph(args: argparse.Namespace) -> int:
     check_writable(args, "out")
     graph = read_taskgraph(args)
     if args.profile:
-        graph = profiled(graph, args)
+        graph = _profiled(graph, args)
     with args.outputs.file(args.out) as tmp, phases(args).phase(f"writing {args.out}"):
         to_json(graph, tmp)
     args.outputs.commit()
@@ -31,7 +44,7 @@ def cmd_taskgraph(args: argparse.Namespace) -> int:
     return 0
 
 
-def profiled(graph, args: argparse.Namespace):
+def _profiled(graph, args: argparse.Namespace):
     """``graph`` with its kernels timed on ``args.backend`` (``--profile``)."""
     from ...core.machine import machine_from_spec
     from ...executor.profile import profile, signatures
@@ -42,7 +55,13 @@ def profiled(graph, args: argparse.Namespace):
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``taskgraph`` command and its options."""
+    """The ``taskgraph`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``taskgraph`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("taskgraph", cmd_taskgraph, "write a workload's TaskGraph as node-link JSON")
     p.add_argument("--workload", required=True, metavar="SPEC",
                    help="e.g. matmul-chain:layers=4")

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (
-    DEMO_PLANNERS,
-    AddCommand,
-    check_writable,
-    executor_options,
-    json_text,
-    phases,
-    positive_int,
-    problem_options,
-    read_taskgraph,
-)
+from .common import DEMO_PLANNERS, AddCommand, json_text, phases, read_taskgraph
+from .options import executor_options, positive_int, problem_options
+from .outputs import check_writable
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Simulate and execute the same MemGraphs; report the makespan's error and each
-    component's, and draw both timelines."""
+    component's, and draw both timelines.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``validate`` command line, parsed.
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 1 when a run's outputs are wrong.
+    """
     from ...core.machine import machine_from_spec
     from ..validate import validate
 
@@ -75,7 +78,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: AddCommand) -> None:
-    """The ``validate`` command and its options."""
+    """The ``validate`` command and its options.
+
+    Parameters
+    ----------
+    add : AddCommand
+        Makes the ``validate`` parser (:func:`~offloadlab.lab.cli.parser.build_parser`).
+    """
     p = add("validate", cmd_validate, "simulate and execute the same MemGraphs: the makespan's "
             "error and each component's (busy and idle time per resource, mean duration per "
             "vertex kind), and both timelines")

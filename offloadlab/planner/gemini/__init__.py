@@ -28,7 +28,7 @@ __all__ = ["Chunk", "Copy", "GeminiOptions", "Manager", "Program", "gemini", "pa
            "program"]
 
 
-def applies(graph: TaskGraph) -> None:
+def _applies(graph: TaskGraph) -> None:
     if not any(t.kind == "compute" and t.op in UPDATE_OPS and t.device != CPU for t in graph):
         raise PlanError(f"gemini plans training steps: TaskGraph {graph.name!r} has no "
                         f"optimizer update ({', '.join(UPDATE_OPS)}) on a GPU")
@@ -38,8 +38,8 @@ def applies(graph: TaskGraph) -> None:
                         f"{graph.name!r} runs on the CPU")
 
 
-def fitted(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Program,
-           peaks: dict[tuple[int, str], int], hooks: Hooks) -> Manager:
+def _fitted(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Program,
+            peaks: dict[tuple[int, str], int], hooks: Hooks) -> Manager:
     """The planned iteration whose layout fits: laid out offline within the largest budget
     per GPU (to 1/64 of its memory) whose layout fits, the whole memory or, stepping down by
     the layout's excess and then bisecting, less (GPUs are independent: each one's plan
@@ -55,7 +55,28 @@ def fitted(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Pro
 
 def within_budgets(graph: TaskGraph, machine: Machine, options: GeminiOptions, prog: Program,
                    peaks: dict[tuple[int, str], int], hooks: Hooks) -> Manager:
-    """:func:`fitted`'s offline layout within the largest budgets whose layout fits."""
+    """:func:`_fitted`'s offline layout within the largest budgets whose layout fits.
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        The training step.
+    machine : Machine
+        The machine.
+    options : GeminiOptions
+        The planner's options.
+    prog : Program
+        The chunked program.
+    peaks : dict
+        ``(operator, gpu)`` -> the warm-up's non-model peak.
+    hooks : Hooks
+        Its ``progress``.
+
+    Returns
+    -------
+    Manager
+        The planned iteration, laid out within those budgets.
+    """
     cap = machine.gpu_memory
     budget = dict.fromkeys(machine.gpu_names(), cap)
     fits: dict[str, int] = {}        # per GPU: the largest budget tried whose layout fits
@@ -82,7 +103,7 @@ def within_budgets(graph: TaskGraph, machine: Machine, options: GeminiOptions, p
             return planned
 
 
-@register("gemini", GeminiOptions, applies=applies)
+@register("gemini", GeminiOptions, applies=_applies)
 def gemini(graph: TaskGraph, machine: Machine, options: GeminiOptions, hooks: Hooks) -> MemGraph:
     """Colossal-AI Gemini: chunks of model data paged in on demand in program order, room made
     for each operator's warm-up-sampled non-model peak by evicting the chunk needed latest.
@@ -119,13 +140,13 @@ def gemini(graph: TaskGraph, machine: Machine, options: GeminiOptions, hooks: Ho
     warmup = Manager(graph, machine, options, prog)
     warmup.run()
     try:
-        planned = fitted(graph, machine, options, prog, warmup.peaks, hooks)
+        planned = _fitted(graph, machine, options, prog, warmup.peaks, hooks)
     except PlanError:
         if not options.max_prefetch:
             raise
         # prefetch is best effort: where its layout does not fit, load on demand
-        planned = fitted(graph, machine, replace(options, max_prefetch=0), prog, warmup.peaks,
-                         hooks)
+        planned = _fitted(graph, machine, replace(options, max_prefetch=0), prog, warmup.peaks,
+                          hooks)
     planned.mg.graph["prefetched"] = planned.options.max_prefetch > 0
     if planned.memory is None:
         locate(planned, machine.gpu_memory)

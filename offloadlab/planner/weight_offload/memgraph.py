@@ -17,7 +17,7 @@ from ...core.taskgraph import TaskGraph
 from .schedule import GPU, Event, Schedule
 
 
-class Emitter:
+class _Emitter:
     """Builds the MemGraph vertex by vertex, in a topological order."""
 
     def __init__(self, graph: TaskGraph, schedule: Schedule):
@@ -222,7 +222,7 @@ def to_memgraph(graph: TaskGraph, schedule: Schedule) -> MemGraph:
     PlanError
         The schedule reserves other bytes for batches than the graph's iterations need.
     """
-    em = Emitter(graph, schedule)
+    em = _Emitter(graph, schedule)
     if em.T < 1:
         raise PlanError(f"TaskGraph {graph.name!r} has no iterations")
     em.inputs()

@@ -126,7 +126,23 @@ def schedule_for(planner: str, chain: TrainingChain, machine: Machine, *, reserv
 
 def training_chain(graph: TaskGraph) -> TrainingChain:
     """The chain whose unrolled iterations ``graph`` is; PlanError if it is not one (the
-    weight-offloading planners plan only these)."""
+    weight-offloading planners plan only these).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        A TaskGraph a weight-offloading planner is asked to plan.
+
+    Returns
+    -------
+    TrainingChain
+        The chain.
+
+    Raises
+    ------
+    PlanError
+        ``graph`` is not unrolled iterations of a chain.
+    """
     chain = TrainingChain.from_taskgraph(graph)
     iterations = graph.meta.get("iterations", 0)
     if len(graph) != chain.unrolled_size(iterations):
@@ -135,7 +151,7 @@ def training_chain(graph: TaskGraph) -> TrainingChain:
     return chain
 
 
-def plan_training(planner: str, graph: TaskGraph, machine: Machine, **options) -> MemGraph:
+def _plan_training(planner: str, graph: TaskGraph, machine: Machine, **options) -> MemGraph:
     """Plan an unrolled training TaskGraph: the analytic schedule laid out as a MemGraph,
     recording the schedule's ``analytic_iteration_time``, ``selection`` and ``cut``."""
     chain = training_chain(graph)
@@ -154,22 +170,77 @@ def greedy_offload(graph: TaskGraph, machine: Machine, options: Options,
     """Beaumont et al.'s greedy: Algorithm 1's selection (profit = memory saved over the
     covered operations / bytes moved, a second choice of a layer at half cost), scheduled by
     Algorithm 2 (prefetch in order of need, FIFO offloads, early offloads, best cutting
-    point)."""
-    return plan_training("greedy-offload", graph, machine)
+    point).
+
+    Parameters
+    ----------
+    graph : TaskGraph
+        Unrolled iterations of a training chain (``graph.meta["chain"]``).
+    machine : Machine
+        Its GPU memory bounds the selection, its links the schedule.
+    options : Options
+        ``greedy-offload`` takes none.
+    hooks : Hooks
+        Unused.
+
+    Returns
+    -------
+    MemGraph
+        The plan; ``graph["analytic_iteration_time"]``, ``["selection"]`` and ``["cut"]``
+        record its analytic schedule.
+
+    Raises
+    ------
+    PlanError
+        The weights cannot be scheduled within the GPU's memory.
+    """
+    return _plan_training("greedy-offload", graph, machine)
 
 
 @register("greedy-offload-nodiscount", applies=training_chain)
 def greedy_offload_nodiscount(graph: TaskGraph, machine: Machine, options: Options,
                               hooks: Hooks) -> MemGraph:
     """Greedy* of Sec. 7: no discount in the selection (every choice costs 2|w_k|) and a
-    weight is offloaded every time it is deleted (the CPU copy is never reused)."""
-    return plan_training("greedy-offload-nodiscount", graph, machine)
+    weight is offloaded every time it is deleted (the CPU copy is never reused).
+
+    Parameters
+    ----------
+    graph, machine, options, hooks
+        As :func:`greedy_offload` takes them.
+
+    Returns
+    -------
+    MemGraph
+        The plan, recording its analytic schedule as :func:`greedy_offload`'s does.
+
+    Raises
+    ------
+    PlanError
+        No schedule of the weights fits.
+    """
+    return _plan_training("greedy-offload-nodiscount", graph, machine)
 
 
 @register("l2l", applies=training_chain)
 def l2l_planner(graph: TaskGraph, machine: Machine, options: Options, hooks: Hooks) -> MemGraph:
-    """Layer-to-Layer [19]: only the layer being computed keeps its weights on the GPU."""
-    return plan_training("l2l", graph, machine)
+    """Layer-to-Layer [19]: only the layer being computed keeps its weights on the GPU.
+
+    Parameters
+    ----------
+    graph, machine, options, hooks
+        As :func:`greedy_offload` takes them (``l2l`` has no options either).
+
+    Returns
+    -------
+    MemGraph
+        Its plan, with the schedule recorded as :func:`greedy_offload` records it.
+
+    Raises
+    ------
+    PlanError
+        A layer's weights and the activations do not fit together.
+    """
+    return _plan_training("l2l", graph, machine)
 
 
 @dataclass(frozen=True)
@@ -183,9 +254,27 @@ class IlpSelectOptions(Options):
 def ilp_select(graph: TaskGraph, machine: Machine, options: IlpSelectOptions,
                hooks: Hooks) -> MemGraph:
     """The MILP's selection (Sec. 6, ``offloadlab.ilp.lower_bound``) scheduled by
-    Algorithm 2."""
-    return plan_training("ilp-select", graph, machine, solver=options.solver,
-                         time_limit=options.time_limit)
+    Algorithm 2.
+
+    Parameters
+    ----------
+    graph, machine, hooks
+        As :func:`greedy_offload` takes them.
+    options : IlpSelectOptions
+        The MILP's solver and time limit.
+
+    Returns
+    -------
+    MemGraph
+        The MILP selection's plan, its schedule recorded as by :func:`greedy_offload`.
+
+    Raises
+    ------
+    PlanError
+        The selection cannot be scheduled within the GPU's memory.
+    """
+    return _plan_training("ilp-select", graph, machine, solver=options.solver,
+                          time_limit=options.time_limit)
 
 
 def steady_state_iteration_time(result, graph: TaskGraph) -> float:

@@ -118,7 +118,7 @@ class _Block:
     end: float = INF
 
 
-class MemoryTimeline:
+class _MemoryTimeline:
     """GPU memory over one cycle: the weights' blocks, each held until its end (open while
     the weight is on the GPU), and the activation stack top ST(t), a step function set by
     the scheduled operations."""
@@ -218,7 +218,7 @@ class _RangeMax:
         return max(row[a], row[b - (1 << j) + 1])
 
 
-class Cycle:
+class _Cycle:
     """One cycle being scheduled: memory, the links' T_ava and the events.
 
     Operations are at their positions in ``chain.cycle()`` (``chain.position``);
@@ -234,7 +234,7 @@ class Cycle:
         self.levels = chain.stack_tops(self.base)
         self.max_level = _RangeMax(self.levels)
         self.capacity = capacity
-        self._memory: MemoryTimeline | None = None
+        self._memory: _MemoryTimeline | None = None
         self.homes: dict[int, int] = {}
         self.events: list[Event] = []
         self.T_end_op = 0.0                   # T_end of the last operation scheduled
@@ -249,10 +249,10 @@ class Cycle:
         self.op_index: dict[tuple[str, int], int] = {}
 
     @property
-    def memory(self) -> MemoryTimeline:
+    def memory(self) -> _MemoryTimeline:
         """GPU memory, from :meth:`place_homes` on."""
         if self._memory is None:
-            raise RuntimeError("Cycle.place_homes must come first")
+            raise RuntimeError("_Cycle.place_homes must come first")
         return self._memory
 
     def range_level(self, a: int, b: int) -> int:
@@ -278,7 +278,7 @@ class Cycle:
                 raise _Infeasible
             self.homes[k] = top
         permanent = [self.homes[k] for k, span in residents.items() if span is None]
-        self._memory = MemoryTimeline(self.base, min(permanent, default=self.capacity),
+        self._memory = _MemoryTimeline(self.base, min(permanent, default=self.capacity),
                                       self.S[-1])
         for k, span in residents.items():
             if span is not None:
@@ -442,7 +442,7 @@ def _algorithm2_cycle(chain: TrainingChain, machine: Machine, selection: frozens
                       planner: str, bound: float) -> Schedule:
     """One cutting point of Algorithm 2, its pseudo-code step by step."""
     L, pos = chain.L, chain.position
-    c = Cycle(chain, machine, capacity, reserved, bound)
+    c = _Cycle(chain, machine, capacity, reserved, bound)
     residents: dict[int, tuple[int, int] | None] = {}
     returns: dict[int, int] = {}
     for k in range(1, L + 1):
@@ -518,7 +518,7 @@ def l2l(chain: TrainingChain, machine: Machine, *, capacity: int, reserved: int 
         The free memory is too fragmented for a schedule.
     """
     L, pos = chain.L, chain.position
-    c = Cycle(chain, machine, capacity, reserved)
+    c = _Cycle(chain, machine, capacity, reserved)
     try:
         c.place_homes({L: (pos("F", L), pos("B", L))}, {})
         ops = chain.cycle()

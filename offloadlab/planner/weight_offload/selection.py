@@ -53,7 +53,7 @@ def check_fits(chain: TrainingChain, capacity: int, reserved: int = 0,
             f"capacity of {capacity} bytes")
 
 
-def covers(chain: TrainingChain) -> np.ndarray:
+def _covers(chain: TrainingChain) -> np.ndarray:
     """Boolean ``(L, 2, 2L)``: ``[k-1, d, o]`` is whether choice ``(k, d)`` covers operation
     ``o`` (its index in :meth:`~offloadlab.core.cycle.TrainingChain.operations`)."""
     import numpy as np
@@ -66,7 +66,7 @@ def covers(chain: TrainingChain) -> np.ndarray:
     return cover
 
 
-def excess(chain: TrainingChain, memory: int) -> np.ndarray:
+def _excess(chain: TrainingChain, memory: int) -> np.ndarray:
     """E_o = Σ_i |w_i| + M_o - M_GPU for o in ``F_1..F_L, B_L..B_1``."""
     import numpy as np
     total = sum(chain.w)
@@ -79,7 +79,7 @@ def greedy_selection(chain: TrainingChain, memory: int, *,
     """Algorithm 1: the choices that bring every operation within ``memory``.
 
     While some operation exceeds ``memory``, select the choice of largest profit = benefit /
-    cost, where the benefit is ``Σ_{o in covers(k, d)} min(E_o, |w_k|)`` and the cost
+    cost, where the benefit is ``Σ_{o in _covers(k, d)} min(E_o, |w_k|)`` and the cost
     ``2|w_k|``, halved when the other choice of layer k is already selected (the
     *discount*); stop early when no choice has a benefit (see the module's note on E_o).
 
@@ -101,8 +101,8 @@ def greedy_selection(chain: TrainingChain, memory: int, *,
     check_fits(chain, memory)
     L = chain.L
     w = np.array(chain.w, dtype=float)
-    cover = covers(chain)
-    E = excess(chain, memory)
+    cover = _covers(chain)
+    E = _excess(chain, memory)
     selected = np.zeros((L, 2), dtype=bool)
     while E.max() > 0:
         saved = np.minimum(np.clip(E, 0, None)[None, :], w[:, None])        # (L, 2L)
