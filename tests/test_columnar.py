@@ -212,7 +212,7 @@ def with_column(table, name, values, kind=None):
     (lambda t: with_column(t, "inputs", [[], [2**40]], pa.list_(pa.int64())),
      "vertex 'b': inputs names row 1099511627776, but the file has 2 rows"),
     (lambda t: with_column(t, "bytes", [64, 2**63], pa.uint64()),
-     "vertex 'b': bytes must be a positive integer, got 9223372036854775808"),
+     "vertex 'b': bytes must be a positive integer, got 9.223e+18 (a count must be below 2**63)"),
     (lambda t: with_column(t, "inputs", [None, [0, None]], pa.list_(pa.int32())),
      "vertex 'b': inputs must be a list of row numbers, got [0, None]"),
     (lambda t: t.replace_schema_metadata({}), "not a MemGraph Parquet file of offloadlab"),

@@ -81,8 +81,10 @@ def number(value: object, where: str, field: str, *, count: bool = False,
         if x > 0 if positive else x >= 0:       # which compiled code refuses as a bool
             return x
     got = "missing or null" if value is None else short(value)
-    if type(value) is int and abs(value) > MAX_COUNT:
-        got = f"{value:.3e} (a count must be below 2**63)"     # not a 31-digit integer
+    if type(value) is int and abs(value) > MAX_COUNT:         # not a 31-digit integer
+        got = f"{value:.3e}" if abs(value) < 1e308 else \
+            f"a {int(math.log10(abs(value))) + 1}-digit integer"
+        got += " (a count must be below 2**63)" if count else ""
     raise error(f"{where}: {field} must be {_requirement(count, positive, unlimited)}, got {got}")
 
 
