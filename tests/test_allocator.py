@@ -261,5 +261,9 @@ def test_blocked_agrees_with_a_sorted_list(block, steps, size):
         assert blocked.last == [keys[-1] for keys in blocked.keys]
         assert blocked.largest == [max(sizes) for sizes in blocked.sizes]
         assert blocked.at_largest == [sizes.count(max(sizes)) for sizes in blocked.sizes]
+        leaves, tree = blocked.leaves, blocked.tree      # the max tree over the blocks
+        assert leaves >= len(blocked.keys) and tree[leaves:] == \
+            blocked.largest + [-1] * (leaves - len(blocked.keys))
+        assert all(tree[i] == max(tree[2 * i], tree[2 * i + 1]) for i in range(1, leaves))
         assert len(blocked) == len(kept)
         assert blocked.least(size) == min((k for n, k in kept if n >= size), default=-1)
