@@ -193,16 +193,16 @@ def fit_class(rows: pd.DataFrame, gpu: str) -> tuple[float, ...]:
     (their flops are a few per byte: the fit cannot tell them from their bytes)."""
     from scipy.optimize import least_squares
     seconds = rows["seconds"].to_numpy()
-    gemm = bool(rows["cls"].isin(("gemm", ATTENTION)).all())
+    four = bool(rows["cls"].isin(("gemm", ATTENTION)).all())      # all four parameters
 
     def params(x):          # the latency is fitted in microseconds: every x of order 1
-        return (x[0], x[1], x[2] * 1e-6, x[3]) if gemm else (1.0, x[0], x[1] * 1e-6, x[2])
+        return (x[0], x[1], x[2] * 1e-6, x[3]) if four else (1.0, x[0], x[1] * 1e-6, x[2])
 
     def residuals(x):
         return predict(params(x), rows, gpu) / seconds - 1.0
     low, high = [1e-3, 0.0, 1.0], [1e3 if ATTENTION in set(rows["cls"]) else 1.0, 1e3, 50.0]
     start = [0.7, 5.0, 2.0]
-    if gemm:
+    if four:
         low, high, start = [1e-3] + low, [1.0] + high, [0.7] + start
     return params(least_squares(residuals, start, bounds=(low, high)).x)
 
