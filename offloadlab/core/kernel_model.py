@@ -102,7 +102,8 @@ def fit_problem(fit: object) -> str | None:
 
 FIT_SOURCE = ("kernel times fitted (docs/cost-model.md) to the measured float16 operators of "
               "Llama-2-7b-hf and Meta-Llama-3-8B in microsoft/vidur@7d47513 "
-              "(data/profiling/compute/GPU/meta-llama/MODEL/mlp.csv)")
+              "(data/profiling/compute/GPU/meta-llama/MODEL/mlp.csv), attention to its A100 "
+              "FlashAttention kernels (.../Llama-2-7b-hf/attention.csv)")
 """Where :data:`A100_FIT` and :data:`H100_FIT` come from."""
 
 # fitted by bench/fit_kernels.py: (class, e, beta, latency s, p); fractions of an A100 80GB
