@@ -6,8 +6,8 @@ A GPU kernel of op class ``c`` that does ``f`` flops and touches ``b`` bytes tak
 
 with ``F`` and ``B`` the GPU's peak flop rate and memory bandwidth.  The parameters were fitted
 (``bench/fit_kernels.py``) to microsoft/vidur's per-operator measurements of LLaMA layers on an
-A100 and an H100 (:data:`OP_CLASSES` maps the toolkit's ops onto them).  What each parameter
-means and the fit's error: docs/cost-model.md.
+A100 and an H100, and to its A100 attention kernels (:data:`OP_CLASSES` maps the toolkit's ops
+onto them).  What each parameter means and the fit's error: docs/cost-model.md.
 """
 
 from __future__ import annotations
@@ -21,14 +21,20 @@ from .ops import op_name
 KernelFit = tuple[tuple[str, float, float, float, float], ...]
 """Per op class: ``(class, flop fraction e, bandwidth fraction beta, latency s, blend p)``."""
 
+ATTENTION = "attention"
+"""The class of the blocked attention's ops, fitted to vidur's measured attention kernels: their
+bandwidth fraction may exceed 1, being of the score blocks' bytes that the unfused ops declare
+and a fused kernel keeps on chip."""
 ELEMENTWISE = "elementwise"
 """The class of every op no other class names: one memory-bound fit of vidur's norm, rotary,
 activation and add operators together."""
 
 OP_CLASSES: dict[str, str] = {
     **dict.fromkeys(("matmul", "linear", "lora_linear", "linear_dx", "linear_dw",
-                     "attn_scores", "attn_values", "attn_dprobs", "attn_dq", "attn_dk",
-                     "attn_dv", "layer_forward", "layer_backward", "weight_grad"), "gemm"),
+                     "layer_forward", "layer_backward", "weight_grad"), "gemm"),
+    **dict.fromkeys(("attn_scores", "softmax_stats", "causal_softmax", "attn_values",
+                     "attn_dprobs", "attn_delta", "softmax_backward", "attn_dq", "attn_dk",
+                     "attn_dv"), ATTENTION),
     **dict.fromkeys(("rmsnorm", "layernorm", "rmsnorm_backward", "layernorm_backward",
                      "layernorm_dgain", "layernorm_dbias"), "norm"),
     **dict.fromkeys(("rotary", "rotary_backward"), "rotary"),
@@ -37,12 +43,11 @@ OP_CLASSES: dict[str, str] = {
     **dict.fromkeys(("add", "mul"), "add"),
     **dict.fromkeys(("embedding", "embedding_backward"), "embedding"),
 }
-"""The toolkit's ops by fitted class; the rest (softmax and its statistics, cross-entropy,
-optimizer updates, copies, casts, ``mix``, ``generic``) are :data:`ELEMENTWISE`.  The
-attention ops are GEMMs per head and block and softmax passes, priced by those classes: the
-fit had no measured attention kernel (docs/cost-model.md)."""
+"""The toolkit's ops by fitted class; the rest (an unblocked softmax, cross-entropy, optimizer
+updates, copies, casts, ``mix``, ``generic``) are :data:`ELEMENTWISE`.  The blocked attention's
+forward and backward ops are :data:`ATTENTION`, fitted to its forward (docs/cost-model.md)."""
 
-CLASSES = ("gemm", "norm", "rotary", "activation", "add", "embedding", ELEMENTWISE)
+CLASSES = ("gemm", "norm", "rotary", "activation", "add", "embedding", ATTENTION, ELEMENTWISE)
 """The classes a fit must give, each once."""
 
 
@@ -112,7 +117,8 @@ def fit_problem(fit: object) -> str | None:
     """What is wrong with ``fit`` as a Machine's ``kernel_fit``.
 
     A fit is a tuple of ``(class, e, beta, latency, p)`` with every class of :data:`CLASSES`
-    once, ``0 < e, beta <= 1``, ``latency`` finite and ``>= 0``, ``p`` finite and ``>= 1``.
+    once, ``0 < e, beta <= 1`` (``beta > 0`` for :data:`ATTENTION`), ``latency`` finite and
+    ``>= 0``, ``p`` finite and ``>= 1``.
 
     Parameters
     ----------
@@ -133,9 +139,10 @@ def fit_problem(fit: object) -> str | None:
             return (f"entries must be [class, e, beta, latency, p] with a class of "
                     f"{', '.join(CLASSES)} and finite numbers; got {short(entry)}")
         name, e, beta, latency, p = entry
-        if not (0 < e <= 1 and 0 < beta <= 1 and latency >= 0 and p >= 1):
-            return (f"{name}: needs 0 < e <= 1, 0 < beta <= 1, latency >= 0 and p >= 1; "
-                    f"got {short(entry)}")
+        if not (0 < e <= 1 and 0 < beta and (beta <= 1 or name == ATTENTION)
+                and latency >= 0 and p >= 1):
+            return (f"{name}: needs 0 < e <= 1, 0 < beta <= 1 (any beta > 0 for "
+                    f"{ATTENTION}), latency >= 0 and p >= 1; got {short(entry)}")
         seen.append(name)
     if sorted(seen) != sorted(CLASSES):
         return (f"must give each class once ({', '.join(CLASSES)}); got "
@@ -145,7 +152,8 @@ def fit_problem(fit: object) -> str | None:
 
 FIT_SOURCE = ("kernel times fitted (docs/cost-model.md) to the measured float16 operators of "
               "Llama-2-7b-hf and Meta-Llama-3-8B in microsoft/vidur@7d47513 "
-              "(data/profiling/compute/GPU/meta-llama/MODEL/mlp.csv)")
+              "(data/profiling/compute/GPU/meta-llama/MODEL/mlp.csv), attention to its A100 "
+              "FlashAttention kernels (.../Llama-2-7b-hf/attention.csv)")
 """Where :data:`A100_FIT` and :data:`H100_FIT` come from."""
 
 # fitted by bench/fit_kernels.py: (class, e, beta, latency s, p); fractions of an A100 80GB
@@ -157,6 +165,7 @@ A100_FIT: KernelFit = (
     ("activation", 1.0, 0.4741, 2.62e-06, 1.378),
     ("add", 1.0, 0.9377, 2.04e-06, 2.257),
     ("embedding", 1.0, 0.1453, 4.081e-06, 1.702),
+    ("attention", 0.3435, 8.008, 1.256e-07, 1.0),
     ("elementwise", 1.0, 0.6281, 2.923e-06, 1.537),
 )
 H100_FIT: KernelFit = (
@@ -166,5 +175,6 @@ H100_FIT: KernelFit = (
     ("activation", 1.0, 0.5396, 1.733e-06, 1.202),
     ("add", 1.0, 1.0, 1.307e-06, 1.777),
     ("embedding", 1.0, 0.1805, 2.776e-06, 1.132),
+    ("attention", 0.3435, 8.008, 1.256e-07, 1.0),
     ("elementwise", 1.0, 0.7984, 1.788e-06, 1.0),
 )
