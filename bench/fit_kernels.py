@@ -18,10 +18,11 @@ it) and lies at ``.../GPU/ORG/MODEL/attention.csv``, which names its GPU and mod
 prefill row (``attn_prefill``: a chunk of tokens after ``kv_cache_size`` cached ones, one
 tensor-parallel worker's heads) becomes the toolkit's blocked attention of each of those heads
 (:func:`_attention_kernels`), and the attention class is fitted, all four parameters, to the
-sum of their times, on the rows of :data:`FITTED_BACKEND`; the decode rows (``attn_decode``) are
-priced the same way, one query row per sequence, and they and the other backends' rows are
-reported, not fitted.  A GPU without attention rows takes the fitted parameters
-of the first GPU that has them (the fractions are of each GPU's own peaks).
+sum of their times, on the rows of :data:`FITTED_BACKEND` among those
+``bench/vidur_attention_rows.csv`` lists (``--every-row``: all); the decode rows
+(``attn_decode``) are priced the same way, one query row per sequence, and they and the other
+backends' rows are reported, not fitted.  A GPU without attention rows takes the fitted
+parameters of the first GPU that has them (the fractions are of each GPU's own peaks).
 
 It prints the fitted parameters, rounded to 4 digits, as the ``kernel_model`` constants (and
 exits 1 if those differ from the stored ones), and the median and largest relative error of
@@ -158,13 +159,31 @@ def _attention_kernels(row: pd.Series) -> tuple[list[tuple[float, int]], int]:
     return kernels, copies
 
 
-def read_attention(paths: list[Path]) -> pd.DataFrame:
+SAMPLE = Path(__file__).with_name("vidur_attention_rows.csv")
+"""The keys (GPU, model, prefill or not, tensor-parallel workers, batch, chunk and cached
+tokens) of the vidur attention rows the stored attention fit was fitted to: read one by one
+from a public copy of the files (docs/cost-model.md), not the whole files."""
+KEYS = ["is_prefill", "num_tensor_parallel_workers", "batch_size", "prefill_chunk_size",
+        "kv_cache_size"]
+
+
+def _sampled(rows: pd.DataFrame, gpu: str, model: str) -> pd.DataFrame:
+    """The rows of one vidur ``attention.csv`` whose keys :data:`SAMPLE` lists (the first of
+    rows repeated in the file)."""
+    keys = pd.read_csv(SAMPLE, comment="#").rename(columns={"tp": KEYS[1]})
+    keys = keys[(keys["gpu"] == gpu) & (keys["model"] == model)][KEYS]
+    return rows.drop_duplicates(KEYS).merge(keys, on=KEYS)
+
+
+def read_attention(paths: list[Path], every_row: bool = False) -> pd.DataFrame:
     """A row per measured attention kernel: GPU, model, ``attn_prefill`` or ``attn_decode``,
-    the toolkit's kernels it covers (:func:`_attention_kernels`) and the measured seconds."""
+    the toolkit's kernels it covers (:func:`_attention_kernels`) and the measured seconds;
+    only the rows :data:`SAMPLE` lists unless ``every_row``."""
     rows = []
     for path in paths:
         gpu, model = path.parts[-4], path.parts[-2]
-        for _, r in pd.read_csv(path).iterrows():
+        measured = pd.read_csv(path)
+        for _, r in (measured if every_row else _sampled(measured, gpu, model)).iterrows():
             name = "attn_prefill" if r.is_prefill else "attn_decode"
             kernels, copies = _attention_kernels(r)
             backend = str(r.attention_backend).rsplit(".", 1)[-1]
@@ -289,10 +308,14 @@ def main() -> None:
     parser.add_argument("--attention", type=Path, nargs="+", required=True,
                         help="vidur attention.csv files or samples of their rows, at "
                              ".../GPU/ORG/MODEL/attention.csv")
+    parser.add_argument("--every-row", action="store_true",
+                        help="fit attention to every row of the --attention files, not only "
+                             "those of bench/vidur_attention_rows.csv (other constants result)")
     parser.add_argument("--commit", default=VIDUR_COMMIT)
     parser.add_argument("--docs", type=Path, help="write the error table into this page")
     args = parser.parse_args()
-    table, attention = read(args.vidur, args.commit), read_attention(args.attention)
+    table = read(args.vidur, args.commit)
+    attention = read_attention(args.attention, args.every_row)
     fits = fit(table, attention)
     text = report(errors(table, attention, fits), fits, args.commit)
     print(text)
