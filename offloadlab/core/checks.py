@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
 from typing import Any, BinaryIO
 
 from .errors import GraphError, OffloadlabError
@@ -82,7 +83,7 @@ def number(value: object, where: str, field: str, *, count: bool = False,
             return x
     got = "missing or null" if value is None else short(value)
     if type(value) is int and abs(value) > MAX_COUNT:
-        got = f"{value:.3e} (a count must be below 2**63)"     # not a 31-digit integer
+        got = f"{Decimal(value):.3e} (a count must be below 2**63)"   # 1.000e+400, not 401
     raise error(f"{where}: {field} must be {_requirement(count, positive, unlimited)}, got {got}")
 
 
