@@ -800,3 +800,15 @@ def test_a_problem_no_plan_can_finish_is_refused(capsys, tmp_path, command):
     err = run_in_process(capsys, tmp_path, [*command, "--workload", SMALL, "--machine",
                                             "p100x4:gpu_flops=1e-300"])
     assert "lower bound is inf s" in err and "too large for the machine's rates" in err
+
+
+@pytest.mark.parametrize("field", ["bytes", "flops"])
+def test_integers_beyond_the_float_range_in_a_graph_file(capsys, inputs, field):
+    """``"bytes": 10**400`` (a count) and ``"flops": 10**400`` (a float): one line each, the
+    value shown as 1.000e+400 (formatting it as a float raised OverflowError)."""
+    text = (inputs / "mg.json").read_text()
+    i = text.index(f'"{field}":') + len(f'"{field}":')
+    j = min(text.index(",", i), text.index("}", i))
+    (inputs / "big.json").write_text(text[:i] + "1" + "0" * 400 + text[j:])
+    err = run_in_process(capsys, inputs, ["simulate", "{d}/big.json"])
+    assert f"{field} must be " in err and "1.000e+400" in err
