@@ -788,3 +788,27 @@ def test_compare_lists_a_refusal_beside_plans_naming_its_planner_once(capsys):
     assert refused[0].startswith("accelerate-offload: the deployed scheme runs out of memory")
     assert refused[1].startswith("zero-offload:dpu=true: zero-offload plans training steps")
     assert len(refused) == 2
+
+
+@pytest.mark.parametrize("command", [["compare"], ["estimate"],
+                                     ["-q", "sweep", "--workers", "0", "--store", "s.sqlite"]])
+def test_a_problem_no_plan_can_finish_is_refused(capsys, tmp_path, command):
+    """A rate so small that every duration overflows (gpu_flops=1e-300): the problem's lower
+    bound is inf, refused in one line before any work (compare and estimate printed inf and
+    exited 0; sweep's store refused the row with a ValueError traceback)."""
+    (tmp_path / "s.sqlite").touch()     # a sweep's store is kept, as after any failed point
+    err = run_in_process(capsys, tmp_path, [*command, "--workload", SMALL, "--machine",
+                                            "p100x4:gpu_flops=1e-300"])
+    assert "lower bound is inf s" in err and "too large for the machine's rates" in err
+
+
+@pytest.mark.parametrize("field", ["bytes", "flops"])
+def test_integers_beyond_the_float_range_in_a_graph_file(capsys, inputs, field):
+    """``"bytes": 10**400`` (a count) and ``"flops": 10**400`` (a float): one line each, the
+    value shown as 1.000e+400 (formatting it as a float raised OverflowError)."""
+    text = (inputs / "mg.json").read_text()
+    i = text.index(f'"{field}":') + len(f'"{field}":')
+    j = min(text.index(",", i), text.index("}", i))
+    (inputs / "big.json").write_text(text[:i] + "1" + "0" * 400 + text[j:])
+    err = run_in_process(capsys, inputs, ["simulate", "{d}/big.json"])
+    assert f"{field} must be " in err and "1.000e+400" in err

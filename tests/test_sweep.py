@@ -223,3 +223,13 @@ def test_closing_a_cluster_is_bounded():
     sweeps._close(None, Stuck("cluster", True))
     limit = sweeps.CLOSE_TIMEOUT
     assert closed == [("client", limit), ("cluster", limit), ("cluster", limit)]
+
+
+@pytest.mark.parametrize("address", ["nonsense", "tcp://"])
+def test_a_malformed_cluster_address_is_one_line(capsys, tmp_path, address):
+    """dask refuses the address with a ValueError (a traceback before)."""
+    assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--store",
+                 str(tmp_path / "s.sqlite"), "--cluster", address]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"offloadlab: error: --cluster {address}: not a scheduler address")
+    assert err.count("\n") == 1

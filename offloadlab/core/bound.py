@@ -16,10 +16,12 @@ bounds every plan of the problem, and planners can be compared against it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .devices import HOST, is_bus
+from .errors import GraphError
 from .machine import Machine
 from .memgraph import MemGraph, MemVertex
 from .ops import touched_bytes
@@ -178,7 +180,7 @@ def least_memgraph(graph: TaskGraph) -> MemGraph:
     return least
 
 
-def problem_bound(graph: TaskGraph, machine: Machine) -> Bound:
+def problem_bound(graph: TaskGraph, machine: Machine, *, finite: bool = False) -> Bound:
     """A lower bound on the makespan of every MemGraph of ``graph`` on ``machine``.
 
     The :func:`bound` of its :func:`least_memgraph` (planners only add vertices and edges).
@@ -189,9 +191,22 @@ def problem_bound(graph: TaskGraph, machine: Machine) -> Bound:
         The computation.
     machine : Machine
         The machine.
+    finite : bool
+        Refuse a bound that is not finite: no plan of the problem could finish.
 
     Returns
     -------
     Bound
+
+    Raises
+    ------
+    GraphError
+        With ``finite``, the bound is not finite (a rate so small, or flops, bytes or times
+        so large, that a duration overflows).
     """
-    return bound(least_memgraph(graph), machine)
+    best = bound(least_memgraph(graph), machine)
+    if finite and not math.isfinite(best.value):
+        raise GraphError(f"no plan of TaskGraph {graph.name!r} can finish: its lower bound is "
+                         f"{best.value} s ({best.limit} binds); the vertices' times, flops or "
+                         f"bytes are too large for the machine's rates")
+    return best

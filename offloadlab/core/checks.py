@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
 from typing import Any, BinaryIO
 
 from .errors import GraphError, OffloadlabError
@@ -81,10 +82,8 @@ def number(value: object, where: str, field: str, *, count: bool = False,
         if x > 0 if positive else x >= 0:       # which compiled code refuses as a bool
             return x
     got = "missing or null" if value is None else short(value)
-    if type(value) is int and abs(value) > MAX_COUNT:         # not a 31-digit integer
-        got = f"{value:.3e}" if abs(value) < 1e308 else \
-            f"a {int(math.log10(abs(value))) + 1}-digit integer"
-        got += " (a count must be below 2**63)" if count else ""
+    if type(value) is int and abs(value) > MAX_COUNT:    # 1.000e+400, not 401 digits
+        got = f"{Decimal(value):.3e}" + (" (a count must be below 2**63)" if count else "")
     raise error(f"{where}: {field} must be {_requirement(count, positive, unlimited)}, got {got}")
 
 

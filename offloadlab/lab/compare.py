@@ -304,6 +304,8 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
     ------
     SpecError
         An unknown planner, option or value (before any work).
+    GraphError
+        No plan of the problem could finish (its lower bound is not finite; before any work).
 
     Examples
     --------
@@ -337,7 +339,7 @@ def compare_planners(graph: TaskGraph, machine: Machine, planners: Iterable[str]
         from ..executor import check_outputs, check_runnable, execute, expected_outputs
         check_runnable(graph)               # and a graph the executor cannot run
     reference = spread = None                # computed once, for the first run measured
-    best = problem_bound(graph, machine)
+    best = problem_bound(graph, machine, finite=True)   # and a problem no plan can finish
     milp = _milp_bound(graph, machine, milp_time_limit, say)
     rows: list[dict[str, object]] = []
     for spec in specs:

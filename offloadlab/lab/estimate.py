@@ -135,6 +135,8 @@ def estimate(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None 
     ------
     SpecError
         An unknown planner, option or value (before any work), or ``points`` < 2.
+    GraphError
+        No plan of the problem could finish (its lower bound is not finite).
 
     Examples
     --------
@@ -164,6 +166,7 @@ def estimate(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None 
         raise SpecError(f"points must be at least 2, got {points}")
     # the memories' float and integer arrays (geomspace, astype, unique's sorted copy)
     check_ram(f"{points} points", 32 * points)
+    floor = problem_bound(graph, machine, finite=True).value
     low = max(min_capacity(graph) - 1, 0)
     roomy = max(sum(t.bytes for t in graph), low + 1)
     say = progress or (lambda line: None)
@@ -192,7 +195,7 @@ def estimate(graph: TaskGraph, machine: Machine, planners: Iterable[str] | None 
                                        makespan=None if isinstance(found, str) else found[0],
                                        host_peak=None if isinstance(found, str) else found[1]))
     curve = pd.DataFrame(curve_rows, columns=CURVE_COLUMNS)
-    return Estimate(smallest, curve, problem_bound(graph, machine).value)
+    return Estimate(smallest, curve, floor)
 
 
 def curve_table(found: Estimate) -> pd.DataFrame:

@@ -487,6 +487,8 @@ def _client(cluster: str | None, workers: int | None):
             return Client(cluster, timeout=5), None
         except (OSError, TimeoutError) as exc:
             raise SpecError(f"--cluster {cluster}: no scheduler answers ({exc})") from None
+        except ValueError as exc:           # dask's parsing of the address: 'nonsense'
+            raise SpecError(f"--cluster {cluster}: not a scheduler address ({exc})") from None
     import logging
     import os
 
