@@ -128,7 +128,7 @@ def test_each_sweep_has_a_store_of_its_own_by_default(tmp_path, monkeypatch, cap
     assert len(stores) == 2 and all(p.name.startswith("sweep-random-") for p in stores)
     assert said[2] == f"2 points: 2 already in {said[0].split(' in ')[1].split(',')[0]}, 0 to run"
     assert main(["sweep", "--workload", WORKLOAD, "--machine", MACHINE, "--grid",
-                 "workload.seed=2", "--workers", "0", "--quiet"]) == 0
+                 "workload.seed=0,1", "--workers", "0", "--quiet"]) == 0
     assert len(list((tmp_path / "offloadlab-out").iterdir())) == 3
     assert not (tmp_path / "sweep.sqlite").exists()
 
@@ -167,6 +167,19 @@ def test_sweep_cli_json_and_bad_cluster(capsys, tmp_path):
     assert main([*argv, "--grid", "machine.colour=red"]) == 2
     assert "unknown option(s) colour" in capsys.readouterr().err
     assert len(Store(store).rows([])) == 0 and store.stat().st_size > 0   # nothing lost
+
+
+def test_a_sweep_whose_every_point_failed_exits_2_and_writes_no_table(capsys, tmp_path):
+    """As compare does when every planner failed; the failures are kept in the store."""
+    store, out = tmp_path / "s.sqlite", tmp_path / "t.csv"
+    argv = ["sweep", "--workload", "matmul-chain", "--machine", "p100x4", "--store", str(store),
+            "--workers", "0", "--out", str(out), "--grid"]
+    assert main([*argv, "workload.layers=-1,-2"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == ("offloadlab: error: every point failed: matmul-chain: layers must be "
+                   "positive, got -1 (and 1 other error(s))"), err
+    assert not out.exists() and len(Store(store).rows([])) == 0
+    assert main([*argv, "workload.layers=2,-2"]) == 0 and out.exists()     # one point is a result
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])

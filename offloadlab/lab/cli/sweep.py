@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ...core.dispatch import POLICIES
+from ...core.errors import PlanError
 from ...core.util import fmt_bytes
 from .common import DEMO_PLANNERS, AddCommand, json_text, phases
 from .options import nonnegative_int, problem_options, table_options
@@ -25,6 +26,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     -------
     int
         The exit status: 0 once every point is done.
+
+    Raises
+    ------
+    PlanError
+        When every point failed (each failure is kept in the store all the same).
     """
     import pandas as pd
 
@@ -46,6 +52,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with phases(args).phase("sweeping", total=len(points), unit="point") as report:
         table = sweep(points, store, cluster=args.cluster, workers=args.workers,
                       progress=lambda done, total: report(done), say=say)
+    errors = table["error"] if "error" in table else None
+    if errors is not None and len(table) and errors.notna().all():    # as compare does
+        kinds = errors.drop_duplicates()
+        raise PlanError(f"every point failed: {kinds.iloc[0]}" + (
+            f" (and {len(kinds) - 1} other error(s))"
+            if len(kinds) > 1 else ""))
     axes = [c for c in table.columns if c.startswith(("machine.", "workload."))]
     what = args.workload or args.taskgraph
     written = write_table_and_plot(args, table, "sweep_plot", f"{what} on {args.machine}",
