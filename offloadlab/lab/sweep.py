@@ -450,15 +450,46 @@ def _runner(cluster: str | None, workers: int | None) -> Iterator[Runner]:
     from .signals import deferred
 
     local = client = None
+    with _quiet_dask():
+        try:
+            # a SIGTERM or Ctrl-C while the cluster starts stops the sweep once it has: a
+            # cluster cut off half-started cannot be closed, and dask's exit handler then
+            # fails loudly
+            with deferred():
+                client, local = _client(cluster, workers)
+            yield _run_on(client, as_completed)
+        finally:
+            with deferred():
+                _close(client, local)
+
+
+QUIET = "DASK_LOGGING__DISTRIBUTED"
+"""The environment variable that sets a dask process's ``distributed`` log level as it
+starts (dask's config, ``logging.distributed``)."""
+
+
+@contextmanager
+def _quiet_dask() -> Iterator[None]:
+    """dask's log lines hidden while a sweep's cluster lives and closes: in this process (the
+    ``distributed`` logger's level; LocalCluster's ``silence_logs`` restores its handlers'
+    levels before its scheduler has stopped logging) and in the worker processes it starts
+    (:data:`QUIET`).  What fails reaches the sweep as an exception; the lines are those of a
+    worker or a connection closed mid-sweep (a Ctrl-C or SIGTERM to the process group)."""
+    import logging
+    import os
+
+    logger, env = logging.getLogger("distributed"), os.environ.get(QUIET)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    os.environ[QUIET] = "critical"
     try:
-        # a SIGTERM or Ctrl-C while the cluster starts stops the sweep once it has: a cluster
-        # cut off half-started cannot be closed, and dask's exit handler then fails loudly
-        with deferred():
-            client, local = _client(cluster, workers)
-        yield _run_on(client, as_completed)
+        yield
     finally:
-        with deferred():
-            _close(client, local)
+        logger.setLevel(level)
+        if env is None:
+            os.environ.pop(QUIET, None)
+        else:
+            os.environ[QUIET] = env
 
 
 CLOSE_TIMEOUT = 30
