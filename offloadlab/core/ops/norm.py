@@ -247,14 +247,17 @@ def _cross_entropy(xp, out, args, scratch, tokens: int = 1) -> None:
 
 @op("argmax", "the index of the largest entry of the input's last row (the first of equal "
     "ones), shape (1,): the greedy choice of the next token from its logits",
-    flops=lambda out, ins: float(ins[0][-1]))
+    flops=lambda out, ins: float(ins[0][-1]), scratch=lambda out, args: 8)
 def _argmax(xp, out, args, scratch) -> None:
     """The index of the largest entry of the last row of ``args[0]``, into ``out`` (shape
-    (1,)): greedy decoding's next token (ties to the first, on NumPy and CuPy alike)."""
+    (1,)): greedy decoding's next token (ties to the first, on NumPy and CuPy alike).  The
+    index is written to 8 bytes of scratch first, as CuPy would allocate it otherwise."""
     if len(args) != 1 or out.shape != (1,) or args[0].ndim < 1:
         raise KernelError(f"argmax takes one tensor and gives shape (1,), got inputs "
                           f"{[a.shape for a in args]} for {out.shape}")
-    out[0] = xp.argmax(as_rows(args[0])[-1])
+    index = scratch[:8].view("int64").reshape(())
+    xp.argmax(as_rows(args[0])[-1], out=index)
+    out[...] = index
 
 
 @op("cross_entropy_backward", "d logits of cross_entropy: (softmax(logits) - onehot(label)) "
