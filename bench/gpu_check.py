@@ -14,7 +14,9 @@ times each, once plain (pinned ``cudaMemcpyAsync`` timed with CUDA events; ``np.
 numpy) and once as the loads and offloads of a MemGraph run by the executor (read off the trace:
 bytes / (end - start)); each figure is the median over the copies; the goal is executor >= 90%
 of plain.  Validate plans the workload at the tightest GPU memory plus 5% of the rest,
-where both planners must offload (a plan that offloads nothing tests nothing: the row fails).
+where both planners must offload (a plan that offloads nothing tests nothing: the row fails);
+beside the plot it writes each planner's MemGraph (``STEM-PLANNER.json``) and its simulated and
+measured traces (``STEM-PLANNER-traces.csv``), to study a gap off the machine.
 Heavy imports happen inside the steps, so ``row`` and ``report`` need only the standard library.
 """
 
@@ -247,6 +249,9 @@ def aligned_workload(spec: str):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from offloadlab.core.formats import write_memgraph
     from offloadlab.core.machine import machine_from_spec
     from offloadlab.lab.plots import gantt
     from offloadlab.lab.validate import validate_memgraph
@@ -283,6 +288,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
              f"{moved['reload']} reloads, {moved['load']} loads at {memory / 2**20:.1f} MiB"
              + ("" if v.correct else "; outputs WRONG"), ok=ok,
              data={"workload": args.workload, "gpu_memory": memory, **moved, **v.row()})
+        stem = Path(args.plot).with_suffix("")      # what was run and measured, to study later
+        write_memgraph(mg, f"{stem}-{planner}.json")
+        pd.concat([v.simulated, v.measured]).to_csv(f"{stem}-{planner}-traces.csv", index=False)
         traces[f"{planner}: simulated"] = v.simulated
         traces[f"{planner}: measured ({args.backend}), error {100 * v.error:+.1f}%"] = \
             v.measured

@@ -18,8 +18,8 @@
 #   6. dispatch: makespan / vertices of a chain of one-element adds
 # Results: $OUT (default gpu-check-out) holds report.json (every row, with its numbers; rows.jsonl
 # as the rows come, should the check be cut short),
-# table.txt, machine.json, the two validation plots and log.txt (every step's output); the
-# table is printed last.  On the device tool's machines the whole check takes under 8 minutes.
+# table.txt, machine.json and calibration.csv (every measurement), the two validation plots
+# with each plan and its traces, and log.txt (every step's output); the table is printed last.  On the device tool's machines the whole check takes under 8 minutes.
 set -uo pipefail
 
 BACKEND=cupy
@@ -117,14 +117,18 @@ if [ "$BACKEND" = cupy ]; then
     WORKLOADS=("random-dag random:vertices=200,gpus=$G,seed=1"
                "training-chain training-chain:w=256MB;256MB;256MB;256MB,a=64MB;64MB;64MB;64MB,a0=64MB")
     QUICK=()
+    # calibrate from the preset of the card there is (its memory and links), h100-sxm if none
+    BASE="$("$PY" -c "import cupy; n = str(cupy.cuda.runtime.getDeviceProperties(0)['name'])
+print('h200' if 'H200' in n else 'h100-sxm')" 2>/dev/null || echo h100-sxm)"
 else
+    BASE=h100-sxm
     WORKLOADS=("random-dag random:vertices=60,gpus=$G,seed=1,min_bytes=65536,max_bytes=524288"
                "training-chain training-chain:w=2MB;2MB;2MB;2MB,a=512KB;512KB;512KB;512KB,a0=512KB")
     QUICK=(--quick)
 fi
 if step "calibrate --backend $BACKEND" 150 "$PY" -m offloadlab calibrate --backend "$BACKEND" \
-        "${QUICK[@]}" --machine "h100-sxm:gpus=$G" --out "$OUT/machine.json" \
-        --table "$WORK/calibration.csv"; then
+        "${QUICK[@]}" --machine "$BASE:gpus=$G" --out "$OUT/machine.json" \
+        --table "$OUT/calibration.csv"; then
     "$PY" bench/gpu_check.py row --rows "$ROWS" --check "calibrate --backend $BACKEND" \
         --result "$(grep -E '^  matmul' "$LOG" | tail -n 1 | sed 's/^ *//')" \
         --data "$OUT/machine.json"

@@ -74,7 +74,7 @@ def test_calibrate_prices_every_op_a_built_in_workload_emits_from_a_measurement(
     assert machine.engine == "fifo"
     kernels = table[table["what"] == "kernel"]
     tiny = float(table.loc[table["what"] == "tiny kernel", "seconds"].iloc[0])
-    rated = {op for op, _, _ in machine.op_rates}
+    rated = {op for op, *_ in machine.op_rates}
     ops = workload_ops()
     assert {"layer_forward", "layer_backward", "weight_grad", "mix", "linear"} <= set(ops)
     for op in ops:
@@ -87,6 +87,58 @@ def test_calibrate_prices_every_op_a_built_in_workload_emits_from_a_measurement(
     mix = machine.duration("compute", "gpu0", 2**22, touched=2**24, op="mix")
     for op in ("layer_forward", "layer_backward", "weight_grad"):
         assert 0.25 < machine.duration("compute", "gpu0", 2**22, touched=2**24, op=op) / mix < 4
+
+
+def _rows(sizes, seconds_of, repeats=5, outlier=None):
+    import pandas as pd
+    rows = [dict(bytes=b, seconds=seconds_of(b)) for b in sizes for _ in range(repeats)]
+    if outlier is not None:                       # a kernel held up by a loaded machine
+        rows[0]["seconds"] *= outlier
+    return pd.DataFrame(rows)
+
+
+TINY = 8e-6
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(rate=st.floats(1e8, 1e11), overhead=st.sampled_from([0.0, 3e-6, 1e-4]),
+       outlier=st.sampled_from([None, 30.0]))
+def test_an_op_measured_at_its_shapes_gets_its_rate_and_overhead_back(rate, overhead, outlier):
+    """Kernels whose time grows with their bytes (a CPU's): the line through the medians gives
+    the rate and the overhead, whatever one held-up kernel took."""
+    from offloadlab.executor.calibrate import _shape_rate
+    sizes = (33_000, 130_000, 526_000)
+    rows = _rows(sizes, lambda b: TINY + overhead + b / rate, outlier=outlier)
+    got_rate, got_overhead = _shape_rate(rows, TINY, bandwidth=9e9)
+    if sizes[-1] / rate >= overhead:             # the bytes take at least half the time
+        assert got_rate == pytest.approx(rate, rel=1e-6)
+        assert got_overhead == pytest.approx(overhead, abs=1e-9)
+    else:                                        # launch-bound: at the bandwidth
+        assert got_rate == 9e9
+        assert got_overhead == pytest.approx(overhead + 130_000 / rate - 130_000 / 9e9,
+                                             rel=1e-6, abs=1e-12)
+
+
+def test_a_launch_bound_op_moves_its_bytes_at_the_bandwidth_and_pays_an_overhead():
+    """A GPU's workload-shape kernels: 20 us of launches and well under a microsecond of bytes.
+    Their slope is noise: the bytes of a large kernel of the op are priced at ``add``'s
+    bandwidth, not at the 3 GB/s that 300 KB in 20 us would say."""
+    from offloadlab.executor.calibrate import _shape_rate
+    noise = iter([0.0, 1e-6, -5e-7, 2e-6] * 10)
+    rows = _rows((82_000, 104_000, 229_000, 286_000),
+                 lambda b: TINY + 2e-5 + b / 7e11 + next(noise))
+    rate, overhead = _shape_rate(rows, TINY, bandwidth=7e11)
+    assert rate == 7e11
+    assert overhead == pytest.approx(2e-5, abs=1.5e-6)
+    one = _rows((32_772,), lambda b: TINY + 1e-5)      # one size: nothing to fit a slope to
+    assert _shape_rate(one, TINY, bandwidth=7e11) == (7e11, pytest.approx(1e-5 - 32_772 / 7e11))
+
+
+def test_an_op_faster_than_a_tiny_kernel_at_its_small_shapes_is_priced_by_its_largest():
+    from offloadlab.executor.calibrate import _shape_rate
+    rows = _rows((49_408, 99_328), lambda b: {49_408: 7e-6, 99_328: 1.3e-5}[b])
+    rate, overhead = _shape_rate(rows, TINY, bandwidth=9e9)
+    assert overhead == 0.0 and rate == pytest.approx(99_328 / 5e-6)
 
 
 @settings(max_examples=150, **SETTINGS)

@@ -126,10 +126,38 @@ def test_kernel_time_blends_the_two_limits():
 
 def test_measured_rates_and_profiled_times_still_win():
     m = replace(PRESETS["a100x8"], op_rates=(("add", 1e9, 2e9),))
+    assert m.op_rates == (("add", 1e9, 2e9, 0.0),)        # a file's entry without overhead
     assert m.duration("compute", "gpu0", 10, 0, 30, op="add") == \
         pytest.approx(m.kernel_latency + 10 / 1e9 + 20 / 2e9)
     assert m.duration("compute", "gpu0", 10, 1e9, 30, time=0.25, op="linear") == 0.25
     assert m.duration("compute", "cpu", 10, 2e12, 30, op="linear") == 1.0
+
+
+def test_a_measured_op_pays_its_overhead_and_is_never_below_its_flops_at_the_peak_rate():
+    """An op measured at small shapes keeps the roofline's compute term: a large kernel of it
+    is priced at the GPU's flop rate, not at the bytes it moved when measured small."""
+    m = replace(PRESETS["a100x8"], op_rates=(("linear", 1e11, 1e11, 2e-5),))
+    small = m.duration("compute", "gpu0", 10, 10.0, 30, op="linear")
+    assert small == pytest.approx(m.kernel_latency + 2e-5 + 30 / 1e11)
+    big = m.duration("compute", "gpu0", 2**20, 1e13, 2**22, op="linear")
+    assert big == pytest.approx(m.kernel_latency + 2e-5 + 1e13 / m.gpu_flops)
+    half = m.duration("compute", "gpu0", 2**20, 1e13, 2**22, op="linear", dtype="float16")
+    assert half == pytest.approx(m.kernel_latency + 2e-5 + 1e13 / m.gpu_half_flops)
+
+
+@pytest.mark.parametrize("entry", [["add", 1e9, 1e9, -1e-6], ["add", 1e9, 1e9, float("inf")],
+                                   ["add", 1e9, 1e9, 0.0, 1.0], ["add", 1e9]])
+def test_a_machine_file_with_a_bad_op_rate_entry_is_refused_naming_the_field(entry):
+    with pytest.raises(SpecError, match="op_rates"):
+        Machine.from_dict({**PRESETS["a100x8"].to_dict(), "op_rates": [entry]})
+
+
+def test_op_rates_with_and_without_overhead_read_back():
+    data = PRESETS["a100x8"].to_dict()
+    old = Machine.from_dict({**data, "op_rates": [["add", 1e9, 2e9]]})
+    new = Machine.from_dict({**data, "op_rates": [["add", 1e9, 2e9, 3e-6]]})
+    assert old.op_rates == (("add", 1e9, 2e9, 0.0),)
+    assert Machine.from_dict(json.loads(new.to_json())) == new
 
 
 # -- the option ---------------------------------------------------------------------------------

@@ -78,9 +78,11 @@ class Machine:
     to the CPU; 0 = one bus for all GPUs, resources ``bus:h2d``/``bus:d2h``; otherwise GPU ``i``
     is behind ``bus{i // gpus_per_bus}:h2d``/``...:d2h``).  A bus carries one copy at a time,
     taken after the GPU's link; ``host_bus_bandwidth`` = 0 means no bus.  ``op_rates`` holds
-    measured ``(op, written, read)`` rates in bytes/s (``offloadlab calibrate``): a GPU kernel
-    of such an op takes ``kernel_latency + out_bytes / written + in_bytes / read``, at the
-    rates its kernel was measured at.
+    measured ``(op, written, read, overhead)`` entries (``offloadlab calibrate``): bytes/s
+    written and read, and seconds each kernel of the op takes beyond a tiny one (its further
+    launches; a file's three-element entry has none).  A GPU kernel of such an op takes
+    ``kernel_latency + overhead + max(flops / rate, out_bytes / written + in_bytes / read)``:
+    a roofline at the rates its kernels were measured at.
 
     ``cost`` prices the other GPU kernels (:data:`COSTS`): ``roofline`` at the peak rates, or
     ``fitted`` by the kernel-time model of :mod:`.kernel_model` with the parameters
@@ -108,13 +110,15 @@ class Machine:
     gpu_gpu_latency: float = 10e-6
     cpu_flops: float = 0.5e12
     host_memory: int | None = None
-    op_rates: tuple[tuple[str, float, float], ...] = ()
+    op_rates: tuple[tuple[str, float, float, float], ...] = ()
     cost: str = "roofline"
     kernel_fit: KernelFit = ()
 
     def __post_init__(self):
         _check_fields({f.name: getattr(self, f.name) for f in fields(self)},
                       f"machine {self.name!r}")
+        if any(len(e) == 3 for e in self.op_rates):     # an entry without its overhead
+            object.__setattr__(self, "op_rates", tuple((*e, 0.0)[:4] for e in self.op_rates))
 
     @cached_property
     def _fit(self) -> dict[str, tuple[float, float, float, float]]:
@@ -190,13 +194,13 @@ class Machine:
                  dtype: str = "float32") -> float:
         """Seconds a vertex takes alone on its resources.
 
-        A profiled ``time`` wins.  Otherwise GPU kernels of an op in ``op_rates`` take
-        ``latency + nbytes / written + (touched - nbytes) / read``, and others follow a roofline:
-        ``latency + max(flops / rate, touched / mem_bw)`` with ``touched`` the bytes read and
-        written and ``rate`` the half-precision one if the kernel writes a ``dtype`` of
-        :data:`HALF_DTYPES`, or with ``cost=fitted`` the fitted model of the op's class at
-        those rates (:func:`~.kernel_model.kernel_time`); copies take ``latency + bytes /
-        bandwidth``.
+        A profiled ``time`` wins.  GPU kernels follow a roofline: ``latency + max(flops /
+        rate, touched / mem_bw)`` with ``touched`` the bytes read and written and ``rate`` the
+        half-precision one if the kernel writes a ``dtype`` of :data:`HALF_DTYPES`; an op in
+        ``op_rates`` takes ``latency + overhead + max(flops / rate, nbytes / written + (touched
+        - nbytes) / read)``, at its measured rates; or with ``cost=fitted`` the fitted model
+        of the op's class at those rates (:func:`~.kernel_model.kernel_time`); copies take
+        ``latency + bytes / bandwidth``.
 
         Parameters
         ----------
@@ -227,13 +231,14 @@ class Machine:
         if kind == "compute":
             if device == CPU:
                 return flops / self.cpu_flops
-            if self.op_rates and op is not None:
-                base = op_name(op)              # the rates are by op, not its parameters
-                for name, written, read in self.op_rates:
-                    if name == base:
-                        return self.kernel_latency + nbytes / written + (touched - nbytes) / read
             rate = (self.gpu_half_flops or self.gpu_flops) if dtype in HALF_DTYPES \
                 else self.gpu_flops
+            if self.op_rates and op is not None:
+                base = op_name(op)              # the rates are by op, not its parameters
+                for name, written, read, overhead in self.op_rates:
+                    if name == base:
+                        return self.kernel_latency + overhead + max(
+                            flops / rate, nbytes / written + (touched - nbytes) / read)
             if self.cost == "fitted":
                 return kernel_time(self._fit[op_class(op)], flops, touched, rate,
                                    self.gpu_mem_bandwidth)
@@ -355,9 +360,9 @@ class Machine:
         if "op_rates" in data:
             rates = data["op_rates"]
             if type(rates) not in (list, tuple) \
-                    or not all(type(e) in (list, tuple) and len(e) == 3 for e in rates):
+                    or not all(type(e) in (list, tuple) and len(e) in (3, 4) for e in rates):
                 raise SpecError(f"{where}: op_rates must be a list of [op, bytes/s written, "
-                                f"bytes/s read], got {short(rates)}")
+                                f"bytes/s read, seconds of overhead], got {short(rates)}")
             data["op_rates"] = tuple(tuple(e) for e in rates)
         if type(data.get("kernel_fit")) is list:
             data["kernel_fit"] = tuple(tuple(e) if type(e) is list else e
@@ -447,8 +452,8 @@ def _check_fields(values: dict, where: str) -> None:
     positive integers, numbers >= 0 (> 0 for rates; 0 allowed for :data:`MAY_BE_ZERO`;
     infinite only for :data:`UNLIMITED`), ``host_memory`` a positive integer or None,
     ``engine`` one of :data:`ENGINES`, ``duplex`` in (0, 1], ``op_rates`` as
-    ``(op, written, read)`` with finite positive rates, ``cost`` one of :data:`COSTS` with a
-    valid ``kernel_fit`` if ``fitted`` and none if not."""
+    ``(op, written, read[, overhead])`` with finite positive rates and a finite overhead >= 0,
+    ``cost`` one of :data:`COSTS` with a valid ``kernel_fit`` if ``fitted`` and none if not."""
     for key, value in values.items():
         kind = _FIELD_TYPES[key]
         if key == "host_memory":
@@ -474,10 +479,12 @@ def _check_fields(values: dict, where: str) -> None:
     if type(rates) is not tuple:
         raise SpecError(f"{where}: op_rates must be a list, got {short(rates)}")
     for entry in rates:
-        if type(entry) is not tuple or len(entry) != 3 or type(entry[0]) is not str \
-                or not all(type(r) in (int, float) and 0 < r < INF for r in entry[1:]):
+        if type(entry) is not tuple or len(entry) not in (3, 4) or type(entry[0]) is not str \
+                or not all(type(r) in (int, float) and 0 < r < INF for r in entry[1:3]) \
+                or not all(type(r) in (int, float) and 0 <= r < INF for r in entry[3:]):
             raise SpecError(f"{where}: op_rates entries must be [op, bytes/s written, "
-                            f"bytes/s read], positive and finite; got {short(entry)}")
+                            f"bytes/s read, seconds of overhead], the rates positive, the "
+                            f"overhead >= 0, all finite; got {short(entry)}")
 
 
 def _check_cost(values: dict, where: str) -> None:

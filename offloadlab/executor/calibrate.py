@@ -394,8 +394,10 @@ def calibrate(base: Machine, backend: str = "numpy", quick: bool = False,
 
 def _rates(rows: pd.DataFrame, tiny: float) -> tuple[float, float]:
     """Bytes/s written and read: least squares of ``seconds - tiny = written_bytes / w +
-    read_bytes / r``; one rate for both where the kernels cannot tell them apart (every input
-    the output's size) or the fit is not positive."""
+    read_bytes / r`` over the median time of each kernel shape (one kernel held up on a
+    loaded machine does not move it); one rate for both where the kernels cannot tell them
+    apart (every input the output's size) or the fit is not positive."""
+    rows = rows.groupby(["bytes", "read"], as_index=False)["seconds"].median()
     written = (rows["bytes"] - rows["read"]).to_numpy(float)
     read = rows["read"].to_numpy(float)
     seconds = np.maximum(rows["seconds"].to_numpy(float) - tiny, 1e-9)
@@ -437,21 +439,42 @@ def compute_bound(rows: pd.DataFrame, tiny: float, gpu_flops: float) -> bool:
 
 
 def _op_rates(kernels: pd.DataFrame, tiny: float,
-              gpu_flops: float) -> tuple[tuple[str, float, float], ...]:
-    """``(op, written, read)`` for every op measured but ``matmul`` and the compute-bound ones
-    (which the roofline prices at the measured ``gpu_flops``).  An op measured at its
-    workloads' shapes gets one rate for the bytes it touches: a few shapes fixed by the
-    workloads cannot tell written bytes from read ones apart."""
+              gpu_flops: float, bandwidth: float) -> tuple[tuple[str, float, float, float], ...]:
+    """``(op, written, read, overhead)`` for every op measured but ``matmul`` and the
+    compute-bound ones (which the roofline prices at the measured ``gpu_flops``).  An op
+    measured at its workloads' shapes gets one rate for the bytes it touches (a few shapes
+    fixed by the workloads cannot tell written bytes from read ones apart) and an overhead:
+    :func:`_shape_rate`."""
     rates = []
     for op, rows in kernels.groupby("op"):
         if op == "matmul":
             continue
         if rows["size"].any():
-            rates.append((str(op), *_rates(_largest(rows), tiny)))
+            rates.append((str(op), *_rates(_largest(rows), tiny), 0.0))
         elif not compute_bound(rows, tiny, gpu_flops):
-            rate = float(rows["bytes"].sum() / np.maximum(rows["seconds"] - tiny, 1e-9).sum())
-            rates.append((str(op), rate, rate))
+            rate, overhead = _shape_rate(rows, tiny, bandwidth)
+            rates.append((str(op), rate, rate, overhead))
     return tuple(sorted(rates))
+
+
+def _shape_rate(rows: pd.DataFrame, tiny: float, bandwidth: float) -> tuple[float, float]:
+    """Bytes/s touched and seconds of overhead of an op measured at its workloads' shapes:
+    the line ``seconds - tiny = overhead + bytes / rate`` through the median time at each
+    size, fitted for relative error.  Where it cannot be told from a flat line (one size, a
+    slope <= 0, or a byte term under half the time of the largest kernels: they are
+    launch-bound, as workloads' small shapes are on a GPU), the bytes move at ``bandwidth``
+    (an ``add``'s) and the overhead is the median of what is left; where the overhead comes
+    out negative, the line goes through the origin and the largest kernels' median."""
+    median = (rows["seconds"] - tiny).clip(lower=1e-9).groupby(rows["bytes"]).median()
+    touched, seconds = median.index.to_numpy(float), median.to_numpy(float)
+    overhead, slope = 0.0, 0.0
+    if len(median) > 1:
+        overhead, slope = np.polynomial.polynomial.polyfit(touched, seconds, 1, w=1 / seconds)
+    if slope <= 0 or slope * touched[-1] < 0.5 * seconds[-1]:
+        return bandwidth, max(float(np.median(seconds - touched / bandwidth)), 0.0)
+    if overhead < 0:
+        return float(touched[-1] / seconds[-1]), 0.0
+    return float(1 / slope), float(overhead)
 
 
 def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
@@ -462,6 +485,7 @@ def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
     add = _largest(kernels[kernels["op"] == "add"])
     tiny = float(table.loc[table["what"] == "tiny kernel", "seconds"].iloc[0])
     gpu_flops = float(matmul["flops"].sum() / matmul["seconds"].sum())
+    bandwidth = float(add["bytes"].sum() / add["seconds"].sum())
     gap = float(table.loc[table["what"] == "dispatch gap", "seconds"].iloc[0])
     cpu = table[table["what"] == "cpu kernel"]
     half = table[table["what"] == "half kernel"]
@@ -478,8 +502,9 @@ def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
                f"offloadlab calibrate, {backend} backend on {socket.gethostname()}",
         gpu_flops=gpu_flops,
         gpu_half_flops=float(half["flops"].sum() / half["seconds"].sum()),
-        gpu_mem_bandwidth=float(add["bytes"].sum() / add["seconds"].sum()),
-        kernel_latency=max(tiny + gap, 0.0), op_rates=_op_rates(kernels, tiny, gpu_flops),
+        gpu_mem_bandwidth=bandwidth,
+        kernel_latency=max(tiny + gap, 0.0),
+        op_rates=_op_rates(kernels, tiny, gpu_flops, bandwidth),
         engine="fifo" if backend == "numpy" else base.engine,
         cost="roofline", kernel_fit=(),     # its measured rates price its kernels
         cpu_flops=float(cpu["flops"].sum() / cpu["seconds"].sum()),
