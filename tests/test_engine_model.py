@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -132,6 +133,30 @@ def test_a_launch_bound_op_moves_its_bytes_at_the_bandwidth_and_pays_an_overhead
     assert overhead == pytest.approx(2e-5, abs=1.5e-6)
     one = _rows((32_772,), lambda b: TINY + 1e-5)      # one size: nothing to fit a slope to
     assert _shape_rate(one, TINY, bandwidth=7e11) == (7e11, pytest.approx(1e-5 - 32_772 / 7e11))
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_matmul_in_disguise_gets_a_byte_rate_only_where_it_runs_near_the_matmul_rate(gpu):
+    """``linear_dw`` on an H200: 59 KB in 34 us and 204 KB in 88 us, a line of 3 GB/s, which
+    would price a 7B layer's 167 MB at 50 ms where its flops take 6 ms.  At 23 GFLOP/s
+    against a measured 48 TFLOP/s that is not its work: its bytes move at the bandwidth.
+    On a CPU the same shapes run at a sixth of its BLAS's rate (not compute-bound, which the
+    roofline would price), and the line is kept."""
+    import pandas as pd
+
+    from offloadlab.executor.calibrate import _op_rates
+    shapes = [(59_136, 352_256.0), (203_520, 1_409_024.0)]
+    flops_rate, tiny = (48e12, 2.7e-5) if gpu else (30e9, 8e-6)
+    seconds = {59_136: 3.4e-5, 203_520: 8.8e-5} if gpu else \
+        {b: tiny + f / 5e9 for b, f in shapes}
+    kernels = pd.DataFrame([dict(op="linear_dw", size=0, bytes=b, read=0, flops=f,
+                                 seconds=seconds[b]) for b, f in shapes for _ in range(5)])
+    (op, rate, _, overhead), = _op_rates(kernels, tiny, flops_rate, bandwidth=6e11 if gpu else 8e9)
+    if gpu:
+        assert rate == 6e11 and overhead == pytest.approx(np.median(
+            [seconds[b] - tiny - b / 6e11 for b, _ in shapes]))
+    else:
+        assert rate == pytest.approx(203_520 / (1_409_024 / 5e9), rel=1e-6) and overhead == 0
 
 
 def test_an_op_faster_than_a_tiny_kernel_at_its_small_shapes_is_priced_by_its_largest():

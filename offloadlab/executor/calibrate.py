@@ -43,6 +43,13 @@ emits), the llama ones at two sizes: :func:`workload_ops` reads the ops calibrat
 off them, so that an op a workload starts to emit is measured without being named here."""
 
 DUPLEX_REPEATS = 4
+MATMUL_INTENSITY = 4.0
+"""Flops per byte touched from which an op measured at its workloads' shapes is taken for a
+matmul (an elementwise op does a few flops per 4-byte element; a matmul's intensity grows
+with its inner dimension)."""
+MATMUL_FLOOR = 0.1
+"""The least share of the measured matmul rate at which such an op's measured time is taken
+for its work (a CPU's BLAS runs small matmuls near its peak; a GPU's are launch-bound)."""
 HALF_PROBE_SECONDS = 2e-3
 
 
@@ -443,8 +450,10 @@ def _op_rates(kernels: pd.DataFrame, tiny: float,
     """``(op, written, read, overhead)`` for every op measured but ``matmul`` and the
     compute-bound ones (which the roofline prices at the measured ``gpu_flops``).  An op
     measured at its workloads' shapes gets one rate for the bytes it touches (a few shapes
-    fixed by the workloads cannot tell written bytes from read ones apart) and an overhead:
-    :func:`_shape_rate`."""
+    fixed by the workloads cannot tell written bytes from read ones apart) and an overhead
+    (:func:`_shape_rate`); one that does :data:`MATMUL_INTENSITY` flops per byte or more (a
+    matmul in disguise) is fitted a byte rate only where it implies at least
+    :data:`MATMUL_FLOOR` of ``gpu_flops``."""
     rates = []
     for op, rows in kernels.groupby("op"):
         if op == "matmul":
@@ -452,29 +461,34 @@ def _op_rates(kernels: pd.DataFrame, tiny: float,
         if rows["size"].any():
             rates.append((str(op), *_rates(_largest(rows), tiny), 0.0))
         elif not compute_bound(rows, tiny, gpu_flops):
-            rate, overhead = _shape_rate(rows, tiny, bandwidth)
+            intensity = float((rows["flops"] / rows["bytes"]).min())
+            least = MATMUL_FLOOR * gpu_flops / intensity if intensity >= MATMUL_INTENSITY else 0
+            rate, overhead = _shape_rate(rows, tiny, bandwidth, least)
             rates.append((str(op), rate, rate, overhead))
     return tuple(sorted(rates))
 
 
-def _shape_rate(rows: pd.DataFrame, tiny: float, bandwidth: float) -> tuple[float, float]:
+def _shape_rate(rows: pd.DataFrame, tiny: float, bandwidth: float,
+                least: float = 0.0) -> tuple[float, float]:
     """Bytes/s touched and seconds of overhead of an op measured at its workloads' shapes:
     the line ``seconds - tiny = overhead + bytes / rate`` through the median time at each
     size, fitted for relative error.  Where it cannot be told from a flat line (one size, a
     slope <= 0, or a byte term under half the time of the largest kernels: they are
-    launch-bound, as workloads' small shapes are on a GPU), the bytes move at ``bandwidth``
-    (an ``add``'s) and the overhead is the median of what is left; where the overhead comes
-    out negative, the line goes through the origin and the largest kernels' median."""
+    launch-bound, as workloads' small shapes are on a GPU), or its rate is under ``least``
+    (on an H200 ``linear_dw``'s 60-200 KB took 34-88 us, 3 GB/s or 23 GFLOP/s: not its work
+    but its launches and its BLAS's choices), the bytes move at ``bandwidth`` (an ``add``'s)
+    and the overhead is the median of what is left; where the overhead comes out negative,
+    the line goes through the origin and the largest kernels' median."""
     median = (rows["seconds"] - tiny).clip(lower=1e-9).groupby(rows["bytes"]).median()
     touched, seconds = median.index.to_numpy(float), median.to_numpy(float)
-    overhead, slope = 0.0, 0.0
-    if len(median) > 1:
-        overhead, slope = np.polynomial.polynomial.polyfit(touched, seconds, 1, w=1 / seconds)
+    flat = (bandwidth, max(float(np.median(seconds - touched / bandwidth)), 0.0))
+    if len(median) < 2:
+        return flat
+    overhead, slope = np.polynomial.polynomial.polyfit(touched, seconds, 1, w=1 / seconds)
     if slope <= 0 or slope * touched[-1] < 0.5 * seconds[-1]:
-        return bandwidth, max(float(np.median(seconds - touched / bandwidth)), 0.0)
-    if overhead < 0:
-        return float(touched[-1] / seconds[-1]), 0.0
-    return float(1 / slope), float(overhead)
+        return flat
+    rate = float(1 / slope) if overhead >= 0 else float(touched[-1] / seconds[-1])
+    return flat if rate < least else (rate, max(float(overhead), 0.0))
 
 
 def _fit(base: Machine, table: pd.DataFrame, backend: str) -> Machine:
