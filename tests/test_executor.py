@@ -268,6 +268,19 @@ def test_the_watchdog_names_a_hung_vertex(monkeypatch):
     assert not _lanes_alive()
 
 
+def test_a_copy_paced_to_an_absurdly_slow_link_is_stopped_by_the_watchdog():
+    """One wait of a copy at 1e-30 B/s overflowed ``time.sleep`` (an OverflowError for the
+    vertex); it now waits in slices, and the watchdog stops it, saying what may be slow."""
+    graph = build_workload("matmul-chain:layers=2,gpus=1")
+    m = machine_from_spec("p100x4:gpus=1,h2d_bandwidth=1e-30")
+    mg = plan(graph, m, "buildmemgraph")
+    assert mg.count("load")
+    with pytest.raises(StallError, match=r"no vertex completed for 0.5 s; .*a copy paced to a "
+                       r"very slow link.*'load:.*running"):
+        execute(mg, m, watchdog=0.5)
+    assert not _lanes_alive()
+
+
 def test_ctrl_c_stops_within_a_second(monkeypatch, ctrl_c):
     graph, m, mg = _small()
     # kernels of 0.2 s: the run takes seconds, so the interrupt lands in it however late a

@@ -528,8 +528,10 @@ class EventLoop:
                      else f"ready, queued on {self.engine[i].name}")  # type: ignore[union-attr]
             parts.append(f"{v.id!r} ({v.kind} on {v.device}, {state})")
         more = len(running) + len(waiting) - len(parts)
-        return (f"execution stalled ({why}; a cycle, or a 'fixed' order that contradicts the "
-                f"edges), {len(self.vertices) - self.finished} of {len(self.vertices)} vertices "
+        cause = ("a vertex that runs longer: a large kernel, or a copy paced to a very slow "
+                 "link" if running else "a cycle, or a 'fixed' order that contradicts the edges")
+        return (f"execution stalled ({why}; {cause}), {len(self.vertices) - self.finished} of "
+                f"{len(self.vertices)} vertices "
                 f"unfinished: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else ""))
 
 

@@ -29,6 +29,7 @@ CHUNK_SECONDS = 0.5e-3    # a paced copy moves about this much time's worth of b
 MIN_CHUNK = 64 * 1024
 SLEEP_SLACK = 150e-6      # how late time.sleep may wake (timer slack, a VM's wake-up): a paced
                           # copy's last wait sleeps that much less, then yields until its deadline
+SLEEP_SLICE = 0.1         # the longest single sleep of a paced copy (seconds)
 _yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))   # sleep(0) also oversleeps
 
 
@@ -302,12 +303,22 @@ class NumpyBackend:
             delay = deadline - time.perf_counter()
             if i + chunk < d.size:              # a late wake-up is made up by the next chunk
                 if delay > 0:
-                    time.sleep(delay)
+                    self._sleep(delay)
                 continue
             if delay > SLEEP_SLACK:             # the last chunk: end on time, never early
-                time.sleep(delay - SLEEP_SLACK)
+                self._sleep(delay - SLEEP_SLACK)
             while time.perf_counter() < deadline:
                 _yield()
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` in slices of at most :data:`SLEEP_SLICE`, so that a stopped run
+        (Ctrl-C, the watchdog) ends a copy paced to an absurdly slow link, whose one wait could
+        overflow ``time.sleep``."""
+        end = time.perf_counter() + seconds
+        while (left := end - time.perf_counter()) > 0:
+            if self.stop.is_set():
+                raise Cancelled()
+            time.sleep(min(left, SLEEP_SLICE))
 
     def close(self) -> None:
         self.engines.clear()
