@@ -12,6 +12,7 @@ machine (CPython 3.12), the difference over the difference in size.
 from __future__ import annotations
 
 from .errors import SpecError
+from .util import fmt_bytes
 
 TASK_VERTEX = 2100
 """RAM per TaskGraph vertex of a command that builds and plans it: ``offloadlab plan
@@ -75,14 +76,6 @@ def ram_available() -> int | None:
     return min(found) if found else None
 
 
-def _fmt_size(n: float) -> str:
-    """``3.2e10`` -> ``"29.8 GiB"``."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
-
-
 def check_ram(what: str, need: float) -> None:
     """Refuse what would need ``need`` bytes of RAM when less is available.
 
@@ -100,5 +93,5 @@ def check_ram(what: str, need: float) -> None:
     """
     available = ram_available()
     if available is not None and need > available:
-        raise SpecError(f"{what} would need about {_fmt_size(need)} of RAM, more than the "
-                        f"{_fmt_size(available)} available")
+        raise SpecError(f"{what} would need about {fmt_bytes(need)} of RAM, more than the "
+                        f"{fmt_bytes(available)} available")

@@ -64,9 +64,9 @@ def fmt_bytes(n: float) -> str:
     Returns
     -------
     str
-        It in B, KiB, MiB or GiB, with 4 significant digits.
+        It in B, KiB, MiB, GiB or TiB, with 4 significant digits.
     """
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
             return f"{n / scale:.4g} {unit}"
     return f"{int(n)} B"
