@@ -144,7 +144,7 @@ def report(machine: Machine, rows: list[dict], loads: list[str], args: argparse.
         shown[column] = shown[column].map(lambda x: f"{x:.4g}")
     for column in ("makespan within 5%", BUSY, PROFILED, "too noisy", "correct"):
         shown[column] = shown[column].map(lambda x: "yes" if x else "no")
-    rates = dict((op, (w, r)) for op, w, r in machine.op_rates)
+    rates = {op: (w, r) for op, w, r, _ in machine.op_rates}
     head = [f"Command: `python bench/bench_validate.py --runs {args.runs} --link {args.link:g}"
             f"{' --quick' if args.quick else ''}`; load average (1 min) before, after each "
             f"workload: {', '.join(loads)} (2 cores).",
