@@ -849,8 +849,8 @@ def test_specs_and_options_are_refused_by_the_ram_they_would_take(capsys, tmp_pa
     out = tmp_path / "mg.json"
     for argv, message in [
         (["plan", "--workload", "random:vertices=1e6", "--machine", "p100x4", "--out", out],
-         "workload 'random:vertices=1e6' (about 1e+06 vertices) would need about 1.96 GiB of "
-         "RAM, more than the 954 MiB available"),
+         "workload 'random:vertices=1e6' (about 1e+06 vertices) would need about 1.956 GiB "
+         "of RAM, more than the 953.7 MiB available"),
         (["plan", "--workload", "matmul-chain", "--machine", "p100x4:gpus=1e6", "--out", out],
          "machine 'p100x4:gpus=1e6' (1000000 GPUs, 5 streams each) would need about"),
         (["simulate", REPO / "nope.json", "--streams", "1e8"], "argument --streams"),

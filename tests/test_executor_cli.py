@@ -105,7 +105,8 @@ def test_calibrate_writes_a_machine_others_read(capsys, tmp_path):
     # least-squares line through noisy copies: within 4x, which a machine at a load of 12-15
     # on 2 cores still gives; 0.57e9 to 3e9 were seen there; a unit's error is 1000x)
     assert 0.5e9 < m.h2d_bandwidth < 8e9 and 0.5e9 < m.d2h_bandwidth < 8e9
-    assert 0.3 < m.duplex < 0.7
+    # both directions at once, under a load of 7 one copy's thread waited: 0.17 was seen
+    assert 0.1 < m.duplex < 0.7
     assert {op for op, *_ in m.op_rates} >= {"add", "mix", "softmax"}
     # NumPy multiplies float16 without BLAS: slower than float32, not the P100's 2x
     assert 0 < m.gpu_half_flops < m.gpu_flops
