@@ -860,7 +860,7 @@ def test_specs_and_options_are_refused_by_the_ram_they_would_take(capsys, tmp_pa
     assert run(capsys, "plan", "--workload", "random:vertices=1e4,host_fraction=1",
                "--machine", "p100x4", "--out", out)[0] == 0
     err = fails(capsys, "simulate", out, "--streams", "10000000")
-    assert "--streams 10000000 on 4 GPU(s) would need about 2.24 GiB of RAM" in err
+    assert "--streams 10000000 on 4 GPU(s) would need about 2.235 GiB of RAM" in err
     big = tmp_path / "big.json"
     big.write_bytes(b"{" + b" " * 200_000_000)
     err = fails(capsys, "simulate", big)
