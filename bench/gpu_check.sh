@@ -17,9 +17,10 @@
 #   5. copies: the executor's loads and offloads against plain pinned copies (goal >= 90%)
 #   6. dispatch: makespan / vertices of a chain of one-element adds
 # Results: $OUT (default gpu-check-out) holds report.json (every row, with its numbers; rows.jsonl
-# as the rows come, should the check be cut short),
-# table.txt, machine.json and calibration.csv (every measurement), the two validation plots
-# with each plan and its traces, and log.txt (every step's output); the table is printed last.  On the device tool's machines the whole check takes under 8 minutes.
+# as the rows come, should the check be cut short), table.txt, machine.json and calibration.csv
+# (every measurement), the two validation plots, validate-plans.tar.gz (each validated plan and
+# its simulated and measured traces) and log.txt (every step's output): eight files, as the
+# device tool brings back no more.  The table is printed last.  On the device tool's machines the whole check takes under 8 minutes.
 set -uo pipefail
 
 BACKEND=cupy
@@ -146,3 +147,14 @@ step "dispatch" 60 "$PY" bench/gpu_check.py dispatch --backend "$BACKEND" --rows
 
 "$PY" bench/gpu_check.py report --rows "$ROWS" --backend "$BACKEND" \
     --seconds "$((SECONDS - START))" --json "$OUT/report.json" | tee "$OUT/table.txt"
+status=$?
+# Few files, for a device tool that brings back a handful: the plans and traces in one
+# archive, and rows.jsonl dropped once report.json holds its rows.
+shopt -s nullglob
+plans=("$OUT"/validate-*.json "$OUT"/validate-*-traces.csv)
+if [ ${#plans[@]} -gt 0 ] && tar -czf "$OUT/validate-plans.tar.gz" -C "$OUT" \
+        "${plans[@]##*/}"; then
+    rm -f "${plans[@]}"
+fi
+[ -s "$OUT/report.json" ] && rm -f "$ROWS"
+exit "$status"
