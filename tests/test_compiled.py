@@ -47,7 +47,8 @@ from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = (allocator, blocked, buildmemgraph, numbering, residents, memgraph, verify, intervals,
-        checks, nodelink, memgraph_json, parquet, dispatch, bound, model, resources, memory, layered)
+        checks, nodelink, memgraph_json, parquet, dispatch, bound, model, resources, memory,
+        layered)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 
