@@ -1,6 +1,6 @@
 """The two builds of the core (docs/install.md, The compiled build): ``pip install .`` compiles the
 planner core (``planner/allocator.py``, ``planner/blocked.py``, ``planner/buildmemgraph.py``,
-``planner/numbering.py``, ``planner/residents.py``),
+``planner/residents.py``),
 the MemGraph, its readers and its verifier (``core/memgraph.py``,
 ``core/formats/nodelink.py``, ``core/formats/memgraph_json.py``, ``core/formats/parquet.py``,
 ``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the simulator's model
@@ -39,16 +39,14 @@ from offloadlab.planner import (
     allocator,
     blocked,
     buildmemgraph,
-    numbering,
     planner_options,
     residents,
 )
 from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
-CORE = (allocator, blocked, buildmemgraph, numbering, residents, memgraph, verify, intervals,
-        checks, nodelink, memgraph_json, parquet, dispatch, bound, model, resources, memory,
-        layered)
+CORE = (allocator, blocked, buildmemgraph, residents, memgraph, verify, intervals, checks, nodelink,
+        memgraph_json, parquet, dispatch, bound, model, resources, memory, layered)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 

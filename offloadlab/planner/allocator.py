@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from .blocked import Blocked
 
 Owner = Any   # what the caller names an occupant by (BuildMemGraph: its Resident)
-Guard = Any   # what it names the vertices a guard holds by (BuildMemGraph: their numbers)
 
 
 @dataclass(slots=True, eq=False, init=False)
@@ -26,13 +25,13 @@ class Segment:
     start: int
     end: int
     owner: Owner                     # None: free
-    guard: tuple[Guard, ...]
+    guard: tuple[str, ...]
     freed_at: int
     prev: Segment | None             # the neighbours in address order
     next: Segment | None
 
     # written out: compiled, it is native code, where dataclass's generated one is interpreted
-    def __init__(self, start: int, end: int, owner: Owner = None, guard: tuple[Guard, ...] = (),
+    def __init__(self, start: int, end: int, owner: Owner = None, guard: tuple[str, ...] = (),
                  freed_at: int = -1):
         self.start, self.end, self.owner, self.guard, self.freed_at = \
             start, end, owner, guard, freed_at
@@ -389,7 +388,7 @@ class GpuMemory:
                 self._add_run(end, run_end)
         return covered
 
-    def release(self, owner: Owner, offset: int, guard: tuple[Guard, ...], now: int) -> None:
+    def release(self, owner: Owner, offset: int, guard: tuple[str, ...], now: int) -> None:
         """Free ``owner``'s segment; new writers there must wait for ``guard``.
 
         Parameters
@@ -398,7 +397,7 @@ class GpuMemory:
             The occupant leaving.
         offset : int
             Its segment's offset.
-        guard : tuple of Guard
+        guard : tuple of str
             The vertices the next writers there wait for.
         now : int
             When it is freed (the planner's clock), for :meth:`find_free`.

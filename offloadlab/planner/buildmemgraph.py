@@ -13,19 +13,57 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from ..core.devices import HOST
 from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
-from ..core.taskgraph import TaskGraph
+from ..core.taskgraph import Task, TaskGraph
 from ..core.util import no_gc
 from .allocator import GpuMemory
-from .numbering import Emitted, Numbered, number
 from .residents import Eviction, Resident, Slot, check_victim
 
-Move = tuple[str, int]   # a load or reload to create: its kind and its source's number
 NO_USES: list[int] = []  # the uses of a tensor not read on its GPU (shared, never changed)
+
+
+@dataclass(slots=True, eq=False)
+class Numbered:
+    """A TaskGraph as the planner reads it: vertices numbered in insertion order, devices
+    numbered in ``gpus`` order with ``len(gpus)`` for host RAM and the CPU (and any GPU not
+    in ``gpus``), and each field a list by vertex number (:func:`_number`)."""
+
+    ids: list[str]
+    index: dict[str, int]
+    tasks: list[Task]
+    gpus: list[str]
+    is_input: list[bool]
+    bytes: list[int]
+    out: list[int]                  # where the output lives (:attr:`Task.out_device`)
+    read: list[int]                 # where it reads its inputs (:attr:`Task.read_device`)
+    inputs: list[tuple[int, ...]]   # in argument order
+
+
+def _number(graph: TaskGraph, gpus: list[str]) -> Numbered:
+    """``graph`` numbered for planning on ``gpus`` (:class:`Numbered`)."""
+    ids, tasks = list(graph.tasks), list(graph.tasks.values())
+    index = {t: i for i, t in enumerate(ids)}
+    host = len(gpus)
+    gpu = {d: k for k, d in enumerate(gpus)}
+    where: dict[str, tuple[int, int]] = {}   # device -> (out, read), once per device
+    is_input, nbytes, out, read = [], [], [], []
+    inputs: list[tuple[int, ...]] = []
+    for task in tasks:
+        pair = where.get(task.device)
+        if pair is None:
+            pair = where[task.device] = (gpu.get(task.out_device, host),
+                                         gpu.get(task.read_device, host))
+        is_input.append(task.kind == "input")
+        nbytes.append(task.bytes)
+        out.append(pair[0])
+        read.append(pair[1])
+        inputs.append(tuple([index[u] for u in task.inputs]))
+    return Numbered(ids, index, tasks, gpus, is_input, nbytes, out, read, inputs)
 
 
 class OverBudget(Exception):
@@ -48,19 +86,17 @@ class BuildMemGraph:
         self.reserve = reserve
         self.gpus = machine.gpu_names()
         with no_gc():                            # a tuple per vertex
-            self.n = n = number(graph, self.gpus)
+            self.n = n = _number(graph, self.gpus)
         self.host = len(self.gpus)              # the device number of host RAM and the CPU
         self.stride = self.host + 1             # slot = vertex * stride + device
         slots = len(n.ids) * self.stride
         self.room = [0] * self.host             # GPU -> free bytes allocating ahead leaves
         self.mg = MemGraph()
-        self.emitted = Emitted(self.mg)         # its vertices and edges by number
         self.memory = [GpuMemory(d, machine.gpu_memory) for d in self.gpus]
         self.resident: list[Resident | None] = [None] * slots
         self.uses: list[list[int]] = [NO_USES] * slots   # slot -> items reading it, ascending
-        self.host_copy = [-1] * len(n.ids)      # vertex -> the MemGraph vertex (its number)
-                                                # holding it on host, -1 if none yet
-        self.vertex = [-1] * len(n.ids)         # vertex -> its MemGraph vertex's number
+        self.host_copy = [""] * len(n.ids)      # vertex -> MemGraph vertex holding it on host
+        self.vertex: list[MemVertex | None] = [None] * len(n.ids)   # its MemGraph vertex
         self.items: list[Slot] = []
         self.allocated: list[bool] = []         # item -> whether it has memory
         self.item_writer: list[str] = []        # item -> the MemGraph vertex that wrote it
@@ -222,28 +258,27 @@ class BuildMemGraph:
         n = self.n
         for t, task in enumerate(n.tasks):
             if n.is_input[t]:
-                self.vertex[t] = self.emitted.add(MemVertex(
+                self.vertex[t] = self.mg.add_vertex(MemVertex(
                     task.id, "input", task.device, task.bytes, task=task.id,
                     order=next(self.sequence)))
                 dev = n.out[t]
                 if dev == self.host:
-                    self.host_copy[t] = self.vertex[t]
+                    self.host_copy[t] = task.id
                 else:
                     offset = self.memory[dev].find_free(task.bytes)
                     assert offset is not None     # _check_fits: a GPU's inputs fit together
-                    self._occupy(t * self.stride + dev, task.bytes, offset, None, -1,
+                    self._occupy(t * self.stride + dev, task.bytes, offset, task.id, -1,
                                  materialized=True)
 
     # -- Figure 9: the malloc variants -----------------------------------------------------
-    def _sim_malloc(self, slot: Slot, nbytes: int, writer_for: Move | None,
-                    item: int) -> Resident | None:
+    def _sim_malloc(self, slot: Slot, nbytes: int, writer_for, item: int) -> Resident | None:
         """Find free memory for ``slot``; add memory edges from the guards it overwrites."""
         offset = self.memory[slot % self.stride].find_free(nbytes)
         if offset is None:
             return None
         return self._occupy(slot, nbytes, offset, writer_for, item)
 
-    def _sim_malloc_offload(self, slot: Slot, nbytes: int, writer_for: Move | None, item: int,
+    def _sim_malloc_offload(self, slot: Slot, nbytes: int, writer_for, item: int,
                             pinned: set[Slot]) -> Resident:
         """Evict the victims whose earliest next use is latest (``belady``) or least recently
         used (``lru``), offloading those with no copy in host RAM; cannot fail."""
@@ -263,7 +298,7 @@ class BuildMemGraph:
         """Bring an evicted tensor back for the vertex about to run (a reload or a load)."""
         t = slot // self.stride
         source = self.host_copy[t]
-        kind = "reload" if self.emitted.vertices[source].kind == "offload" else "load"
+        kind = "reload" if self.mg[source].kind == "offload" else "load"
         nbytes = self.n.bytes[t]
         self.refetched += nbytes
         res = self._sim_malloc(slot, nbytes, (kind, source), -1)
@@ -307,7 +342,7 @@ class BuildMemGraph:
             self._add_task_vertex(t, None)         # a CPU vertex: its output lives on host
             self.allocated[i] = True
             return True
-        if self.item_load[i] and self.host_copy[t] < 0:
+        if self.item_load[i] and not self.host_copy[t]:
             return False                           # a CPU result cannot load before it exists
         return self._sim_malloc(slot, self.item_bytes[i], self._writer_for(i), i) is not None
 
@@ -319,11 +354,10 @@ class BuildMemGraph:
         else:
             self.sim_malloc_item(i)
 
-    def _writer_for(self, i: int) -> Move | None:
-        """The MemGraph writer of item ``i``: a load from host RAM, or None for its TaskGraph
-        vertex."""
+    def _writer_for(self, i: int):
+        """The MemGraph writer of item ``i``: its TaskGraph vertex, or a load from host RAM."""
         t = self.items[i] // self.stride
-        return ("load", self.host_copy[t]) if self.item_load[i] else None
+        return ("load", self.host_copy[t]) if self.item_load[i] else self.n.ids[t]
 
     def _pinned(self, i: int) -> set[Slot]:
         """What evictions for item ``i`` must spare: its output and its inputs."""
@@ -346,38 +380,37 @@ class BuildMemGraph:
                         self._sim_malloc_force_reload(slot, pinned)
                 if allocated[i] and all([resident[slot] is not None for slot in reads]):
                     break
-        me = self.vertex[t]
+        tid = n.ids[t]
         if reads:
             for slot in reads:
                 res = resident[slot]
                 assert res is not None
-                res.readers.append(me)
+                res.readers.append(tid)
                 res.last_use = i
             dev, stride = n.read[t], self.stride
-            writers = [_writer(resident[u * stride + dev]) for u in n.inputs[t]]
+            inputs = tuple([_writer(resident[u * stride + dev]) for u in n.inputs[t]])
         else:
-            writers = [self._ensure_host_copy(u) for u in n.inputs[t]]
-        emitted = self.emitted
-        emitted.link(writers, me, "data")
-        ids = emitted.ids
-        v = emitted.vertices[me]
-        v.inputs, v.order = tuple([ids[w] for w in writers]), next(self.sequence)
+            inputs = tuple([self._ensure_host_copy(u) for u in n.inputs[t]])
+        self.mg.add_edges(inputs, tid, "data")
+        v = self.vertex[t]
+        assert v is not None
+        v.inputs, v.order = inputs, next(self.sequence)
         written = resident[output]
         host_copy = self.host_copy
         if written is not None:
             written.materialized = True
         else:
-            host_copy[t] = me
+            host_copy[t] = tid
         outputs, host_read = self.outputs, self.host_read
         for slot in reads:
             res = resident[slot]
             assert res is not None
             u = res.task
-            if res.uses[-1] == i and not outputs[u] and (host_copy[u] >= 0 or not host_read[u]):
+            if res.uses[-1] == i and not outputs[u] and (host_copy[u] or not host_read[u]):
                 self._sim_free(res)                 # its last reader has run
 
     # -- helpers ----------------------------------------------------------------------------
-    def _occupy(self, slot: Slot, nbytes: int, offset: int, writer_for: Move | None, item: int,
+    def _occupy(self, slot: Slot, nbytes: int, offset: int, writer_for, item: int,
                 materialized: bool = False) -> Resident:
         """Place ``slot`` (``nbytes``) at ``offset``; its writer waits for the guards of the
         bytes it covers."""
@@ -385,51 +418,49 @@ class BuildMemGraph:
         gpu = self.gpus[dev]
         loc = Loc(gpu, offset, nbytes)
         exec_hzn = self.exec_hzn
-        res = Resident(slot, t, loc, -1, item, materialized, self.host_copy[t] >= 0,
+        res = Resident(slot, t, loc, "", item, materialized, self.host_copy[t] != "",
                        item if item > exec_hzn else exec_hzn, self.uses[slot])
         covered = res.covered = self.memory[dev].place(offset, nbytes, res)
-        emitted = self.emitted
-        if writer_for is not None:                 # a load or reload, created now
+        mg = self.mg
+        if isinstance(writer_for, tuple):          # a load or reload, created now
             kind, source = writer_for
             tid = self.n.ids[t]
-            move = f"{kind}:{tid}@{gpu}#{self.moves}"
+            writer = f"{kind}:{tid}@{gpu}#{self.moves}"
             self.moves += 1
             self._count_moved(nbytes)
-            writer = emitted.add(MemVertex(move, kind, gpu, nbytes, loc=loc, of=tid,
-                                           inputs=(emitted.ids[source],),
-                                           order=next(self.sequence)))
-            emitted.link([source], writer, "data")
+            mg.add_vertex(MemVertex(writer, kind, gpu, nbytes, loc=loc, of=tid,
+                                    inputs=(source,), order=next(self.sequence)))
+            mg.add_edge(source, writer, "data")
             res.materialized = True
         else:
-            writer = self._add_task_vertex(t, loc)
-        emitted.link([guard for segment in covered for guard in segment.guard], writer, "memory")
+            writer = writer_for
+            self._add_task_vertex(t, loc)
+        mg.add_edges([guard for segment in covered for guard in segment.guard], writer, "memory")
         res.writer = writer
         self.resident[slot] = res
         if item >= 0:
             self.allocated[item] = True
-            self.item_writer[item] = emitted.ids[writer]
+            self.item_writer[item] = writer
         return res
 
-    def _add_task_vertex(self, t: int, loc: Loc | None) -> int:
-        """Vertex ``t``'s MemGraph vertex (its number), added if new, writing at ``loc``."""
-        k = self.vertex[t]
-        if k < 0:
+    def _add_task_vertex(self, t: int, loc: Loc | None) -> None:
+        v = self.vertex[t]
+        if v is None:
             task = self.n.tasks[t]
-            k = self.vertex[t] = self.emitted.add(MemVertex(
+            v = self.vertex[t] = self.mg.add_vertex(MemVertex(
                 task.id, task.kind, task.device, task.bytes, task=task.id, op=task.op,
                 flops=task.flops, time=task.time))
-        self.emitted.vertices[k].loc = loc
-        return k
+        v.loc = loc
 
     def _offload(self, res: Resident) -> None:
         t, gpu = res.task, res.loc.device
-        tid, emitted = self.n.ids[t], self.emitted
-        move = f"offload:{tid}@{gpu}#{self.moves}"
+        tid = self.n.ids[t]
+        off = f"offload:{tid}@{gpu}#{self.moves}"
         self.moves += 1
         self._count_moved(res.size)
-        off = emitted.add(MemVertex(move, "offload", gpu, res.size, of=tid,
-                                    inputs=(emitted.ids[res.writer],), order=next(self.sequence)))
-        emitted.link([res.writer], off, "data")
+        self.mg.add_vertex(MemVertex(off, "offload", gpu, res.size, of=tid,
+                                     inputs=(res.writer,), order=next(self.sequence)))
+        self.mg.add_edge(res.writer, off, "data")
         res.readers.append(off)
         res.clean = True
         self.host_copy[t] = off
@@ -439,11 +470,10 @@ class BuildMemGraph:
         if self.budget is not None and self.moved >= self.budget:
             raise OverBudget(f"moved {self.moved} bytes, the budget is {self.budget}")
 
-    def _ensure_host_copy(self, t: int) -> int:
+    def _ensure_host_copy(self, t: int) -> str:
         """A CPU vertex reads vertex ``t``'s tensor from host RAM: offload a GPU copy if
-        needed (only the GPU it was written on has one).  Returns the MemGraph vertex holding
-        it there."""
-        if self.host_copy[t] < 0:
+        needed (only the GPU it was written on has one)."""
+        if not self.host_copy[t]:
             copies = [self.resident[t * self.stride + dev] for dev in range(self.host)]
             self._offload(next(res for res in copies if res is not None and res.materialized))
         return self.host_copy[t]
@@ -466,7 +496,7 @@ class BuildMemGraph:
         return Eviction(self.victim, self.exec_hzn, stamp, self.kept, len(self.items))
 
 
-def _writer(res: Resident | None) -> int:
+def _writer(res: Resident | None) -> str:
     """The MemGraph vertex that writes a resident copy (one that _execute() made sure of)."""
     assert res is not None
     return res.writer
@@ -508,7 +538,7 @@ def memory_needs(graph: TaskGraph) -> Iterator[tuple[str | None, str, int]]:
         ``(vertex, gpu, bytes)`` for each vertex with its inputs, and ``(None, gpu, bytes)``
         for each GPU's resident inputs together (they exist before the run).
     """
-    n = number(graph, graph.gpus())
+    n = _number(graph, graph.gpus())
     for t, dev, nbytes in _needs(n):
         yield (n.ids[t] if t >= 0 else None), n.gpus[dev], nbytes
 

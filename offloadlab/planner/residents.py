@@ -26,19 +26,19 @@ class Resident:
     task: int                 # its TaskGraph vertex's number
     loc: Loc
     size: int                 # loc.size, kept in the object (the victim search reads it)
-    writer: int               # its MemGraph writer's number (Emitted)
+    writer: str
     item: int                 # the V item that allocated it (-1: placed before the run)
     materialized: bool
     clean: bool               # host RAM has a copy (only a tensor with one can be on two GPUs)
     last_use: int
     uses: list[int]           # the items that read it, ascending (BuildMemGraph.uses)
     covered: list[Segment]    # the free segments it replaced
-    readers: list[int]        # the MemGraph vertices that read it, by number
+    readers: list[str]
     next_use: int             # cache of the first item after execution that reads it
     pin: int                  # the victim search that must spare it (_costs)
 
     # written out: compiled, it is native code, where dataclass's generated one is interpreted
-    def __init__(self, slot: Slot, task: int, loc: Loc, writer: int, item: int,
+    def __init__(self, slot: Slot, task: int, loc: Loc, writer: str, item: int,
                  materialized: bool, clean: bool, last_use: int, uses: list[int]):
         self.slot, self.task, self.loc, self.size = slot, task, loc, loc.size
         self.writer, self.item, self.materialized, self.clean = writer, item, materialized, clean
