@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from offloadlab.core.errors import GraphError
 from offloadlab.core.taskgraph import TaskGraph
 from offloadlab.planner import allocator
 from offloadlab.planner.allocator import (
@@ -211,6 +212,29 @@ def test_out_of_order_names_the_first_misordered_pair():
     assert g.out_of_order() == ("z", "y")
     g.validate()                                # acyclic all the same
     assert g.topological_order() == ["x", "y", "z"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 7), st.data())
+def test_checked_order_is_validate_and_out_of_order(n, data):
+    """``checked_order`` (what the serial order ``given`` asks, one pass) raises what
+    ``validate`` raises and otherwise answers what ``out_of_order`` answers, on graphs whose
+    insertion order may be misordered or cyclic."""
+    g = TaskGraph()
+    g.add_input("v0", 4)
+    for k in range(1, n):
+        reads = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))
+        g.add_compute(f"v{k}", "add", [f"v{u}" for u in reads], "gpu0", 4)
+    try:
+        g.validate()
+        expected: object = g.out_of_order()
+    except GraphError as exc:
+        expected = str(exc)
+    try:
+        got: object = g.checked_order()
+    except GraphError as exc:
+        got = str(exc)
+    assert got == expected
 
 
 def test_replaced_segments_are_freed_without_the_collector():

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
+import msgspec
 from msgspec import UNSET, UnsetType
 
 from .checks import (
@@ -308,6 +309,28 @@ class TaskGraph:
             bytes, a GPU vertex reading another GPU's tensor without a transfer vertex, or a
             cycle.
         """
+        self.checked_order()
+
+    def checked_order(self) -> tuple[str, str] | None:
+        """:meth:`validate`, then :meth:`out_of_order`'s answer (one pass finds both).
+
+        Returns
+        -------
+        (str, str) or None
+            None if insertion order is topological.
+
+        Raises
+        ------
+        GraphError
+            As :meth:`validate`.
+        """
+        self._check_vertices()
+        bad = self.out_of_order()
+        self._check_acyclic(bad)
+        return bad
+
+    def _check_vertices(self) -> None:
+        """:meth:`validate`'s checks of each vertex, in insertion order."""
         tasks = self.tasks
         devices: dict[tuple[str, str], str | None] = {}   # (kind, device) -> problem or None
         for t in tasks.values():
@@ -357,10 +380,10 @@ class TaskGraph:
                 lives = src.device      # a host input is readable on any GPU but by a transfer
                 if gpu is not None and lives != gpu and (lives != HOST or kind == "transfer"):
                     _check_readable(t, gpu, src)
-        self._check_acyclic()
 
-    def _check_acyclic(self) -> None:
-        if self.out_of_order() is None:
+    def _check_acyclic(self, bad: tuple[str, str] | None) -> None:
+        """Refuse a cycle; ``bad`` is :meth:`out_of_order`'s answer (None: acyclic)."""
+        if bad is None:
             return                              # insertion order is topological
         import networkx as nx
         g = self._digraph()
@@ -383,7 +406,6 @@ class TaskGraph:
         str
             ``"sha256:"`` and the hex digest.
         """
-        import msgspec
         tasks = list(self.tasks.values())
         encode = msgspec.msgpack.Encoder(enc_hook=builtin_number).encode
         digest = hashlib.sha256(encode(self.meta))
@@ -400,15 +422,32 @@ class TaskGraph:
         return g
 
 
-def _hashed(tasks: list[Task]) -> list[Task]:
+class _Hashed(msgspec.Struct, gc=False):
+    """A vertex as :meth:`TaskGraph.content_hash` encodes it: :class:`Task`'s fields in its
+    order but the category (MessagePack encodes both as the same map).  Not tracked by the
+    garbage collector: hashing a large graph makes one per vertex, none cyclic."""
+
+    id: Any
+    kind: Any
+    device: Any
+    bytes: Any
+    inputs: Any
+    op: Any
+    flops: Any
+    shape: Any
+    dtype: Any
+    time: Any
+
+
+def _hashed(tasks: list[Task]) -> list[Task] | list[_Hashed]:
     """``tasks`` as :meth:`TaskGraph.content_hash` encodes them: ``flops`` and ``time`` as
     floats, and no category (copies only where one differs)."""
     if {*map(type, map(attrgetter("flops"), tasks))} <= {float} and \
             {*map(type, map(attrgetter("time"), tasks))} <= {float, type(None)} and \
             {*map(attrgetter("category"), tasks)} <= {UNKNOWN}:
         return tasks
-    return [replace(t, flops=float(t.flops), time=None if t.time is None else float(t.time),
-                    category=UNKNOWN) for t in tasks]
+    return [_Hashed(t.id, t.kind, t.device, t.bytes, t.inputs, t.op, float(t.flops), t.shape,
+                    t.dtype, None if t.time is None else float(t.time)) for t in tasks]
 
 
 def device_problem(kind: str, device: str) -> str | None:
@@ -457,7 +496,8 @@ def _check_numbers(t: Task) -> None:
 def _check_shape(t: Task) -> None:
     """A shape is a sequence of integers >= 0 whose elements fit in the vertex's bytes."""
     shape: Any = t.shape
-    if type(shape) not in (tuple, list) or not all(type(n) is int and n >= 0 for n in shape):
+    if type(shape) not in (tuple, list) or not {*map(type, shape)} <= {int} or \
+            min(shape, default=0) < 0:
         raise GraphError(f"vertex {t.id!r}: shape must be a list of integers >= 0, got "
                          f"{short(list(shape) if type(shape) is tuple else shape)}")
     need = math.prod(shape) * DTYPES[t.dtype]

@@ -577,18 +577,18 @@ def serial_order(graph: TaskGraph, order: str | Sequence[str]) -> list[str]:
     PlanError
         An unknown order, or not every vertex once in a topological order.
     """
-    graph.validate()
-    if isinstance(order, str) and order == "topological":
-        import networkx as nx
-
-        from ..core.formats import to_networkx
-        return list(nx.topological_sort(to_networkx(graph)))
-    if isinstance(order, str):
-        if order != "given":
-            raise PlanError(f"unknown order {order!r}: use 'given', 'topological' or a list of ids")
-        ids = list(graph.tasks)
-        bad = graph.out_of_order()
+    if isinstance(order, str) and order == "given":
+        ids, bad = list(graph.tasks), graph.checked_order()    # validates it too
     else:
+        graph.validate()
+        if isinstance(order, str) and order == "topological":
+            import networkx as nx
+
+            from ..core.formats import to_networkx
+            return list(nx.topological_sort(to_networkx(graph)))
+        if isinstance(order, str):
+            raise PlanError(f"unknown order {order!r}: use 'given', 'topological' or a list "
+                            f"of ids")
         ids = list(order)
         if len(ids) != len(graph.tasks) or set(ids) != set(graph.tasks):
             raise PlanError("the serial order must list every TaskGraph vertex exactly once")
