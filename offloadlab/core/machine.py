@@ -238,13 +238,34 @@ class Machine:
                 return kernel_time(self._fit[op_class(op)], flops, touched, rate,
                                    self.gpu_mem_bandwidth)
             return self.kernel_latency + max(flops / rate, touched / self.gpu_mem_bandwidth)
+        cost = self.copy_cost(kind)
+        if cost is None:
+            return 0.0
+        latency, rate = cost
+        return latency + nbytes / rate
+
+    def copy_cost(self, kind: str) -> tuple[float, float] | None:
+        """The latency (s) and bandwidth (bytes/s) of a copy vertex of ``kind`` alone, which
+        takes ``latency + bytes / bandwidth`` (:meth:`duration`, which a profiled time
+        overrides).
+
+        Parameters
+        ----------
+        kind : str
+            The vertex's kind.
+
+        Returns
+        -------
+        (float, float) or None
+            None for a vertex that copies nothing (``compute``, ``input``).
+        """
         if kind == "transfer":
-            return self.gpu_gpu_latency + nbytes / self.gpu_gpu_bandwidth
+            return float(self.gpu_gpu_latency), float(self.gpu_gpu_bandwidth)
         if kind in ("load", "reload"):
-            return self.link_latency + nbytes / self.host_rate("h2d")
+            return float(self.link_latency), float(self.host_rate("h2d"))
         if kind == "offload":
-            return self.link_latency + nbytes / self.host_rate("d2h")
-        return 0.0
+            return float(self.link_latency), float(self.host_rate("d2h"))
+        return None
 
     def task_seconds(self, graph: TaskGraph, t: Task) -> float:
         """Seconds TaskGraph vertex ``t`` of ``graph`` takes alone.
