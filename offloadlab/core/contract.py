@@ -75,10 +75,9 @@ def contract(memgraph: MemGraph, machine: Machine) -> Contract:
     index = {v.id: i for i, v in enumerate(vertices)}
     out = _out_edges(memgraph, vertices)
     count = np.fromiter(map(len, out), np.int64, n)
-    targets = np.fromiter(map(index.__getitem__, chain.from_iterable(out)), np.int64,
-                          int(count.sum()))
+    flat = list(map(index.__getitem__, chain.from_iterable(out)))   # the index's own ints
+    targets = np.array(flat, dtype=np.int64)
     sources = np.repeat(np.arange(n, dtype=np.int64), count)
-    flat = targets.tolist()
     bounds = [0, *np.cumsum(count).tolist()]
     succ = [flat[a:b] for a, b in zip(bounds, bounds[1:])]
     waiting = np.bincount(targets, minlength=n).tolist()

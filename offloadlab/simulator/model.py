@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule
 
 from ..core.bound import durations as cost_durations
 from ..core.contract import Contract, contract, slots
@@ -106,14 +107,17 @@ class Model:
         step, peek = env.step, env.peek
         now = 0.0
         while True:
-            at = peek()                             # the next event's time; inf: none left
-            if at > now:                            # every event of this instant has run
-                if dirty:
-                    self._dispatch(now)
-                    continue
-                if at == math.inf:
+            at = peek()                             # the next event's time
+            if dirty and at > now:                  # every event of this instant has run
+                self._dispatch(now)
+                continue
+            try:
+                step()
+            except EmptySchedule:
+                if not dirty:
                     break
-            step()
+                self._dispatch(now)
+                continue
             now = at
         if self.finished < len(self.vertices):
             raise DeadlockError(self._stuck())
