@@ -30,7 +30,14 @@ class Resource(Protocol):
     busy: float
     dirty: bool
 
-    def dispatch(self, now: float) -> None: ...
+    def dispatch(self, now: float) -> None:
+        """Take what it can from its queue.
+
+        Parameters
+        ----------
+        now : float
+            The simulated time.
+        """
 
 
 class Engine:
@@ -187,6 +194,13 @@ class Bus:
         self.changed(self)
 
     def dispatch(self, now: float) -> None:
+        """Grant the bus to the next transfer in its queue if it is free.
+
+        Parameters
+        ----------
+        now : float
+            The simulated time.
+        """
         if self.holder is None:
             vertex = self.queue.pop()
             if vertex is not None:
