@@ -238,16 +238,11 @@ class Machine:
                 return kernel_time(self._fit[op_class(op)], flops, touched, rate,
                                    self.gpu_mem_bandwidth)
             return self.kernel_latency + max(flops / rate, touched / self.gpu_mem_bandwidth)
-        cost = self.copy_cost(kind)
-        if cost is None:
-            return 0.0
-        latency, rate = cost
-        return latency + nbytes / rate
+        cost = self.copy_cost(kind)                 # latency + bytes / bandwidth
+        return 0.0 if cost is None else cost[0] + nbytes / cost[1]
 
     def copy_cost(self, kind: str) -> tuple[float, float] | None:
-        """The latency (s) and bandwidth (bytes/s) of a copy vertex of ``kind`` alone, which
-        takes ``latency + bytes / bandwidth`` (:meth:`duration`, which a profiled time
-        overrides).
+        """The latency (s) and bandwidth (bytes/s) of a copy of ``kind``; None for no copy.
 
         Parameters
         ----------
@@ -256,15 +251,13 @@ class Machine:
 
         Returns
         -------
-        (float, float) or None
-            None for a vertex that copies nothing (``compute``, ``input``).
+        tuple of (float, float) or None
         """
         if kind == "transfer":
             return float(self.gpu_gpu_latency), float(self.gpu_gpu_bandwidth)
-        if kind in ("load", "reload"):
-            return float(self.link_latency), float(self.host_rate("h2d"))
-        if kind == "offload":
-            return float(self.link_latency), float(self.host_rate("d2h"))
+        if kind in ("load", "reload", "offload"):
+            return float(self.link_latency), float(self.host_rate(
+                "d2h" if kind == "offload" else "h2d"))
         return None
 
     def task_seconds(self, graph: TaskGraph, t: Task) -> float:
