@@ -20,8 +20,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from .devices import HOST, is_bus
 from .errors import GraphError
 from .machine import Machine
@@ -53,6 +51,8 @@ def durations(memgraph: MemGraph, machine: Machine,
     list of float
         Seconds, one per vertex.
     """
+    import numpy as np  # not at import: planning needs none of it
+
     vertices = list(memgraph) if vertices is None else vertices
     seconds = np.zeros(len(vertices))
     copies: dict[str, list[int]] = {kind: [] for kind in MOVE_KINDS + ("transfer",)}
