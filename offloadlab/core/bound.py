@@ -23,18 +23,19 @@ from dataclasses import dataclass
 from .devices import HOST, is_bus
 from .errors import GraphError
 from .machine import Machine
-from .memgraph import MemGraph, MemVertex
+from .memgraph import MOVE_KINDS, MemGraph, MemVertex
 from .ops import touched_bytes
 from .taskgraph import TaskGraph
 
 
 def durations(memgraph: MemGraph, machine: Machine,
               vertices: Sequence[MemVertex] | None = None) -> list[float]:
-    """Seconds each vertex takes alone.
+    """Seconds each vertex takes alone (:meth:`Machine.duration`).
 
     A kernel touches its output and its inputs' bytes
     (:func:`~offloadlab.core.ops.touched_bytes`) and is priced at the rate of the dtype it
-    writes.
+    writes.  The copies, ``latency + bytes / bandwidth`` (:meth:`Machine.copy_cost`), are
+    priced as arrays, one per kind of copy.
 
     Parameters
     ----------
@@ -50,12 +51,27 @@ def durations(memgraph: MemGraph, machine: Machine,
     list of float
         Seconds, one per vertex.
     """
+    import numpy as np  # not at import: planning needs none of it
+
     vertices = list(memgraph) if vertices is None else vertices
-    sizes = {v.id: v.bytes for v in memgraph}
-    return [machine.duration(v.kind, v.device, v.bytes, v.flops,
-                             touched_bytes(v.op, v.bytes, [sizes[u] for u in v.inputs])
-                             if v.kind == "compute" else 0, v.time, v.op, v.dtype)
-            for v in vertices]
+    seconds = np.zeros(len(vertices))
+    copies: dict[str, list[int]] = {kind: [] for kind in MOVE_KINDS + ("transfer",)}
+    byid = memgraph.vertices
+    for i, v in enumerate(vertices):
+        kind = v.kind
+        if v.time is None and kind in copies:
+            copies[kind].append(i)
+        elif kind == "compute" or v.time is not None:
+            seconds[i] = machine.duration(
+                kind, v.device, v.bytes, v.flops,
+                touched_bytes(v.op, v.bytes, [byid[u].bytes for u in v.inputs])
+                if kind == "compute" else 0, v.time, v.op, v.dtype)
+    for kind, at in copies.items():
+        cost = machine.copy_cost(kind)
+        if at and cost is not None:
+            nbytes = np.array([vertices[i].bytes for i in at], dtype=np.float64)
+            seconds[at] = cost[0] + nbytes / cost[1]
+    return seconds.tolist()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, is_
 
 import numpy as np
 
@@ -71,16 +71,16 @@ def contract(memgraph: MemGraph, machine: Machine) -> Contract:
     machine.check_devices({d for device in {v.device for v in memgraph}
                            for d in device.split("->")})
     vertices = sorted(memgraph, key=attrgetter("order"))
+    n = len(vertices)
     index = {v.id: i for i, v in enumerate(vertices)}
-    number = index.__getitem__
-    out = [memgraph.succ[v.id] for v in vertices]
-    succ = [list(map(number, targets)) for targets in out]
-    pred = memgraph.pred
-    waiting = [len(pred[v.id]) for v in vertices]
-    edges = sum(map(len, succ))
-    targets = np.fromiter(chain.from_iterable(succ), np.int64, edges)
-    sources = np.repeat(np.arange(len(vertices), dtype=np.int64),
-                        np.fromiter(map(len, succ), np.int64, len(succ)))
+    out = _out_edges(memgraph, vertices)
+    count = np.fromiter(map(len, out), np.int64, n)
+    flat = list(map(index.__getitem__, chain.from_iterable(out)))   # the index's own ints
+    targets = np.array(flat, dtype=np.int64)
+    sources = np.repeat(np.arange(n, dtype=np.int64), count)
+    bounds = [0, *np.cumsum(count).tolist()]
+    succ = [flat[a:b] for a, b in zip(bounds, bounds[1:])]
+    waiting = np.bincount(targets, minlength=n).tolist()
     is_data = np.array(list(chain.from_iterable(map(dict.values, out))), dtype=object) == "data"
     cache: dict[tuple[str, str], tuple[str, ...]] = {}
     holds: list[tuple[str, ...]] = []
@@ -95,6 +95,15 @@ def contract(memgraph: MemGraph, machine: Machine) -> Contract:
             sequences.setdefault(name, []).append(i)
     return Contract(vertices, succ, waiting, holds, sequences,
                     (sources[is_data], targets[is_data]))
+
+
+def _out_edges(memgraph: MemGraph, vertices: list[MemVertex]) -> list[dict[str, str]]:
+    """Each vertex's out-edges (target id -> kind), in the order of ``vertices``: the
+    MemGraph's own dicts, found by id unless its vertices are already in that order."""
+    succ = memgraph.succ
+    if len(succ) == len(vertices) and all(map(is_, succ, (v.id for v in vertices))):
+        return list(succ.values())
+    return [succ[v.id] for v in vertices]
 
 
 def slots(resource: str, streams: int) -> int:

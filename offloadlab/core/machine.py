@@ -243,13 +243,27 @@ class Machine:
                 return kernel_time(self._fit[op_class(op)], flops, touched, rate,
                                    self.gpu_mem_bandwidth)
             return self.kernel_latency + max(flops / rate, touched / self.gpu_mem_bandwidth)
+        cost = self.copy_cost(kind)                 # latency + bytes / bandwidth
+        return 0.0 if cost is None else cost[0] + nbytes / cost[1]
+
+    def copy_cost(self, kind: str) -> tuple[float, float] | None:
+        """The latency (s) and bandwidth (bytes/s) of a copy of ``kind``; None for no copy.
+
+        Parameters
+        ----------
+        kind : str
+            The vertex's kind.
+
+        Returns
+        -------
+        tuple of (float, float) or None
+        """
         if kind == "transfer":
-            return self.gpu_gpu_latency + nbytes / self.gpu_gpu_bandwidth
-        if kind in ("load", "reload"):
-            return self.link_latency + nbytes / self.host_rate("h2d")
-        if kind == "offload":
-            return self.link_latency + nbytes / self.host_rate("d2h")
-        return 0.0
+            return float(self.gpu_gpu_latency), float(self.gpu_gpu_bandwidth)
+        if kind in ("load", "reload", "offload"):
+            return float(self.link_latency), float(self.host_rate(
+                "d2h" if kind == "offload" else "h2d"))
+        return None
 
     def task_seconds(self, graph: TaskGraph, t: Task) -> float:
         """Seconds TaskGraph vertex ``t`` of ``graph`` takes alone.

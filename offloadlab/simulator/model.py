@@ -59,8 +59,7 @@ class Model:
         durations = cost_durations(memgraph, machine, self.vertices)
         if noise > 0:
             z = np.random.default_rng(seed).standard_normal(len(durations))
-            factors = np.exp(noise * z - noise ** 2 / 2).tolist()
-            durations = [d * f for d, f in zip(durations, factors)]
+            durations = (np.array(durations) * np.exp(noise * z - noise ** 2 / 2)).tolist()
         return durations
 
     def _build_resources(self, structure: Contract, machine: Machine, policy: str,
@@ -101,20 +100,25 @@ class Model:
 
     # -- running ------------------------------------------------------------------------
     def run(self) -> None:
+        """Run every vertex: step the environment, one dispatch pass per instant."""
         for i in [i for i, count in enumerate(self.waiting) if count == 0]:
             self._ready(i, 0.0)
         env, dirty = self.env, self._dirty
         step, peek = env.step, env.peek
+        now = 0.0
         while True:
-            if dirty and peek() > env.now:       # every event of this instant has run
-                self._dispatch()
+            at = peek()                             # the next event's time
+            if dirty and at > now:                  # every event of this instant has run
+                self._dispatch(now)
                 continue
             try:
                 step()
             except EmptySchedule:
                 if not dirty:
                     break
-                self._dispatch()
+                self._dispatch(now)
+                continue
+            now = at
         if self.finished < len(self.vertices):
             raise DeadlockError(self._stuck())
 
@@ -138,17 +142,17 @@ class Model:
             if not waiting[w]:
                 self._ready(w, now)
 
-    def _taken(self, vertex: int, slot: int) -> None:
+    def _taken(self, vertex: int, slot: int, now: float) -> None:
         """``vertex`` holds a slot of its engine: start it, or first wait for its bus."""
         self.stream[vertex] = slot
         bus = self.bus[vertex]
         if bus is None:
-            self._begin(vertex)
+            self._begin(vertex, now)
         else:
-            bus.request(vertex)
+            bus.request(vertex, now)
 
-    def _begin(self, vertex: int) -> None:
-        self.engine[vertex].start(vertex, self.duration[vertex])  # type: ignore[union-attr]
+    def _begin(self, vertex: int, now: float) -> None:
+        self.engine[vertex].start(vertex, self.duration[vertex], now)  # type: ignore[union-attr]
 
     def _began(self, vertex: int, now: float) -> None:
         self.start[vertex] = now
@@ -164,11 +168,12 @@ class Model:
             resource.dirty = True
             self._dirty.append(resource)
 
-    def _dispatch(self) -> None:
-        """The dispatch pass: every marked resource takes what it can from its queue."""
+    def _dispatch(self, now: float) -> None:
+        """The dispatch pass at ``now``: every marked resource takes what it can from its
+        queue."""
         for resource in self._dirty:  # a dispatch may mark a bus: it joins this same pass
             resource.dirty = False
-            resource.dispatch()
+            resource.dispatch(now)
         self._dirty.clear()
 
     def _stuck(self) -> str:

@@ -30,7 +30,14 @@ class Resource(Protocol):
     busy: float
     dirty: bool
 
-    def dispatch(self) -> None: ...
+    def dispatch(self, now: float) -> None:
+        """Take what it can from its queue.
+
+        Parameters
+        ----------
+        now : float
+            The simulated time.
+        """
 
 
 class Engine:
@@ -38,7 +45,8 @@ class Engine:
     speed among them, or (``fifo``) running them one at a time in the order they started."""
 
     def __init__(self, env: simpy.Environment, name: str, slots: int, queue: ReadyQueue, *,
-                 taken: Callable[[int, int], None], began: Callable[[int, float], None],
+                 taken: Callable[[int, int, float], None],
+                 began: Callable[[int, float], None],
                  released: Callable[[int, float], None],
                  finished: Callable[[int, float], None],
                  changed: Callable[[Engine], None], fifo: bool = False):
@@ -61,17 +69,24 @@ class Engine:
         self.busy = 0.0
         self.busy_since = 0.0
         self.dirty = False
+        self._timed = self._complete   # the timeouts' callback, bound once
 
-    def dispatch(self) -> None:
-        """Take ready vertices while a slot is free; each then holds the slot."""
+    def dispatch(self, now: float) -> None:
+        """Take ready vertices while a slot is free; each then holds the slot.
+
+        Parameters
+        ----------
+        now : float
+            The simulated time.
+        """
         while self.free:
             vertex = self.queue.pop()
             if vertex is None:
                 return
             self.held[vertex] = slot = heappop(self.free)
-            self.taken(vertex, slot)
+            self.taken(vertex, slot, now)
 
-    def start(self, vertex: int, seconds: float) -> None:
+    def start(self, vertex: int, seconds: float, now: float) -> None:
         """Run ``vertex``, which holds a slot, for ``seconds`` at full speed (on a ``fifo``
         engine once the jobs started before it are done).
 
@@ -81,11 +96,12 @@ class Engine:
             The vertex, by position.
         seconds : float
             Its duration at full speed.
+        now : float
+            The simulated time.
         """
         if self.fifo and (self.jobs or self.launched):
             self.launched.append((vertex, seconds))
             return
-        now = self.env.now
         self.began(vertex, now)
         if self.jobs:
             self._progress(now)
@@ -122,7 +138,7 @@ class Engine:
             self.finishing = [v for v, left in jobs.items() if left == remaining]
         delay = max(remaining, 0.0) * len(jobs) / self.speed
         self.timer = timer = Timeout(self.env, delay)
-        timer.callbacks.append(self._complete)
+        timer.callbacks.append(self._timed)
 
     def _complete(self, timer: Timeout) -> None:
         if timer is not self.timer:
@@ -154,7 +170,7 @@ class Bus:
     """A host bus shared by its GPUs' transfers in one direction: one transfer at a time."""
 
     def __init__(self, env: simpy.Environment, name: str, queue: ReadyQueue, *,
-                 granted: Callable[[int], None], changed: Callable[[Bus], None]):
+                 granted: Callable[[int, float], None], changed: Callable[[Bus], None]):
         self.env = env
         self.name = name
         self.queue = queue
@@ -164,24 +180,33 @@ class Bus:
         self.busy_since = 0.0
         self.dirty = False
 
-    def request(self, vertex: int) -> None:
+    def request(self, vertex: int, now: float) -> None:
         """Queue ``vertex``'s transfer for the bus.
 
         Parameters
         ----------
         vertex : int
             The vertex, by position.
+        now : float
+            The simulated time.
         """
-        self.queue.push(self.env.now, vertex)
+        self.queue.push(now, vertex)
         self.changed(self)
 
-    def dispatch(self) -> None:
+    def dispatch(self, now: float) -> None:
+        """Grant the bus to the next transfer in its queue if it is free.
+
+        Parameters
+        ----------
+        now : float
+            The simulated time.
+        """
         if self.holder is None:
             vertex = self.queue.pop()
             if vertex is not None:
                 self.holder = vertex
-                self.busy_since = self.env.now
-                self.granted(vertex)
+                self.busy_since = now
+                self.granted(vertex, now)
 
     def release(self, now: float) -> None:
         """The transfer holding the bus has ended.
