@@ -145,6 +145,15 @@ def test_a_measured_op_pays_its_overhead_and_is_never_below_its_flops_at_the_pea
     assert half == pytest.approx(m.kernel_latency + 2e-5 + 1e13 / m.gpu_half_flops)
 
 
+def test_a_folding_ops_flops_are_its_vertexs_and_do_not_price_its_kernel():
+    """The random workload's ``mix`` vertices carry the planner's flops, not their kernel's
+    work (a fold of bytes): a calibrated machine prices them by their bytes alone, as the
+    executor runs them (with the flops they were priced 2-3x slow in bench_validate)."""
+    m = replace(PRESETS["a100x8"], op_rates=(("mix", 1e9, 2e9, 0.0),))
+    assert m.duration("compute", "gpu0", 10, 1e15, 30, op="mix") == \
+        pytest.approx(m.kernel_latency + 10 / 1e9 + 20 / 2e9)
+
+
 @pytest.mark.parametrize("entry", [["add", 1e9, 1e9, -1e-6], ["add", 1e9, 1e9, float("inf")],
                                    ["add", 1e9, 1e9, 0.0, 1.0], ["add", 1e9]])
 def test_a_machine_file_with_a_bad_op_rate_entry_is_refused_naming_the_field(entry):

@@ -25,7 +25,7 @@ from .kernel_model import (
     kernel_time,
     op_class,
 )
-from .ops import op_name, touched_bytes
+from .ops import OPS, op_name, touched_bytes
 from .registry import Registry
 from .spec import apply_options, parse_bytes, parse_spec
 
@@ -79,10 +79,9 @@ class Machine:
     is behind ``bus{i // gpus_per_bus}:h2d``/``...:d2h``).  A bus carries one copy at a time,
     taken after the GPU's link; ``host_bus_bandwidth`` = 0 means no bus.  ``op_rates`` holds
     measured ``(op, written, read, overhead)`` entries (``offloadlab calibrate``): bytes/s
-    written and read, and seconds each kernel of the op takes beyond a tiny one (its further
-    launches; a file's three-element entry has none).  A GPU kernel of such an op takes
-    ``kernel_latency + overhead + max(flops / rate, out_bytes / written + in_bytes / read)``:
-    a roofline at the rates its kernels were measured at.
+    written and read, and seconds each kernel takes beyond a tiny one (a file's three-element
+    entry has none).  A GPU kernel of such an op takes ``kernel_latency + overhead + max(flops
+    / rate, out_bytes / written + in_bytes / read)``, with no flops for a folding op's.
 
     ``cost`` prices the other GPU kernels (:data:`COSTS`): ``roofline`` at the peak rates, or
     ``fitted`` by the kernel-time model of :mod:`.kernel_model` with the parameters
@@ -236,9 +235,10 @@ class Machine:
             if self.op_rates and op is not None:
                 base = op_name(op)              # the rates are by op, not its parameters
                 for name, written, read, overhead in self.op_rates:
-                    if name == base:
+                    if name == base:    # a folding op's flops are its vertex's, not its work
+                        work = 0.0 if base in OPS and OPS[base].folds else flops / rate
                         return self.kernel_latency + overhead + max(
-                            flops / rate, nbytes / written + (touched - nbytes) / read)
+                            work, nbytes / written + (touched - nbytes) / read)
             if self.cost == "fitted":
                 return kernel_time(self._fit[op_class(op)], flops, touched, rate,
                                    self.gpu_mem_bandwidth)
