@@ -48,8 +48,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
           f"touched, kernel latency + dispatch {m.kernel_latency * 1e6:.3g} us")
     print(f"  float16 matmul {m.gpu_half_flops / 1e9:.4g} GFLOP/s")
     print("  other ops (GB/s written/read, +overhead per kernel): " + ", ".join(
-        f"{op} {written / 1e9:.3g}/{read / 1e9:.3g}" + (f" +{extra * 1e6:.3g} us" if extra else "")
-        for op, written, read, extra in m.op_rates))
+        f"{op} {written / 1e9:.3g}/{read / 1e9:.3g}"
+        + (f" +{overhead * 1e6:.3g} us" if overhead else "")
+        for op, written, read, overhead in m.op_rates))
     print(f"  host->GPU {m.h2d_bandwidth / 1e9:.4g} GB/s, GPU->host {m.d2h_bandwidth / 1e9:.4g} "
           f"GB/s, latency {m.link_latency * 1e6:.3g} us, duplex factor {m.duplex:.3g}")
     if m.gpus > 1:
