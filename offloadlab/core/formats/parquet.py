@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
-from itertools import chain
+from itertools import chain, islice
 from operator import attrgetter
 from pathlib import Path
 from sys import intern
@@ -270,24 +270,18 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
     shapes = _shapes(cols, nbytes, dtype)
     ids_at = np.array(ids, dtype=object)
     offsets, inputs = cols.rows("inputs")
-    inputs_at, flat_inputs = offsets.tolist(), ids_at[inputs].tolist()
-    inputs_of = [tuple(flat_inputs[inputs_at[i]:inputs_at[i + 1]]) for i in range(n)]
+    flat_inputs = iter(ids_at[inputs].tolist())
+    inputs_of = [tuple(islice(flat_inputs, k)) for k in np.diff(offsets).tolist()]
     mg = MemGraph(attrs)
     vertices = mg.vertices = dict(zip(ids, map(
-        MemVertex, ids, kind, device, nbytes, locs, cols.strings("task", names=False),
-        cols.strings("of", names=False),
-        op, flops, inputs_of, order, time, shapes, dtype)))
+        MemVertex, ids, kind, device, nbytes, locs, cols.vertex_names("task", ids_at),
+        cols.vertex_names("of", ids_at), op, flops, inputs_of, order, time, shapes, dtype)))
     if len(vertices) < n:
         seen: set[str] = set()
         for x in ids:
             if x in seen:
                 raise GraphError(f"{where}: duplicate vertex id {x!r}")
             seen.add(x)
-    for v in vertices.values():          # one string object per id, as the JSON reader keeps
-        if v.task == v.id:
-            v.task = v.id
-        elif v.of is not None and v.of in vertices:
-            v.of = vertices[v.of].id
     _edges(mg, cols, ids, ids_at)
     return mg
 
@@ -363,23 +357,39 @@ class _Columns:
             raise GraphError(f"{self.where}: row {i} has no id (a string)")
         return col.to_pylist()
 
-    def strings(self, name: str, default: str | None = None, names: bool = True) -> list:
-        """The column's strings, ``default`` for null; a null in a required column is
-        refused.  ``names`` (few distinct values: kinds, devices, ops) are interned."""
+    def strings(self, name: str, default: str | None = None) -> list:
+        """The column's strings (few distinct values: kinds, devices, ops), interned,
+        ``default`` for null; a null in a required column is refused."""
         col = self.columns.get(name)
         if col is None:
             return [default] * self.n
         if name in REQUIRED and col.null_count:
             raise GraphError(f"{self.vertex(_first(np.asarray(col.is_null())))}: {name} must be "
                              f"a string, got missing or null")
-        if not names:
-            return col.to_pylist()
         encoded = col if self.pa.types.is_dictionary(col.type) else col.dictionary_encode()
         values: list[str | None] = [None if x is None else intern(x)
                                      for x in encoded.dictionary.to_pylist()]
         values.append(default)
         index = np.asarray(encoded.indices.fill_null(len(values) - 1))
         return np.array(values, dtype=object)[index].tolist()
+
+    def vertex_names(self, name: str, ids_at: Any) -> list:
+        """The column's strings (``task``, ``of``), None for null, and each that is a
+        vertex's id as that id's own string object (``ids_at``: the ids by row), so that a
+        name costs no string of its own, as the JSON reader keeps them."""
+        col = self.columns.get(name)
+        if col is None:
+            return [None] * self.n
+        import pyarrow.compute as pc
+        ids = self.columns["id"]
+        plain = [c.dictionary_decode() if self.pa.types.is_dictionary(c.type) else c
+                 for c in (col, ids)]
+        rows = pc.index_in(plain[0], value_set=plain[1])
+        found = np.asarray(rows.is_valid())
+        out = np.empty(self.n, dtype=object)
+        out[found] = ids_at[np.asarray(rows.drop_null())]
+        out[~found] = plain[0].filter(pc.invert(rows.is_valid())).to_pylist()
+        return out.tolist()
 
     def numbers(self, name: str, count: bool = False, positive: bool = False,
                 default: float | None = None) -> list:
@@ -497,22 +507,26 @@ def _edges(mg: MemGraph, cols: _Columns, ids: list[str], ids_at: Any) -> None:
     is_data[rows_given] = data
     sources = np.repeat(np.arange(n), lengths)
     kinds = np.array([intern(k) for k in EDGE_KINDS[::-1]], dtype=object)[is_data.astype(int)]
-    offsets, flat_targets, flat_kinds = at.tolist(), ids_at[targets].tolist(), kinds.tolist()
-    mg.succ = {ids[i]: dict(zip(flat_targets[offsets[i]:offsets[i + 1]],
-                                flat_kinds[offsets[i]:offsets[i + 1]])) for i in range(n)}
+    flat_targets, flat_kinds = ids_at[targets].tolist(), kinds.tolist()
+    mg.succ = dict(zip(ids, _grouped(flat_targets, flat_kinds, lengths.tolist())))
     if (sources == targets).any() or sum(map(len, mg.succ.values())) < len(targets):
         mg.succ = {x: {} for x in ids}         # a self-loop or a repeated edge: as JSON does,
         mg.pred = {x: {} for x in ids}         # skip self-loops, and a data edge wins
         for u, v, k in zip(ids_at[sources].tolist(), flat_targets, flat_kinds):
             mg.add_edge(u, v, k)
         return
+    del flat_targets, flat_kinds
     by_target = np.argsort(targets, kind="stable")
-    into = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(targets, minlength=n), out=into[1:])
-    flat_sources, flat_kinds = ids_at[sources[by_target]].tolist(), kinds[by_target].tolist()
-    first = into.tolist()
-    mg.pred = {ids[i]: dict(zip(flat_sources[first[i]:first[i + 1]],
-                                flat_kinds[first[i]:first[i + 1]])) for i in range(n)}
+    mg.pred = dict(zip(ids, _grouped(ids_at[sources[by_target]].tolist(),
+                                     kinds[by_target].tolist(),
+                                     np.bincount(targets, minlength=n).tolist())))
+
+
+def _grouped(keys: list, values: list, lengths: list[int]) -> list[dict[str, str]]:
+    """A dict per group, of ``lengths[i]`` consecutive (key, value) pairs of ``keys`` and
+    ``values``: no slice or list per group."""
+    pairs = zip(keys, values)
+    return [dict(islice(pairs, k)) for k in lengths]
 
 
 def _accepts(want: str, t: Any, pa: Any) -> bool:
@@ -564,8 +578,7 @@ def _first(mask: Any) -> int:
 
 def _firsts(values: list, keep: list[bool] | None = None) -> list[int]:
     """The row of the first occurrence of each distinct value (among ``keep`` rows)."""
-    first: dict[Any, int] = {}
-    for i, x in enumerate(values):
-        if x not in first and (keep is None or keep[i]):
-            first[x] = i
+    rows = range(len(values)) if keep is None else [i for i, k in enumerate(keep) if k]
+    kept = values if keep is None else [values[i] for i in rows]
+    first = dict(zip(reversed(kept), reversed(rows)))      # the last write of each is its first
     return sorted(first.values())
