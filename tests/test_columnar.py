@@ -67,6 +67,26 @@ def test_a_parquet_file_reads_back_what_json_reads_back(workload, planner, machi
     assert all(id(x) in ids for v in from_parquet for x in v.inputs)
 
 
+def test_equal_numbers_and_shapes_read_as_one_object(tmp_path):
+    """Memory per vertex (issue 46): a size, flops or shape that many vertices share is one
+    object, as the file holds it once; 0.0 and -0.0 stay apart."""
+    from offloadlab.core.machine import machine_from_spec
+    mg = plan(build_workload("llama-prefill:model=tiny,seq=16,block=8,gpus=2"),
+              machine_from_spec("p100x4:gpus=2"))
+    v = next(iter(mg.vertices.values()))
+    v.flops, v.time = -0.0, 0.0
+    read = back(mg, tmp_path)
+    assert formats.to_json(read) == formats.to_json(mg)
+    first = next(iter(read.vertices.values()))
+    assert math.copysign(1, first.flops) == -1 and math.copysign(1, first.time) == 1
+    for field in ("bytes", "flops", "shape"):
+        values = [getattr(v, field) for v in read.vertices.values()]
+        assert len(set(values)) < len(values) / 2, field          # repeated values ...
+        assert len({id(x) for x in values}) == len(set(map(repr, values))), field  # one each
+    sizes = [v.loc.size for v in read.vertices.values() if v.loc is not None]
+    assert len({id(x) for x in sizes}) == len(set(sizes))
+
+
 @settings(max_examples=60, **SETTINGS)
 @given(graph=task_graphs(), slack=st.sampled_from([0.0, 0.05, 1.0]),
        planner=st.sampled_from(["buildmemgraph", "levelwise"]))

@@ -254,7 +254,7 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
     _check_kinds(kind, device, vertex)
     nbytes = cols.numbers("bytes", count=True, positive=True)
     flops = cols.numbers("flops", default=0.0)
-    order = cols.numbers("order", count=True, default=0)
+    order = cols.numbers("order", count=True, default=0, shared=False)    # one per vertex
     time = cols.numbers("time")
     op = cols.strings("op")
     for i in _firsts(op, [k == "compute" for k in kind]):
@@ -392,9 +392,10 @@ class _Columns:
         return out.tolist()
 
     def numbers(self, name: str, count: bool = False, positive: bool = False,
-                default: float | None = None) -> list:
+                default: float | None = None, shared: bool = True) -> list:
         """The column's numbers, checked as :func:`checks.number` checks a JSON field;
-        null is ``default`` (a required column may hold none)."""
+        null is ``default`` (a required column may hold none).  ``shared``: equal numbers are
+        one Python object (sizes, flops: few distinct values in a large graph)."""
         col = self.columns.get(name)
         if col is None:
             return [default] * self.n
@@ -409,11 +410,18 @@ class _Columns:
             i = _first(bad)
             got = values[i].item() if valid[i] else None
             number(got, self.vertex(i), name, count=count, positive=positive)
-        out = values.tolist()
-        if not valid.all():
-            for i in np.flatnonzero(~valid).tolist():
-                out[i] = default
-        return out
+        if not shared:
+            out = values.tolist()
+            if not valid.all():
+                for i in np.flatnonzero(~valid).tolist():
+                    out[i] = default
+            return out
+        # one object per distinct value (told apart by their bits: 0.0 is not -0.0)
+        bits = values.view(np.int64) if values.dtype == np.float64 else values
+        _, first, index = np.unique(bits, return_index=True, return_inverse=True)
+        objects = np.array([*values[first].tolist(), default], dtype=object)
+        index[~valid] = len(first)
+        return objects[index].tolist()
 
     def lists(self, name: str) -> tuple[Any, Any, Any]:
         """A list column as (offsets, flat values, valid): row i's values are
@@ -481,8 +489,10 @@ def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str]
                          f"{values[offsets[i]:offsets[i + 1]].tolist()}")
     at, flat = offsets.tolist(), values.tolist()
     shapes: list[tuple[int, ...] | None] = [None] * len(nbytes)
+    known: dict[tuple[int, ...], tuple[int, ...]] = {}      # one tuple per distinct shape
     for i in np.flatnonzero(valid).tolist():
-        shape = shapes[i] = tuple(flat[at[i]:at[i + 1]])
+        shape = tuple(flat[at[i]:at[i + 1]])
+        shape = shapes[i] = known.setdefault(shape, shape)
         need = math.prod(shape) * DTYPES[dtype[i]]
         if need > nbytes[i]:
             raise GraphError(f"{vertex(i)}: shape {list(shape)} of {dtype[i]} needs {need} "
