@@ -3,13 +3,16 @@ write + read beats JSON's (``formats.PARQUET_VERTICES``, docs/formats.md).
 
     python bench/bench_formats.py                           # 1k-100k TaskGraph vertices
     python bench/bench_formats.py --vertices 2000,5000 --repeat 5
+    python bench/bench_formats.py --workload llama-lora-train:model=7b,seq=1024,batch=8,gpus=8 \
+        --machine a100x8 --repeat 1
 
 For each size, the benchmark DAG (``random`` with every input in host RAM, 4 GPUs of an
 a100x8 with 1.5x the tightest memory, as ``bench_cli.py`` plans it) is planned once; then each
 write and each read runs in a fresh process, as ``plan`` and ``simulate`` do, and its seconds
 include importing what the format needs (pyarrow for Parquet) but not Python's start-up. It
 prints the best of ``--repeat`` rounds per cell, the files' sizes, and which format's write +
-read is faster.
+read is faster.  ``--workload`` plans any workload spec instead, on ``--machine`` as that spec
+gives it.
 """
 
 from __future__ import annotations
@@ -54,14 +57,21 @@ def main() -> None:
     p.add_argument("--vertices", default="1000,3000,10000,30000,100000",
                    help="TaskGraph vertices, comma-separated")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--workload", help="a workload spec to plan instead of the benchmark DAG")
+    p.add_argument("--machine", default="a100x8",
+                   help="with --workload: the machine spec to plan on (a100x8)")
     args = p.parse_args()
     print("| TaskGraph vertices | MemGraph vertices | JSON write + read (s) | "
           "Parquet write + read (s) | JSON / Parquet size | faster |")
     print("| --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
-        for n in map(int, args.vertices.split(",")):
-            graph = build_workload(f"random:vertices={n},gpus=4,seed=1,host_fraction=1")
-            machine = f"a100x8:gpus=4,gpu_memory={int(min_capacity(graph) * 1.5)}"
+        for n in [0] if args.workload else map(int, args.vertices.split(",")):
+            if args.workload:
+                graph, machine = build_workload(args.workload), args.machine
+                n = len(graph)
+            else:
+                graph = build_workload(f"random:vertices={n},gpus=4,seed=1,host_fraction=1")
+                machine = f"a100x8:gpus=4,gpu_memory={int(min_capacity(graph) * 1.5)}"
             mg = plan(graph, machine_from_spec(machine))
             pickled = os.path.join(tmp, "mg.pickle")
             with open(pickled, "wb") as f:
