@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -18,9 +19,11 @@ from hypothesis import strategies as st
 from test_malformed import run_cli, simulate_file
 from test_properties import machine_for, task_graphs
 
+import offloadlab
 from offloadlab.core import formats
 from offloadlab.core.errors import GraphError
 from offloadlab.core.formats import nodelink, parquet
+from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
 from offloadlab.core.workloads import build_workload, random_dag
 from offloadlab.lab.cli import main
@@ -85,6 +88,22 @@ def test_equal_numbers_and_shapes_read_as_one_object(tmp_path):
         assert len({id(x) for x in values}) == len(set(map(repr, values))), field  # one each
     sizes = [v.loc.size for v in read.vertices.values() if v.loc is not None]
     assert len({id(x) for x in sizes}) == len(set(sizes))
+
+
+def test_plan_writing_parquet_imports_no_pandas(tmp_path):
+    """``pyarrow.array`` imports pandas on its first call (0.4-0.55 s, 46 MB): the writer
+    builds its arrays from their buffers (core/formats/arrow.py), so ``plan`` pays neither."""
+    out = tmp_path / "mg.parquet"
+    code = ("import sys\nfrom offloadlab.lab.cli import main\n"
+            f"assert main(['plan', '--workload', 'matmul-chain:layers=3', '--machine', "
+            f"'disco-example', '--out', {str(out)!r}, '-q']) == 0\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, check=True,
+                          env={"PYTHONPATH": str(Path(offloadlab.__file__).parents[1])})
+    assert done.stdout.split("\n")[-2] == "['pyarrow']", done.stdout
+    assert formats.to_json(formats.read_memgraph(out)) == formats.to_json(
+        plan(build_workload("matmul-chain:layers=3"), machine_from_spec("disco-example")))
 
 
 @settings(max_examples=60, **SETTINGS)

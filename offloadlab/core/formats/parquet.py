@@ -26,7 +26,7 @@ from ..errors import GraphError, OffloadlabError
 from ..memgraph import EDGE_KINDS, Loc, MemGraph, MemVertex, vertex_device_problem
 from ..ops import DTYPES, op_problem
 from ..util import no_gc
-from . import nodelink
+from . import arrow, nodelink
 
 GRAPH_KEY = b"offloadlab.graph"
 FORMAT_KEY = b"offloadlab.format"
@@ -152,42 +152,36 @@ def _table(mg: MemGraph, pa: Any) -> Any:
         raise GraphError(f"cannot write {what}: vertex {v.id!r} names {exc.args[0]!r}, which "
                          f"is not a vertex") from None
     succ_data = np.array(list(chain.from_iterable(map(dict.values, out))), object) == "data"
-    shaped = [x is not None for x in shapes]
+    shaped = np.fromiter((x is not None for x in shapes), bool, len(shapes))
     shape = list(chain.from_iterable([x for x in shapes if x is not None]))
+    lengths = list(map(len, out))
 
-    def names(values: Any) -> Any:
-        """A dictionary-encoded column of strings."""
-        return pa.array(values, pa.string()).dictionary_encode()
+    def names(values: list) -> Any:
+        return arrow.names(values, pa)
 
-    def list_column(values: Any, lengths: Any, kind: Any, valid: list[bool] | None = None
-                    ) -> Any:
-        """A column of lists: ``values`` flat, ``lengths`` per row, null where not ``valid``."""
-        at = np.zeros(len(ids) + 1, np.int32)
-        np.cumsum(np.fromiter(lengths, np.int32, len(ids)), out=at[1:])
-        return pa.ListArray.from_arrays(
-            pa.array(at), pa.array(values, kind),
-            mask=None if valid is None else pa.array(np.logical_not(valid)))
+    def numbers(values: Any, kind: str = "int64") -> Any:
+        return arrow.numbers(values, kind, pa)
 
     columns = {
-        "id": pa.array(ids, pa.string()),
+        "id": arrow.strings(ids, pa),
         "kind": names(kind),
         "device": names(device),
-        "bytes": pa.array(nbytes, pa.int64()),
+        "bytes": numbers(nbytes),
         "loc_device": names([x and x.device for x in loc]),
-        "loc_offset": pa.array([x and x.offset for x in loc], pa.int64()),
-        "loc_size": pa.array([x and x.size for x in loc], pa.int64()),
-        "task": pa.array(task, pa.string()),
-        "of": pa.array(of, pa.string()),
+        "loc_offset": numbers([x and x.offset for x in loc]),
+        "loc_size": numbers([x and x.size for x in loc]),
+        "task": arrow.strings(task, pa),
+        "of": arrow.strings(of, pa),
         "op": names(op),
-        "flops": pa.array(flops, pa.float64()),
-        "inputs": list_column(inputs, map(len, ins), pa.int32()),
-        "order": pa.array(order, pa.int64()),
-        "time": pa.array(times, pa.float64()),
-        "shape": list_column(shape, (0 if x is None else len(x) for x in shapes), pa.int64(),
-                             shaped),
+        "flops": numbers(flops, "float64"),
+        "inputs": arrow.lists(numbers(inputs, "int32"), list(map(len, ins)), None, pa),
+        "order": numbers(order),
+        "time": numbers(times, "float64"),
+        "shape": arrow.lists(numbers(shape), [0 if x is None else len(x) for x in shapes],
+                             shaped, pa),
         "dtype": names(dtype),
-        "succ": list_column(succ, map(len, out), pa.int32()),
-        "succ_data": list_column(succ_data, map(len, out), pa.bool_()),
+        "succ": arrow.lists(numbers(succ, "int32"), lengths, None, pa),
+        "succ_data": arrow.lists(arrow.booleans(succ_data, pa), lengths, None, pa),
     }
     meta = orjson.dumps(graph)
     return pa.table(columns).replace_schema_metadata({GRAPH_KEY: meta, FORMAT_KEY: FORMAT})
