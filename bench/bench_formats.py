@@ -11,8 +11,9 @@ a100x8 with 1.5x the tightest memory, as ``bench_cli.py`` plans it) is planned o
 write and each read runs in a fresh process, as ``plan`` and ``simulate`` do, and its seconds
 include importing what the format needs (pyarrow for Parquet) but not Python's start-up. It
 prints the best of ``--repeat`` rounds per cell, the files' sizes, and which format's write +
-read is faster.  ``--workload`` plans any workload spec instead, on ``--machine`` as that spec
-gives it.
+read is faster.  ``--in-process`` times them in this process instead, imports left out (the
+best of ``--repeat`` rounds, at least 2).  ``--workload`` plans any workload spec instead, on
+``--machine`` as that spec gives it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import time
 
 CHILD = """import pickle, sys, time
 from offloadlab.core import formats
@@ -46,6 +48,17 @@ def seconds(what: str, path: str, pickled: str) -> float:
     return float(out)
 
 
+def in_process(what: str, path: str, mg: object) -> float:
+    """Seconds of one ``write`` of ``mg`` to ``path`` or ``read`` of it, in this process."""
+    from offloadlab.core import formats
+    start = time.perf_counter()
+    if what == "write":
+        formats.write_memgraph(mg, path)
+    else:
+        formats.read_memgraph(path)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     from offloadlab.core.machine import machine_from_spec
     from offloadlab.core.workloads import build_workload
@@ -57,6 +70,8 @@ def main() -> None:
     p.add_argument("--vertices", default="1000,3000,10000,30000,100000",
                    help="TaskGraph vertices, comma-separated")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--in-process", action="store_true",
+                   help="time in this process, imports left out")
     p.add_argument("--workload", help="a workload spec to plan instead of the benchmark DAG")
     p.add_argument("--machine", default="a100x8",
                    help="with --workload: the machine spec to plan on (a100x8)")
@@ -79,8 +94,12 @@ def main() -> None:
             cells, sums, sizes = [], {}, {}
             for fmt in ("json", "parquet"):
                 path = os.path.join(tmp, f"mg.{fmt}")
-                write = min(seconds("write", path, pickled) for _ in range(args.repeat))
-                read = min(seconds("read", path, pickled) for _ in range(args.repeat))
+                if args.in_process:
+                    write = min(in_process("write", path, mg) for _ in range(max(args.repeat, 2)))
+                    read = min(in_process("read", path, mg) for _ in range(max(args.repeat, 2)))
+                else:
+                    write = min(seconds("write", path, pickled) for _ in range(args.repeat))
+                    read = min(seconds("read", path, pickled) for _ in range(args.repeat))
                 sums[fmt], sizes[fmt] = write + read, os.path.getsize(path)
                 cells.append(f"{write:.3f} + {read:.3f} = {write + read:.3f}")
             faster = min(sums, key=sums.__getitem__)
