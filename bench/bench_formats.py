@@ -43,9 +43,12 @@ print(time.perf_counter() - start)
 
 def seconds(what: str, path: str, pickled: str) -> float:
     """Seconds of one ``write`` or ``read`` of ``path`` in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", CHILD, what, path, pickled], check=True,
-                         capture_output=True, text=True).stdout
-    return float(out)
+    done = subprocess.run([sys.executable, "-c", CHILD, what, path, pickled],
+                          capture_output=True, text=True)
+    if done.returncode:
+        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+        raise SystemExit(f"bench_formats: {what} {path}: {lines[-1]}")
+    return float(done.stdout)
 
 
 def in_process(what: str, path: str, mg: object) -> float:
