@@ -33,12 +33,13 @@ __all__ = ["to_json", "to_dict", "to_networkx", "read_memgraph", "write_memgraph
            "taskgraph_from_json", "taskgraph_from_dict", "memgraph_from_json",
            "memgraph_from_dict"]
 
-PARQUET_VERTICES = 100_000
+PARQUET_VERTICES = 350_000
 """Where the toolkit chooses a MemGraph file's format (a name ending in neither ``.json`` nor
 ``.parquet``, or a file it names itself), a MemGraph of this many vertices or more is written
-as Parquet, a smaller one as node-link JSON: about where Parquet's write and read, each in a
-fresh process with pyarrow's import, take less time together than JSON's
-(``bench/bench_formats.py``; docs/formats.md, Which format)."""
+as Parquet, a smaller one as node-link JSON: where Parquet's write and read, each in a fresh
+process with pyarrow's import, take less time together than JSON's (``bench/bench_formats.py``:
+JSON's at 331k vertices of the benchmark DAG, Parquet's at LoRA 7B batch 8's 390k; docs/formats.md,
+Which format)."""
 PARQUET_BYTES_PER_VERTEX = 44
 """About the most a large MemGraph's Parquet file takes per vertex (27-44 bytes for LLaMA
 prefill, LoRA training and the benchmark DAG, against 370-750 for node-link JSON): what

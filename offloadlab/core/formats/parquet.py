@@ -248,7 +248,7 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
     _check_kinds(kind, device, vertex)
     nbytes = cols.numbers("bytes", count=True, positive=True)
     flops = cols.numbers("flops", default=0.0)
-    order = cols.numbers("order", count=True, default=0, shared=False)    # one per vertex
+    order = cols.numbers("order", count=True, default=0)
     time = cols.numbers("time")
     op = cols.strings("op")
     for i in _firsts(op, [k == "compute" for k in kind]):
@@ -264,8 +264,8 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
     shapes = _shapes(cols, nbytes, dtype)
     ids_at = np.array(ids, dtype=object)
     offsets, inputs = cols.rows("inputs")
-    flat_inputs = iter(ids_at[inputs].tolist())
-    inputs_of = [tuple(islice(flat_inputs, k)) for k in np.diff(offsets).tolist()]
+    at, flat_inputs = offsets.tolist(), ids_at[inputs].tolist()
+    inputs_of = [tuple(flat_inputs[at[i]:at[i + 1]]) for i in range(n)]   # a tuple of its size
     mg = MemGraph(attrs)
     vertices = mg.vertices = dict(zip(ids, map(
         MemVertex, ids, kind, device, nbytes, locs, cols.vertex_names("task", ids_at),
@@ -386,10 +386,9 @@ class _Columns:
         return out.tolist()
 
     def numbers(self, name: str, count: bool = False, positive: bool = False,
-                default: float | None = None, shared: bool = True) -> list:
+                default: float | None = None) -> list:
         """The column's numbers, checked as :func:`checks.number` checks a JSON field;
-        null is ``default`` (a required column may hold none).  ``shared``: equal numbers are
-        one Python object (sizes, flops: few distinct values in a large graph)."""
+        null is ``default`` (a required column may hold none)."""
         col = self.columns.get(name)
         if col is None:
             return [default] * self.n
@@ -404,18 +403,11 @@ class _Columns:
             i = _first(bad)
             got = values[i].item() if valid[i] else None
             number(got, self.vertex(i), name, count=count, positive=positive)
-        if not shared:
-            out = values.tolist()
-            if not valid.all():
-                for i in np.flatnonzero(~valid).tolist():
-                    out[i] = default
-            return out
-        # one object per distinct value (told apart by their bits: 0.0 is not -0.0)
-        bits = values.view(np.int64) if values.dtype == np.float64 else values
-        _, first, index = np.unique(bits, return_index=True, return_inverse=True)
-        objects = np.array([*values[first].tolist(), default], dtype=object)
-        index[~valid] = len(first)
-        return objects[index].tolist()
+        out = values.tolist()
+        if not valid.all():
+            for i in np.flatnonzero(~valid).tolist():
+                out[i] = default
+        return out
 
     def lists(self, name: str) -> tuple[Any, Any, Any]:
         """A list column as (offsets, flat values, valid): row i's values are
