@@ -84,6 +84,25 @@ def test_equal_shapes_read_as_one_tuple(tmp_path):
     assert len({id(x) for x in shapes}) == len(set(shapes))     # ... one tuple each
 
 
+def test_the_writers_arrays_are_what_pyarrow_makes_of_the_same_values():
+    from offloadlab.core.formats import arrow
+    words = ["a", None, "bé", "", "a", None, "\U0001f600"]
+    assert arrow.strings(words, pa).equals(pa.array(words, pa.string()))
+    assert arrow.names(words, pa).equals(pa.array(words, pa.string()).dictionary_encode())
+    assert arrow.names([None, None], pa).to_pylist() == [None, None]
+    for kind, values in (("int64", [3, None, -2**63, 2**63 - 1]), ("int32", [0, 7]),
+                         ("float64", [0.5, None, -0.0, 1e300])):
+        assert arrow.numbers(values, kind, pa).equals(pa.array(values, getattr(pa, kind)()))
+    flat = arrow.numbers([1, 2, 3], "int64", pa)
+    listed = arrow.lists(flat, [2, 0, 1, 0], [True, True, True, False], pa)
+    assert listed.to_pylist() == [[1, 2], [], [3], None]
+    assert arrow.booleans([True, False, True], pa).to_pylist() == [True, False, True]
+    with pytest.raises(OverflowError):
+        arrow.numbers([2**63], "int64", pa)
+    with pytest.raises(UnicodeEncodeError):
+        arrow.strings(["\ud800"], pa)
+
+
 def test_plan_writing_parquet_imports_no_pandas(tmp_path):
     """``pyarrow.array`` imports pandas on its first call (0.4-0.55 s, 46 MB): the writer
     builds its arrays from their buffers (core/formats/arrow.py), so ``plan`` pays neither."""

@@ -21,9 +21,10 @@ TYPES = {"int64": np.int64, "int32": np.int32, "float64": np.float64}
 
 def _validity(valid: Any, pa: Any) -> Any:
     """The validity bitmap of the bools ``valid``, or None where every one is true."""
-    if valid is None or valid.all():
+    if valid is None:
         return None
-    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+    valid = np.asarray(valid, dtype=bool)
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
 def _nulls(values: list, fill: Any) -> tuple[list, Any]:
