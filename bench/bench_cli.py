@@ -148,7 +148,7 @@ def main() -> None:
             for _ in range(args.repeat):
                 for python, out in outs.items():
                     plan_s[python].append(timed(python, ["plan", "--workload", workload,
-                                                         "--machine", machine, "--out", out],
+                                                         "--machine", machine, "--out", out, "-q"],
                                                 tmp))
                     if "simulate" in commands:
                         sim_s[python].append(timed(python, ["simulate", out], tmp))

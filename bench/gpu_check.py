@@ -251,7 +251,7 @@ def aligned_workload(spec: str):
 def cmd_validate(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from offloadlab.core.formats import write_memgraph
+    from offloadlab.core.formats import memgraph_suffix, write_memgraph
     from offloadlab.core.machine import machine_from_spec
     from offloadlab.lab.plots import gantt
     from offloadlab.lab.validate import validate_memgraph
@@ -289,7 +289,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
              + ("" if v.correct else "; outputs WRONG"), ok=ok,
              data={"workload": args.workload, "gpu_memory": memory, **moved, **v.row()})
         stem = Path(args.plot).with_suffix("")      # what was run and measured, to study later
-        write_memgraph(mg, f"{stem}-{planner}.json")
+        write_memgraph(mg, f"{stem}-{planner}{memgraph_suffix(len(mg))}")
         pd.concat([v.simulated, v.measured]).to_csv(f"{stem}-{planner}-traces.csv", index=False)
         traces[f"{planner}: simulated"] = v.simulated
         traces[f"{planner}: measured ({args.backend}), error {100 * v.error:+.1f}%"] = \

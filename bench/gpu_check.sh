@@ -151,7 +151,7 @@ status=$?
 # Few files, for a device tool that brings back a handful: the plans and traces in one
 # archive, and rows.jsonl dropped once report.json holds its rows.
 shopt -s nullglob
-plans=("$OUT"/validate-*.json "$OUT"/validate-*-traces.csv)
+plans=("$OUT"/validate-*.json "$OUT"/validate-*.parquet "$OUT"/validate-*-traces.csv)
 if [ ${#plans[@]} -gt 0 ] && tar -czf "$OUT/validate-plans.tar.gz" -C "$OUT" \
         "${plans[@]##*/}"; then
     rm -f "${plans[@]}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -18,9 +19,11 @@ from hypothesis import strategies as st
 from test_malformed import run_cli, simulate_file
 from test_properties import machine_for, task_graphs
 
+import offloadlab
 from offloadlab.core import formats
 from offloadlab.core.errors import GraphError
 from offloadlab.core.formats import nodelink, parquet
+from offloadlab.core.machine import machine_from_spec
 from offloadlab.core.memgraph import Loc, MemGraph, MemVertex
 from offloadlab.core.workloads import build_workload, random_dag
 from offloadlab.lab.cli import main
@@ -65,6 +68,55 @@ def test_a_parquet_file_reads_back_what_json_reads_back(workload, planner, machi
     ids = {id(v.id): v.id for v in from_parquet}        # one string object per id
     assert all(id(v.task) in ids for v in from_parquet if v.task is not None)
     assert all(id(x) in ids for v in from_parquet for x in v.inputs)
+
+
+def test_equal_shapes_read_as_one_tuple(tmp_path):
+    """Memory per vertex (issue 46): a shape that many vertices share is one tuple, as the
+    file holds it once (sizes and flops need no sharing: the compiled MemVertex holds them
+    unboxed)."""
+    from offloadlab.core.machine import machine_from_spec
+    mg = plan(build_workload("llama-prefill:model=tiny,seq=16,block=8,gpus=2"),
+              machine_from_spec("p100x4:gpus=2"))
+    read = back(mg, tmp_path)
+    assert formats.to_json(read) == formats.to_json(mg)
+    shapes = [v.shape for v in read.vertices.values() if v.shape is not None]
+    assert len(set(shapes)) < len(shapes) / 2                   # repeated shapes ...
+    assert len({id(x) for x in shapes}) == len(set(shapes))     # ... one tuple each
+
+
+def test_the_writers_arrays_are_what_pyarrow_makes_of_the_same_values():
+    from offloadlab.core.formats import arrow
+    words = ["a", None, "bé", "", "a", None, "\U0001f600"]
+    assert arrow.strings(words, pa).equals(pa.array(words, pa.string()))
+    assert arrow.names(words, pa).equals(pa.array(words, pa.string()).dictionary_encode())
+    assert arrow.names([None, None], pa).to_pylist() == [None, None]
+    for kind, values in (("int64", [3, None, -2**63, 2**63 - 1]), ("int32", [0, 7]),
+                         ("float64", [0.5, None, -0.0, 1e300])):
+        assert arrow.numbers(values, kind, pa).equals(pa.array(values, getattr(pa, kind)()))
+    flat = arrow.numbers([1, 2, 3], "int64", pa)
+    listed = arrow.lists(flat, [2, 0, 1, 0], [True, True, True, False], pa)
+    assert listed.to_pylist() == [[1, 2], [], [3], None]
+    assert arrow.booleans([True, False, True], pa).to_pylist() == [True, False, True]
+    with pytest.raises(OverflowError):
+        arrow.numbers([2**63], "int64", pa)
+    with pytest.raises(UnicodeEncodeError):
+        arrow.strings(["\ud800"], pa)
+
+
+def test_plan_writing_parquet_imports_no_pandas(tmp_path):
+    """``pyarrow.array`` imports pandas on its first call (0.4-0.55 s, 46 MB): the writer
+    builds its arrays from their buffers (core/formats/arrow.py), so ``plan`` pays neither."""
+    out = tmp_path / "mg.parquet"
+    code = ("import sys\nfrom offloadlab.lab.cli import main\n"
+            f"assert main(['plan', '--workload', 'matmul-chain:layers=3', '--machine', "
+            f"'disco-example', '--out', {str(out)!r}, '-q']) == 0\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, check=True,
+                          env={"PYTHONPATH": str(Path(offloadlab.__file__).parents[1])})
+    assert done.stdout.split("\n")[-2] == "['pyarrow']", done.stdout
+    assert formats.to_json(formats.read_memgraph(out)) == formats.to_json(
+        plan(build_workload("matmul-chain:layers=3"), machine_from_spec("disco-example")))
 
 
 @settings(max_examples=60, **SETTINGS)

@@ -3,9 +3,9 @@ planner core (``planner/allocator.py``, ``planner/blocked.py``, ``planner/buildm
 ``planner/residents.py``),
 the MemGraph, its readers and its verifier (``core/memgraph.py``,
 ``core/formats/nodelink.py``, ``core/formats/memgraph_json.py``, ``core/formats/parquet.py``,
-``core/checks.py``, ``core/verify.py``, ``core/intervals.py``), the simulator's model
-(``simulator/model.py``, ``simulator/resources.py``, ``core/dispatch.py``, ``core/bound.py``,
-``core/memory.py``)
+``core/formats/arrow.py``, ``core/checks.py``, ``core/verify.py``, ``core/intervals.py``),
+the simulator's model (``simulator/model.py``, ``simulator/resources.py``,
+``core/dispatch.py``, ``core/bound.py``, ``core/memory.py``)
 and the random workload's drawing loop (``core/workloads/layered.py``) with mypyc where it
 can, and installs them as pure Python otherwise (or with ``OFFLOADLAB_PURE=1``).
 
@@ -31,7 +31,7 @@ from offloadlab.core import (
     memory,
     verify,
 )
-from offloadlab.core.formats import memgraph_json, nodelink, parquet
+from offloadlab.core.formats import arrow, memgraph_json, nodelink, parquet
 from offloadlab.core.workloads import layered
 from offloadlab.lab.cli import main
 from offloadlab.planner import (
@@ -46,7 +46,7 @@ from offloadlab.simulator import model, resources
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = (allocator, blocked, buildmemgraph, residents, memgraph, verify, intervals, checks, nodelink,
-        memgraph_json, parquet, dispatch, bound, model, resources, memory, layered)
+        memgraph_json, parquet, arrow, dispatch, bound, model, resources, memory, layered)
 EXPECT = os.environ.get("OFFLOADLAB_EXPECT_COMPILED")
 
 

@@ -15,6 +15,7 @@ themselves, as networkx keeps ``readwrite`` apart from its graph classes.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -27,8 +28,22 @@ if TYPE_CHECKING:
     from .taskgraph_json import taskgraph_from_dict, taskgraph_from_json
 
 __all__ = ["to_json", "to_dict", "to_networkx", "read_memgraph", "write_memgraph",
+           "memgraph_format", "memgraph_suffix", "PARQUET_VERTICES",
+           "PARQUET_BYTES_PER_VERTEX",
            "taskgraph_from_json", "taskgraph_from_dict", "memgraph_from_json",
            "memgraph_from_dict"]
+
+PARQUET_VERTICES = 350_000
+"""Where the toolkit chooses a MemGraph file's format (a name ending in neither ``.json`` nor
+``.parquet``, or a file it names itself), a MemGraph of this many vertices or more is written
+as Parquet, a smaller one as node-link JSON: where Parquet's write and read, each in a fresh
+process with pyarrow's import, take less time together than JSON's (``bench/bench_formats.py``:
+JSON's at 331k vertices of the benchmark DAG, Parquet's at LoRA 7B batch 8's 390k; docs/formats.md,
+Which format)."""
+PARQUET_BYTES_PER_VERTEX = 44
+"""About the most a large MemGraph's Parquet file takes per vertex (27-44 bytes for LLaMA
+prefill, LoRA training and the benchmark DAG, against 370-750 for node-link JSON): what
+``plan`` estimates a Parquet file's size from, to say how much smaller it would be."""
 
 
 def __getattr__(name: str) -> Any:
@@ -118,8 +133,55 @@ def to_networkx(graph: TaskGraph | MemGraph) -> Any:
     return nodelink.to_networkx(*_parts(graph))
 
 
-def write_memgraph(mg: MemGraph, path: str | Path) -> None:
-    """Write ``mg`` to the file ``path``.
+def memgraph_suffix(vertices: int) -> str:
+    """The suffix of the format the toolkit chooses for a MemGraph of ``vertices`` vertices:
+    ``.parquet`` from :data:`PARQUET_VERTICES` on (where pyarrow is installed), else ``.json``.
+
+    Parameters
+    ----------
+    vertices : int
+        The MemGraph's vertices.
+
+    Returns
+    -------
+    str
+        ``".parquet"`` or ``".json"``.
+    """
+    if vertices >= PARQUET_VERTICES and importlib.util.find_spec("pyarrow") is not None:
+        return ".parquet"
+    return ".json"
+
+
+def memgraph_format(path: str | Path, vertices: int) -> str:
+    """The format :func:`write_memgraph` writes a MemGraph of ``vertices`` vertices in to
+    ``path``: the one its suffix names (``.json`` or ``.parquet``, in any case), else the one
+    :func:`memgraph_suffix` chooses by size.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    vertices : int
+        The MemGraph's vertices.
+
+    Returns
+    -------
+    str
+        ``"parquet"`` or ``"json"``.
+
+    Examples
+    --------
+    >>> memgraph_format("mg.json", 10**6), memgraph_format("mg", 10)
+    ('json', 'json')
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".json", ".parquet"):
+        suffix = memgraph_suffix(vertices)
+    return suffix[1:]
+
+
+def write_memgraph(mg: MemGraph, path: str | Path) -> str:
+    """Write ``mg`` to the file ``path``, in the format :func:`memgraph_format` says.
 
     Parameters
     ----------
@@ -127,18 +189,27 @@ def write_memgraph(mg: MemGraph, path: str | Path) -> None:
         The graph.
     path : str or Path
         The file: one Parquet table if it ends in ``.parquet`` (:mod:`.parquet`, for large
-        graphs), else node-link JSON.
+        graphs), node-link JSON if it ends in ``.json``; any other name, Parquet from
+        :data:`PARQUET_VERTICES` vertices on, else JSON (the readers tell them apart by
+        their first bytes).
+
+    Returns
+    -------
+    str
+        The format written: ``"parquet"`` or ``"json"``.
 
     Raises
     ------
     GraphError
         For a NaN or an infinity.
     """
-    if nodelink.parquet_name(path):
+    fmt = memgraph_format(path, len(mg))
+    if fmt == "parquet":
         from . import parquet  # pyarrow and NumPy only where Parquet is wanted
         parquet.write(mg, path)
     else:
         to_json(mg, path)
+    return fmt
 
 
 def read_memgraph(path: str | Path) -> MemGraph:

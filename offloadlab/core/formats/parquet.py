@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
-from itertools import chain
+from itertools import chain, islice
 from operator import attrgetter
 from pathlib import Path
 from sys import intern
@@ -26,7 +26,7 @@ from ..errors import GraphError, OffloadlabError
 from ..memgraph import EDGE_KINDS, Loc, MemGraph, MemVertex, vertex_device_problem
 from ..ops import DTYPES, op_problem
 from ..util import no_gc
-from . import nodelink
+from . import arrow, nodelink
 
 GRAPH_KEY = b"offloadlab.graph"
 FORMAT_KEY = b"offloadlab.format"
@@ -152,42 +152,36 @@ def _table(mg: MemGraph, pa: Any) -> Any:
         raise GraphError(f"cannot write {what}: vertex {v.id!r} names {exc.args[0]!r}, which "
                          f"is not a vertex") from None
     succ_data = np.array(list(chain.from_iterable(map(dict.values, out))), object) == "data"
-    shaped = [x is not None for x in shapes]
+    shaped = np.fromiter((x is not None for x in shapes), bool, len(shapes))
     shape = list(chain.from_iterable([x for x in shapes if x is not None]))
+    lengths = list(map(len, out))
 
-    def names(values: Any) -> Any:
-        """A dictionary-encoded column of strings."""
-        return pa.array(values, pa.string()).dictionary_encode()
+    def names(values: list) -> Any:
+        return arrow.names(values, pa)
 
-    def list_column(values: Any, lengths: Any, kind: Any, valid: list[bool] | None = None
-                    ) -> Any:
-        """A column of lists: ``values`` flat, ``lengths`` per row, null where not ``valid``."""
-        at = np.zeros(len(ids) + 1, np.int32)
-        np.cumsum(np.fromiter(lengths, np.int32, len(ids)), out=at[1:])
-        return pa.ListArray.from_arrays(
-            pa.array(at), pa.array(values, kind),
-            mask=None if valid is None else pa.array(np.logical_not(valid)))
+    def numbers(values: Any, kind: str = "int64") -> Any:
+        return arrow.numbers(values, kind, pa)
 
     columns = {
-        "id": pa.array(ids, pa.string()),
+        "id": arrow.strings(ids, pa),
         "kind": names(kind),
         "device": names(device),
-        "bytes": pa.array(nbytes, pa.int64()),
+        "bytes": numbers(nbytes),
         "loc_device": names([x and x.device for x in loc]),
-        "loc_offset": pa.array([x and x.offset for x in loc], pa.int64()),
-        "loc_size": pa.array([x and x.size for x in loc], pa.int64()),
-        "task": pa.array(task, pa.string()),
-        "of": pa.array(of, pa.string()),
+        "loc_offset": numbers([x and x.offset for x in loc]),
+        "loc_size": numbers([x and x.size for x in loc]),
+        "task": arrow.strings(task, pa),
+        "of": arrow.strings(of, pa),
         "op": names(op),
-        "flops": pa.array(flops, pa.float64()),
-        "inputs": list_column(inputs, map(len, ins), pa.int32()),
-        "order": pa.array(order, pa.int64()),
-        "time": pa.array(times, pa.float64()),
-        "shape": list_column(shape, (0 if x is None else len(x) for x in shapes), pa.int64(),
-                             shaped),
+        "flops": numbers(flops, "float64"),
+        "inputs": arrow.lists(numbers(inputs, "int32"), list(map(len, ins)), None, pa),
+        "order": numbers(order),
+        "time": numbers(times, "float64"),
+        "shape": arrow.lists(numbers(shape), [0 if x is None else len(x) for x in shapes],
+                             shaped, pa),
         "dtype": names(dtype),
-        "succ": list_column(succ, map(len, out), pa.int32()),
-        "succ_data": list_column(succ_data, map(len, out), pa.bool_()),
+        "succ": arrow.lists(numbers(succ, "int32"), lengths, None, pa),
+        "succ_data": arrow.lists(arrow.booleans(succ_data, pa), lengths, None, pa),
     }
     meta = orjson.dumps(graph)
     return pa.table(columns).replace_schema_metadata({GRAPH_KEY: meta, FORMAT_KEY: FORMAT})
@@ -230,7 +224,10 @@ def read(path: str | Path) -> MemGraph:
         hint = " (it begins with '{': node-link JSON? name it .json)" if head == b"{" else ""
         raise GraphError(f"{where}: not a readable Parquet file ({exc}){hint}") from None
     with no_gc():
-        return _memgraph(table, where, pa)
+        mg = _memgraph(table, where, pa)
+    del table       # its buffers back to the system: Arrow's allocator keeps what it frees,
+    pa.default_memory_pool().release_unused()   # 600 bytes a vertex of the benchmark DAG
+    return mg
 
 
 def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
@@ -270,24 +267,18 @@ def _memgraph(table: Any, where: str, pa: Any) -> MemGraph:
     shapes = _shapes(cols, nbytes, dtype)
     ids_at = np.array(ids, dtype=object)
     offsets, inputs = cols.rows("inputs")
-    inputs_at, flat_inputs = offsets.tolist(), ids_at[inputs].tolist()
-    inputs_of = [tuple(flat_inputs[inputs_at[i]:inputs_at[i + 1]]) for i in range(n)]
+    at, flat_inputs = offsets.tolist(), ids_at[inputs].tolist()
+    inputs_of = [tuple(flat_inputs[at[i]:at[i + 1]]) for i in range(n)]   # a tuple of its size
     mg = MemGraph(attrs)
     vertices = mg.vertices = dict(zip(ids, map(
-        MemVertex, ids, kind, device, nbytes, locs, cols.strings("task", names=False),
-        cols.strings("of", names=False),
-        op, flops, inputs_of, order, time, shapes, dtype)))
+        MemVertex, ids, kind, device, nbytes, locs, cols.vertex_names("task", ids_at),
+        cols.vertex_names("of", ids_at), op, flops, inputs_of, order, time, shapes, dtype)))
     if len(vertices) < n:
         seen: set[str] = set()
         for x in ids:
             if x in seen:
                 raise GraphError(f"{where}: duplicate vertex id {x!r}")
             seen.add(x)
-    for v in vertices.values():          # one string object per id, as the JSON reader keeps
-        if v.task == v.id:
-            v.task = v.id
-        elif v.of is not None and v.of in vertices:
-            v.of = vertices[v.of].id
     _edges(mg, cols, ids, ids_at)
     return mg
 
@@ -363,23 +354,39 @@ class _Columns:
             raise GraphError(f"{self.where}: row {i} has no id (a string)")
         return col.to_pylist()
 
-    def strings(self, name: str, default: str | None = None, names: bool = True) -> list:
-        """The column's strings, ``default`` for null; a null in a required column is
-        refused.  ``names`` (few distinct values: kinds, devices, ops) are interned."""
+    def strings(self, name: str, default: str | None = None) -> list:
+        """The column's strings (few distinct values: kinds, devices, ops), interned,
+        ``default`` for null; a null in a required column is refused."""
         col = self.columns.get(name)
         if col is None:
             return [default] * self.n
         if name in REQUIRED and col.null_count:
             raise GraphError(f"{self.vertex(_first(np.asarray(col.is_null())))}: {name} must be "
                              f"a string, got missing or null")
-        if not names:
-            return col.to_pylist()
         encoded = col if self.pa.types.is_dictionary(col.type) else col.dictionary_encode()
         values: list[str | None] = [None if x is None else intern(x)
                                      for x in encoded.dictionary.to_pylist()]
         values.append(default)
         index = np.asarray(encoded.indices.fill_null(len(values) - 1))
         return np.array(values, dtype=object)[index].tolist()
+
+    def vertex_names(self, name: str, ids_at: Any) -> list:
+        """The column's strings (``task``, ``of``), None for null, and each that is a
+        vertex's id as that id's own string object (``ids_at``: the ids by row), so that a
+        name costs no string of its own, as the JSON reader keeps them."""
+        col = self.columns.get(name)
+        if col is None:
+            return [None] * self.n
+        import pyarrow.compute as pc
+        ids = self.columns["id"]
+        plain = [c.dictionary_decode() if self.pa.types.is_dictionary(c.type) else c
+                 for c in (col, ids)]
+        rows = pc.index_in(plain[0], value_set=plain[1])
+        found = np.asarray(rows.is_valid())
+        out = np.empty(self.n, dtype=object)
+        out[found] = ids_at[np.asarray(rows.drop_null())]
+        out[~found] = plain[0].filter(pc.invert(rows.is_valid())).to_pylist()
+        return out.tolist()
 
     def numbers(self, name: str, count: bool = False, positive: bool = False,
                 default: float | None = None) -> list:
@@ -471,8 +478,10 @@ def _shapes(cols: _Columns, nbytes: list[int], dtype: list[str]
                          f"{values[offsets[i]:offsets[i + 1]].tolist()}")
     at, flat = offsets.tolist(), values.tolist()
     shapes: list[tuple[int, ...] | None] = [None] * len(nbytes)
+    known: dict[tuple[int, ...], tuple[int, ...]] = {}      # one tuple per distinct shape
     for i in np.flatnonzero(valid).tolist():
-        shape = shapes[i] = tuple(flat[at[i]:at[i + 1]])
+        shape = tuple(flat[at[i]:at[i + 1]])
+        shape = shapes[i] = known.setdefault(shape, shape)
         need = math.prod(shape) * DTYPES[dtype[i]]
         if need > nbytes[i]:
             raise GraphError(f"{vertex(i)}: shape {list(shape)} of {dtype[i]} needs {need} "
@@ -497,22 +506,26 @@ def _edges(mg: MemGraph, cols: _Columns, ids: list[str], ids_at: Any) -> None:
     is_data[rows_given] = data
     sources = np.repeat(np.arange(n), lengths)
     kinds = np.array([intern(k) for k in EDGE_KINDS[::-1]], dtype=object)[is_data.astype(int)]
-    offsets, flat_targets, flat_kinds = at.tolist(), ids_at[targets].tolist(), kinds.tolist()
-    mg.succ = {ids[i]: dict(zip(flat_targets[offsets[i]:offsets[i + 1]],
-                                flat_kinds[offsets[i]:offsets[i + 1]])) for i in range(n)}
+    flat_targets, flat_kinds = ids_at[targets].tolist(), kinds.tolist()
+    mg.succ = dict(zip(ids, _grouped(flat_targets, flat_kinds, lengths.tolist())))
     if (sources == targets).any() or sum(map(len, mg.succ.values())) < len(targets):
         mg.succ = {x: {} for x in ids}         # a self-loop or a repeated edge: as JSON does,
         mg.pred = {x: {} for x in ids}         # skip self-loops, and a data edge wins
         for u, v, k in zip(ids_at[sources].tolist(), flat_targets, flat_kinds):
             mg.add_edge(u, v, k)
         return
+    del flat_targets, flat_kinds
     by_target = np.argsort(targets, kind="stable")
-    into = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(targets, minlength=n), out=into[1:])
-    flat_sources, flat_kinds = ids_at[sources[by_target]].tolist(), kinds[by_target].tolist()
-    first = into.tolist()
-    mg.pred = {ids[i]: dict(zip(flat_sources[first[i]:first[i + 1]],
-                                flat_kinds[first[i]:first[i + 1]])) for i in range(n)}
+    mg.pred = dict(zip(ids, _grouped(ids_at[sources[by_target]].tolist(),
+                                     kinds[by_target].tolist(),
+                                     np.bincount(targets, minlength=n).tolist())))
+
+
+def _grouped(keys: list, values: list, lengths: list[int]) -> list[dict[str, str]]:
+    """A dict per group, of ``lengths[i]`` consecutive (key, value) pairs of ``keys`` and
+    ``values``: no slice or list per group."""
+    pairs = zip(keys, values)
+    return [dict(islice(pairs, k)) for k in lengths]
 
 
 def _accepts(want: str, t: Any, pa: Any) -> bool:
@@ -564,8 +577,7 @@ def _first(mask: Any) -> int:
 
 def _firsts(values: list, keep: list[bool] | None = None) -> list[int]:
     """The row of the first occurrence of each distinct value (among ``keep`` rows)."""
-    first: dict[Any, int] = {}
-    for i, x in enumerate(values):
-        if x not in first and (keep is None or keep[i]):
-            first[x] = i
+    rows = range(len(values)) if keep is None else [i for i, k in enumerate(keep) if k]
+    kept = values if keep is None else [values[i] for i in rows]
+    first = dict(zip(reversed(kept), reversed(rows)))      # the last write of each is its first
     return sorted(first.values())
