@@ -41,10 +41,11 @@ module on the decoded text): ``simulate`` of that 64 MB MemGraph with one ``NaN`
 776 MB (12 B per byte).  A file of nothing but empty objects ``[{},{},...]`` takes the most
 per byte, 34 (1.03 GB for 30 MB), before it is refused as not node-link data."""
 
-PARQUET_FILE_BYTE = 40
+PARQUET_FILE_BYTE = 64
 """RAM per byte of a MemGraph Parquet file (its columns are compressed; the Arrow table and
-the MemGraph built from it are not): reading the random DAG's MemGraphs of 100k and 400k
-vertices, 6.2 MB and 25.0 MB of Parquet, peaked at 389 MB and 1124 MB: 39 B per byte."""
+the MemGraph built from it are not): reading the benchmark DAG's MemGraph (165k vertices,
+7.3 MB of Parquet) peaked at 419 MB, LoRA 7B batch 8's (390k vertices, 16.5 MB) at 929 MB:
+55-57 B per byte less the interpreter's 63 MB."""
 
 
 def ram_available() -> int | None:

@@ -39,6 +39,19 @@ def numbers(values: Any, kind: str, pa: Any) -> Any:
     """A column of ``kind`` (``int64``, ``int32``, ``float64``) of the list or array
     ``values``, null for None.
 
+    Parameters
+    ----------
+    values : list or ndarray
+        The numbers; a list may hold None.
+    kind : str
+        The column's type: ``int64``, ``int32`` or ``float64``.
+    pa : module
+        pyarrow.
+
+    Returns
+    -------
+    pyarrow.Array
+
     Raises
     ------
     OverflowError
@@ -53,7 +66,19 @@ def numbers(values: Any, kind: str, pa: Any) -> Any:
 
 
 def booleans(values: Any, pa: Any) -> Any:
-    """A boolean column of the bools ``values`` (none null)."""
+    """A boolean column of the bools ``values`` (none null).
+
+    Parameters
+    ----------
+    values : sequence of bool
+        The values.
+    pa : module
+        pyarrow.
+
+    Returns
+    -------
+    pyarrow.Array
+    """
     values = np.asarray(values, dtype=bool)
     return pa.Array.from_buffers(pa.bool_(), len(values),
                                  [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
@@ -61,6 +86,17 @@ def booleans(values: Any, pa: Any) -> Any:
 
 def strings(values: list, pa: Any) -> Any:
     """A string column of ``values``, null for None (``large_string`` beyond 2 GiB).
+
+    Parameters
+    ----------
+    values : list of str or None
+        The strings.
+    pa : module
+        pyarrow.
+
+    Returns
+    -------
+    pyarrow.Array
 
     Raises
     ------
@@ -79,7 +115,19 @@ def strings(values: list, pa: Any) -> Any:
 
 
 def names(values: list, pa: Any) -> Any:
-    """A dictionary-encoded string column of ``values`` (few distinct ones), null for None."""
+    """A dictionary-encoded string column of ``values`` (few distinct ones), null for None.
+
+    Parameters
+    ----------
+    values : list of str or None
+        The strings.
+    pa : module
+        pyarrow.
+
+    Returns
+    -------
+    pyarrow.DictionaryArray
+    """
     distinct = [x for x in dict.fromkeys(values) if x is not None]
     index: dict[str | None, int] = {x: i for i, x in enumerate(distinct)}
     index[None] = -1
@@ -92,8 +140,24 @@ def names(values: list, pa: Any) -> Any:
 
 
 def lists(values: Any, lengths: Any, valid: Any, pa: Any) -> Any:
-    """A column of lists: ``values`` (an Arrow array) flat, ``lengths[i]`` of them in row i,
-    null where ``valid`` (bools, or None: none null) is false."""
+    """A column of lists: ``values`` flat, ``lengths[i]`` of them in row i, null where
+    ``valid`` is false.
+
+    Parameters
+    ----------
+    values : pyarrow.Array
+        Every list's items, one after the other.
+    lengths : sequence of int
+        Each row's number of items.
+    valid : sequence of bool or None
+        Which rows are not null (None: every one).
+    pa : module
+        pyarrow.
+
+    Returns
+    -------
+    pyarrow.ListArray
+    """
     offsets = np.zeros(len(lengths) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
     return pa.Array.from_buffers(pa.list_(values.type), len(lengths),
