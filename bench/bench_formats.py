@@ -26,24 +26,22 @@ import sys
 import tempfile
 import time
 
-CHILD = """import pickle, sys, time
-from offloadlab.core import formats
-what, path = sys.argv[1], sys.argv[2]
+CHILD = """import pickle, sys
+sys.path.insert(0, sys.argv[4])
+from bench_formats import in_process
+what, path, pickled = sys.argv[1:4]
+mg = None
 if what == "write":
-    with open(sys.argv[3], "rb") as f:
+    with open(pickled, "rb") as f:
         mg = pickle.load(f)
-    start = time.perf_counter()
-    formats.write_memgraph(mg, path)
-else:
-    start = time.perf_counter()
-    formats.read_memgraph(path)
-print(time.perf_counter() - start)
+print(in_process(what, path, mg))
 """
 
 
 def seconds(what: str, path: str, pickled: str) -> float:
     """Seconds of one ``write`` or ``read`` of ``path`` in a fresh process."""
-    done = subprocess.run([sys.executable, "-c", CHILD, what, path, pickled],
+    done = subprocess.run([sys.executable, "-c", CHILD, what, path, pickled,
+                           os.path.dirname(os.path.abspath(__file__))],
                           capture_output=True, text=True)
     if done.returncode:
         lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
@@ -52,7 +50,8 @@ def seconds(what: str, path: str, pickled: str) -> float:
 
 
 def in_process(what: str, path: str, mg: object) -> float:
-    """Seconds of one ``write`` of ``mg`` to ``path`` or ``read`` of it, in this process."""
+    """Seconds of one ``write`` of ``mg`` to ``path`` or ``read`` of it, in this process
+    (the fresh processes of :func:`seconds` run it too)."""
     from offloadlab.core import formats
     start = time.perf_counter()
     if what == "write":

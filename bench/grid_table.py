@@ -61,8 +61,10 @@ def main() -> None:
     name = args.csv.stem
     if name not in TIMES:
         raise SystemExit(f"{args.csv}: expected turnip-lora.csv or turnip-prefill.csv")
-    lines = markdown(table(pd.read_csv(args.csv), *TIMES[name]))
-    lines[1] = "| --- | ---: | ---: | --- |" + " ---: |" * (lines[0].count("|") - 5)
+    shown = table(pd.read_csv(args.csv), *TIMES[name])
+    lines = markdown(shown)         # numbers right-aligned: all but model and machine
+    lines[1] = "|" + "".join(" --- |" if c in ("model", "machine") else " ---: |"
+                             for c in shown.columns)
     text = "\n".join(lines)
     print(text)
     if args.docs and not replace_docs_block(

@@ -240,8 +240,8 @@ def check_input(path: str | Path, what: str, sniff: bool = True) -> None:
 
 
 def parquet_name(path: str | Path) -> bool:
-    """Whether ``path``'s name says Parquet (it ends in ``.parquet``): how a MemGraph file is
-    written.
+    """Whether ``path``'s name says Parquet (it ends in ``.parquet``), whatever its size
+    (``formats.memgraph_format``).
 
     Parameters
     ----------

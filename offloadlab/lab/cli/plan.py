@@ -32,7 +32,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_writable(args, "out")
     from ...core.formats import write_memgraph
     from ...core.formats.nodelink import parquet_name
-    if parquet_name(args.out):                          # as write_memgraph decides
+    if parquet_name(args.out):      # asked for by name (one left to its size is JSON without)
         from ...core.formats.parquet import need_pyarrow
         need_pyarrow("MemGraph Parquet files", "write .json")
     graph = read_taskgraph(args)
