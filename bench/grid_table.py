@@ -13,7 +13,9 @@ machine that ran it.  ``--docs PAGE`` writes it between the page's
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pandas as pd
 from timing import markdown, replace_docs_block
@@ -53,6 +55,12 @@ def table(rows: pd.DataFrame, time: str, label: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def fail(message: str) -> NoReturn:
+    """One line on stderr, exit status 2 (a bad input)."""
+    print(f"grid_table: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("csv", type=Path, help="turnip-lora.csv or turnip-prefill.csv")
@@ -60,8 +68,19 @@ def main() -> None:
     args = parser.parse_args()
     name = args.csv.stem
     if name not in TIMES:
-        raise SystemExit(f"{args.csv}: expected turnip-lora.csv or turnip-prefill.csv")
-    shown = table(pd.read_csv(args.csv), *TIMES[name])
+        fail(f"{args.csv}: expected turnip-lora.csv or turnip-prefill.csv")
+    if args.docs and not args.docs.is_file():
+        fail(f"--docs {args.docs}: no such page")
+    try:
+        rows = pd.read_csv(args.csv)
+    except (OSError, ValueError) as exc:
+        fail(f"{args.csv}: cannot read it as CSV ({exc})")
+    missing = [c for c in ("model", "seq", "batch", "machine", "planner", "status",
+                           TIMES[name][0], "paper", "taskgraph", "offloads", "build_s",
+                           "plan_s", "verify_s", "simulate_s") if c not in rows.columns]
+    if missing:
+        fail(f"{args.csv}: not a reproduce {name} CSV: no column {', '.join(missing)}")
+    shown = table(rows, *TIMES[name])
     lines = markdown(shown)         # numbers right-aligned: all but model and machine
     lines[1] = "|" + "".join(" --- |" if c in ("model", "machine") else " ---: |"
                              for c in shown.columns)
