@@ -61,28 +61,58 @@ def in_process(what: str, path: str, mg: object) -> float:
     return time.perf_counter() - start
 
 
+def counts(text: str) -> list[int]:
+    """``--vertices``: positive integers, comma-separated."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, comma-separated, got "
+                                         f"{text!r}")
+    return values
+
+
+def positive(text: str) -> int:
+    """``--repeat``: a positive integer."""
+    values = counts(text)
+    if len(values) > 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return values[0]
+
+
 def main() -> None:
-    from offloadlab.core.machine import machine_from_spec
-    from offloadlab.core.workloads import build_workload
-    from offloadlab.planner import plan
-    from offloadlab.planner.buildmemgraph import min_capacity
+    from offloadlab.core.errors import OffloadlabError
 
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vertices", default="1000,3000,10000,30000,100000",
+    p.add_argument("--vertices", type=counts, default=[1000, 3000, 10000, 30000, 100000],
                    help="TaskGraph vertices, comma-separated")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=positive, default=3)
     p.add_argument("--in-process", action="store_true",
                    help="time in this process, imports left out")
     p.add_argument("--workload", help="a workload spec to plan instead of the benchmark DAG")
     p.add_argument("--machine", default="a100x8",
                    help="with --workload: the machine spec to plan on (a100x8)")
     args = p.parse_args()
+    try:
+        run(args)
+    except OffloadlabError as exc:
+        p.exit(2, f"bench_formats: {exc}\n")
+
+
+def run(args: argparse.Namespace) -> None:
+    """The table, a row per size (or the one ``--workload``)."""
+    from offloadlab.core.machine import machine_from_spec
+    from offloadlab.core.workloads import build_workload
+    from offloadlab.planner import plan
+    from offloadlab.planner.buildmemgraph import min_capacity
+
     print("| TaskGraph vertices | MemGraph vertices | JSON write + read (s) | "
           "Parquet write + read (s) | JSON / Parquet size | faster |")
     print("| --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
-        for n in [0] if args.workload else map(int, args.vertices.split(",")):
+        for n in [0] if args.workload else args.vertices:
             if args.workload:
                 graph, machine = build_workload(args.workload), args.machine
                 n = len(graph)
