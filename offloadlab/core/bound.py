@@ -34,8 +34,9 @@ def durations(memgraph: MemGraph, machine: Machine,
 
     A kernel touches its output and its inputs' bytes
     (:func:`~offloadlab.core.ops.touched_bytes`) and is priced at the rate of the dtype it
-    writes.  The copies, ``latency + bytes / bandwidth`` (:meth:`Machine.copy_cost`), are
-    priced as arrays, one per kind of copy.
+    writes, once for all the kernels of the same op, device, sizes, flops and dtype (a
+    model's layers repeat the same few shapes).  The copies, ``latency + bytes / bandwidth``
+    (:meth:`Machine.copy_cost`), are priced as arrays, one per kind of copy.
 
     Parameters
     ----------
@@ -57,15 +58,22 @@ def durations(memgraph: MemGraph, machine: Machine,
     seconds = np.zeros(len(vertices))
     copies: dict[str, list[int]] = {kind: [] for kind in MOVE_KINDS + ("transfer",)}
     byid = memgraph.vertices
+    priced: dict[tuple, float] = {}     # a kernel's seconds by all that they depend on
     for i, v in enumerate(vertices):
         kind = v.kind
-        if v.time is None and kind in copies:
+        if v.time is not None:
+            seconds[i] = v.time
+        elif kind in copies:
             copies[kind].append(i)
-        elif kind == "compute" or v.time is not None:
-            seconds[i] = machine.duration(
-                kind, v.device, v.bytes, v.flops,
-                touched_bytes(v.op, v.bytes, [byid[u].bytes for u in v.inputs])
-                if kind == "compute" else 0, v.time, v.op, v.dtype)
+        elif kind == "compute":
+            ins = tuple([byid[u].bytes for u in v.inputs])
+            key = (v.op, v.device, v.bytes, v.flops, v.dtype, ins)
+            price = priced.get(key)
+            if price is None:
+                price = priced[key] = machine.duration(
+                    kind, v.device, v.bytes, v.flops, touched_bytes(v.op, v.bytes, ins),
+                    None, v.op, v.dtype)
+            seconds[i] = price
     for kind, at in copies.items():
         cost = machine.copy_cost(kind)
         if at and cost is not None:

@@ -51,35 +51,35 @@ def planned_host_peak(memgraph: MemGraph) -> int:
     int
         The host peak, in bytes.
     """
-    vertices = sorted(memgraph, key=_order)
-    position = {v.id: k for k, v in enumerate(vertices)}
     succ = memgraph.succ
-    freed = [0] * len(vertices)             # bytes freed once the vertex at k has run
-    held = [0] * len(vertices)              # bytes the vertex at k allocates
-    used = 0
-    for k, v in enumerate(vertices):
+    used = 0                                # the host inputs, held throughout
+    held: list[tuple[MemVertex, list[str]]] = []    # the others and their data readers
+    named: set[str] = set()                 # the vertices whose place in the order counts
+    for v in memgraph:
         if not in_host_ram(v):
             continue
         if v.kind == "input":
             used += v.bytes
             continue
-        last = k
-        for w, kind in succ[v.id].items():
-            if kind == "data" and position[w] > last:
-                last = position[w]
-        held[k] = v.bytes
-        freed[last] += v.bytes
+        readers = [w for w, kind in succ[v.id].items() if kind == "data"]
+        held.append((v, readers))
+        named.add(v.id)
+        named.update(readers)
+    place = {v.id: (v.order, k) for k, v in enumerate(memgraph) if v.id in named}
+    # each held tensor from its vertex to its last data reader, in planner order (ties in
+    # insertion order): allocated as its vertex runs, freed once that reader has run
+    events: list[tuple[tuple[int, int], int, int]] = []
+    for v, readers in held:
+        first = place[v.id]
+        events.append((first, 0, v.bytes))
+        events.append((max([first, *[place[w] for w in readers]]), 1, -v.bytes))
+    events.sort()
     peak = used
-    for k in range(len(vertices)):
-        used += held[k]
+    for _, _, change in events:
+        used += change
         if used > peak:
             peak = used
-        used -= freed[k]
     return peak
-
-
-def _order(v: MemVertex) -> int:
-    return v.order
 
 
 def host_overflow(peak: int, host_memory: int | None) -> str | None:
