@@ -122,3 +122,20 @@ def test_processes_started_from_threads_started_in_the_section_block_ctrl_c(tmp_
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "True\n", out.stdout
+
+
+def test_planning_without_a_progress_hook_still_lets_signals_in(monkeypatch):
+    """BuildMemGraph's loop, compiled, runs no signal handler itself: with no progress hook it
+    calls the interpreted :func:`~offloadlab.core.util.let_signals_in` every 4096 items, so
+    that a Ctrl-C or a SIGTERM stops planning there rather than after the whole run."""
+    from offloadlab.core import util
+    from offloadlab.core.machine import machine_from_spec
+    from offloadlab.core.workloads import build_workload
+    from offloadlab.planner import buildmemgraph, plan
+
+    assert hasattr(util.let_signals_in, "__code__"), "core/util.py must stay interpreted"
+    calls = []
+    monkeypatch.setattr(buildmemgraph, "let_signals_in", calls.append)
+    graph = build_workload("random:vertices=9000,gpus=2,seed=1")
+    plan(graph, machine_from_spec("a100x8:gpus=2"))
+    assert len(calls) >= 9000 // 4096

@@ -53,6 +53,23 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
+def let_signals_in(done: int = 0) -> None:
+    """Do nothing, in interpreted Python: a progress hook that reports nothing.
+
+    Python runs a signal's handler (Ctrl-C's ``KeyboardInterrupt``, a SIGTERM's
+    :class:`~offloadlab.lab.signals.Terminated`) only between the interpreter's instructions,
+    and code compiled by mypyc runs none: a long compiled loop (planning a 1M-vertex graph
+    takes a minute) given no progress hook calls this one instead, so that a pending signal
+    stops it there.  This module stays out of the compiled build for it
+    (``tests/test_signals.py``).
+
+    Parameters
+    ----------
+    done : int
+        How much is done (ignored).
+    """
+
+
 def fmt_bytes(n: float) -> str:
     """``67108864`` -> ``"64 MiB"``.
 

@@ -20,7 +20,7 @@ from ..core.errors import PlanError
 from ..core.machine import Machine
 from ..core.memgraph import Loc, MemGraph, MemVertex
 from ..core.taskgraph import Task, TaskGraph
-from ..core.util import no_gc
+from ..core.util import let_signals_in, no_gc
 from .allocator import GpuMemory
 from .residents import Eviction, Resident, Slot, check_victim
 
@@ -214,9 +214,9 @@ class BuildMemGraph:
         self._check_fits()
         self._place_gpu_inputs()
         n, allocated, ahead = len(self.items), self.allocated, self.ahead
-        sim_malloc_item, execute, progress = self.sim_malloc_item, self._execute, self.progress
-        has_room = self._has_room
-        total = len(self.g)
+        sim_malloc_item, execute = self.sim_malloc_item, self._execute
+        has_room, total = self._has_room, len(self.g)
+        progress = self.progress or let_signals_in   # interpreted: a Ctrl-C can stop it there
         while self.exec_hzn < n:
             a, e = self.alloc_hzn, self.exec_hzn
             if a < n and (allocated[a] or ((a == e or ahead and has_room(a))
@@ -228,7 +228,7 @@ class BuildMemGraph:
             else:
                 execute(e)                   # simulate execution of the next item
                 self.exec_hzn = e + 1
-                if progress is not None and not e & 4095:
+                if not e & 4095:
                     progress(e * total // n)
         return self.mg
 
