@@ -29,11 +29,18 @@ def tokens(seq: int) -> str:
     return f"{seq // 1024}K" if seq % 1024 == 0 else str(seq)
 
 
+def seconds(x: float) -> str:
+    """Three significant digits, without an exponent from 1,000 s on (``2,030``)."""
+    return format(x, ".3g") if abs(x) < 1000 else format(x, ",.0f")
+
+
 def table(rows: pd.DataFrame, time: str, label: str) -> pd.DataFrame:
     """One row per point, the two planners' values joined by `` / ``."""
     def pair(point: pd.DataFrame, column: str, fmt: str) -> str:
         by = point.set_index("planner")[column]
-        return " / ".join("" if pd.isna(by.get(p)) else format(by[p], fmt) for p in PLANNERS)
+        return " / ".join("" if pd.isna(by.get(p)) else
+                          seconds(by[p]) if fmt == "seconds" else format(by[p], fmt)
+                          for p in PLANNERS)
 
     out = []
     for (model, seq, batch, machine), point in rows.groupby(
@@ -42,13 +49,13 @@ def table(rows: pd.DataFrame, time: str, label: str) -> pd.DataFrame:
         first = point.iloc[0]
         out.append({
             "model": model, "tokens": tokens(seq), "batch": batch, "machine": machine,
-            label: pair(point.assign(**{time: point[time].where(ok)}), time, ".3g")
+            label: pair(point.assign(**{time: point[time].where(ok)}), time, "seconds")
             + ("" if ok.all() else " (" + ", ".join(
                 f"{p}: {s}" for p, s in zip(point["planner"], point["status"]) if s != "ok")
                + ")"),
             "paper": "" if pd.isna(first["paper"]) else format(first["paper"], "g"),
             "TaskGraph": f"{int(first['taskgraph']):,}",
-            "offloads TURNIP / level-wise": pair(point, "offloads", ".0f"),
+            "offloads TURNIP / level-wise": pair(point, "offloads", ",.0f"),
             "build s": f"{first['build_s']:.2f}",
             "plan s": pair(point, "plan_s", ".2f"), "verify s": pair(point, "verify_s", ".2f"),
             "simulate s": pair(point, "simulate_s", ".2f")})
