@@ -139,3 +139,21 @@ def test_planning_without_a_progress_hook_still_lets_signals_in(monkeypatch):
     graph = build_workload("random:vertices=9000,gpus=2,seed=1")
     plan(graph, machine_from_spec("a100x8:gpus=2"))
     assert len(calls) >= 9000 // 4096
+
+
+def test_verifying_lets_signals_in(monkeypatch):
+    """The verifier's passes over the vertices and the GPU writers (compiled) call
+    :func:`~offloadlab.core.util.let_signals_in` every 4096, as planning does: in a process
+    that verifies in place (``reproduce``, the API) a Ctrl-C stops it there."""
+    from offloadlab.core import verify
+    from offloadlab.core.machine import machine_from_spec
+    from offloadlab.core.workloads import build_workload
+    from offloadlab.planner import plan
+
+    mg = plan(build_workload("random:vertices=9000,gpus=2,seed=1"),
+              machine_from_spec("a100x8:gpus=2"))
+    calls = []
+    monkeypatch.setattr(verify, "let_signals_in", lambda: calls.append(1))
+    verify.verify(mg)
+    writers = sum(v.loc is not None for v in mg)
+    assert len(calls) == -(-len(mg) // 4096) + -(-writers // 4096)

@@ -14,7 +14,7 @@ from .machine import Machine
 from .memgraph import MOVE_KINDS, TASK_KINDS, Loc, MemGraph, MemVertex
 from .ops import UPDATE_OPS
 from .taskgraph import TaskGraph
-from .util import no_gc
+from .util import let_signals_in, no_gc
 
 Writer = tuple[int, str, Loc, dict[str, str], dict[str, str]]
 """A vertex that writes GPU memory: its order, id, location, predecessors and successors."""
@@ -115,7 +115,10 @@ class _Scan:
                                     f"edges of {len(succs)} and {len(preds)} (succ, pred)")
         # the three dicts list the vertices in the same order (MemGraph.add_vertex), so they
         # are walked side by side, each vertex's edges found by id only where they are not
-        for v, (s, succ), (p, pred) in zip(vertices.values(), succs.items(), preds.items()):
+        for k, (v, (s, succ), (p, pred)) in enumerate(zip(vertices.values(), succs.items(),
+                                                          preds.items())):
+            if not k & 4095:
+                let_signals_in()        # compiled: where a Ctrl-C or SIGTERM can stop it
             if s != v.id or p != v.id:
                 succ, pred = succs[v.id], preds[v.id]
             if self.backward is None:
@@ -236,6 +239,8 @@ def _rule3_no_races(mg: MemGraph, writers: list[Writer]) -> None:
     writers.sort(key=_first)                    # by order; a MemGraph's is mostly sorted
     pred = mg.pred
     for k, (_, y_id, loc, direct, _) in enumerate(writers):
+        if not k & 4095:
+            let_signals_in()
         near: set[str] | None = None             # y's predecessors and theirs
         bytes_of = maps.get(loc.device)
         if bytes_of is None:
