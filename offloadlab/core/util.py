@@ -59,9 +59,9 @@ def let_signals_in(done: int = 0) -> None:
     Python runs a signal's handler (Ctrl-C's ``KeyboardInterrupt``, a SIGTERM's
     :class:`~offloadlab.lab.signals.Terminated`) only between the interpreter's instructions,
     and code compiled by mypyc runs none: a long compiled loop (planning a 1M-vertex graph
-    takes a minute) given no progress hook calls this one instead, so that a pending signal
-    stops it there.  This module stays out of the compiled build for it
-    (``tests/test_signals.py``).
+    takes a minute) calls this now and then, so that a pending signal stops it there
+    (BuildMemGraph's, in place of a missing progress hook; the verifier's passes).  This
+    module stays out of the compiled build for it (``tests/test_signals.py``).
 
     Parameters
     ----------
