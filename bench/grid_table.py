@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -36,11 +37,11 @@ def seconds(x: float) -> str:
 
 def table(rows: pd.DataFrame, time: str, label: str) -> pd.DataFrame:
     """One row per point, the two planners' values joined by `` / ``."""
-    def pair(point: pd.DataFrame, column: str, fmt: str) -> str:
+    def pair(point: pd.DataFrame, column: str, show: Callable[[float], str]) -> str:
         by = point.set_index("planner")[column]
-        return " / ".join("" if pd.isna(by.get(p)) else
-                          seconds(by[p]) if fmt == "seconds" else format(by[p], fmt)
-                          for p in PLANNERS)
+        return " / ".join("" if pd.isna(by.get(p)) else show(by[p]) for p in PLANNERS)
+
+    count, two = "{:,.0f}".format, "{:.2f}".format
 
     out = []
     for (model, seq, batch, machine), point in rows.groupby(
@@ -49,16 +50,16 @@ def table(rows: pd.DataFrame, time: str, label: str) -> pd.DataFrame:
         first = point.iloc[0]
         out.append({
             "model": model, "tokens": tokens(seq), "batch": batch, "machine": machine,
-            label: pair(point.assign(**{time: point[time].where(ok)}), time, "seconds")
+            label: pair(point.assign(**{time: point[time].where(ok)}), time, seconds)
             + ("" if ok.all() else " (" + ", ".join(
                 f"{p}: {s}" for p, s in zip(point["planner"], point["status"]) if s != "ok")
                + ")"),
             "paper": "" if pd.isna(first["paper"]) else format(first["paper"], "g"),
             "TaskGraph": f"{int(first['taskgraph']):,}",
-            "offloads TURNIP / level-wise": pair(point, "offloads", ",.0f"),
+            "offloads TURNIP / level-wise": pair(point, "offloads", count),
             "build s": f"{first['build_s']:.2f}",
-            "plan s": pair(point, "plan_s", ".2f"), "verify s": pair(point, "verify_s", ".2f"),
-            "simulate s": pair(point, "simulate_s", ".2f")})
+            "plan s": pair(point, "plan_s", two), "verify s": pair(point, "verify_s", two),
+            "simulate s": pair(point, "simulate_s", two)})
     return pd.DataFrame(out)
 
 
